@@ -1,0 +1,24 @@
+# `make demo` and `make test` work on a fresh machine with nothing but Python:
+# each creates .venv and installs the package (editable) with its test extra,
+# re-installing only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test clean
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) examples/transformer_demo.py
+
+test: $(STAMP)
+	$(VPY) -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

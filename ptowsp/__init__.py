@@ -1,0 +1,34 @@
+"""ptowsp: describe a computation once as a workload, decide separately how it runs.
+
+This module only re-exports the public API of DESIGN.md section 3; the
+implementation lives in the layer packages (te, workloads, ...), in
+pipeline order as docs/layout.md lists them.
+"""
+
+from ptowsp.errors import (
+    BoundsError, BuildError, DeadlockError, DTypeError, InputError, PtowspError, ScheduleError,
+    ShapeError, TaskError, WorkloadError,
+)
+from ptowsp.te import (
+    Expr, Tensor, cast, ceil, erf, exp, floor, log, maximum, minimum, reduce_axis, rsqrt, sigmoid,
+    sqrt, tanh, where,
+)
+from ptowsp.te import absolute as abs  # noqa: A001 - the expression language's name
+from ptowsp.te import power as pow  # noqa: A001
+from ptowsp.te import reduce_max as max  # noqa: A001
+from ptowsp.te import reduce_min as min  # noqa: A001
+from ptowsp.te import reduce_sum as sum  # noqa: A001
+from ptowsp.workloads import Category, Workload, reference, zoo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # workloads and the golden model
+    "Workload", "Category", "Tensor", "Expr", "reference", "zoo",
+    # expression language
+    "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
+    "pow", "floor", "ceil", "maximum", "minimum", "where", "cast",
+    # errors
+    "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",
+    "TaskError", "DeadlockError", "WorkloadError",
+]

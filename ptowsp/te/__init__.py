@@ -1,0 +1,17 @@
+"""Tensor-expression language: the Expr IR, its operations, bounds checks, numpy evaluator."""
+
+from ptowsp.te import dtypes
+from ptowsp.te.bounds import check_bounds, loop_vars
+from ptowsp.te.evaluate import evaluate
+from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, walk, where
+from ptowsp.te.ops import (
+    absolute, ceil, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
+    reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh,
+)
+
+__all__ = [
+    "Expr", "Op", "Tensor", "absolute", "cast", "ceil", "check_bounds", "const", "dtypes", "erf",
+    "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum", "minimum", "power",
+    "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "rsqrt", "sigmoid", "sqrt", "tanh",
+    "walk", "where",
+]

@@ -1,0 +1,144 @@
+"""Prove every tensor access of an expression in bounds, or find one that is not.
+
+Each index is first bounded by interval arithmetic over the loop extents,
+which is exact for affine indices where each variable appears once.  When
+that fails (conv padding, stencils: `pw.where(i > 0, A[i - 1], 0)`), the
+index is evaluated exactly over the loop variables it uses, keeping only the
+points where the enclosing `pw.where` conditions that mention nothing else
+hold.  Dropping other conditions is conservative: it can only add points.
+A violation is reported with a concrete witness (the loop values and the
+index they produce).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ptowsp.errors import BoundsError
+from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
+from ptowsp.te.expr import COMPARE_OPS, Expr, Op, unary, walk
+
+ENUMERATION_LIMIT = 1 << 24  # loop points one index may be enumerated over
+
+_NEGATED = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT, Op.EQ: Op.NE, Op.NE: Op.EQ}
+
+
+def interval(e: Expr) -> tuple[int, int] | None:
+    """Inclusive integer bounds of e over all loop values, or None if unknown."""
+    op = e.op
+    if op is Op.CONST:
+        return None if isinstance(e.arg, (bool, float)) else (e.arg, e.arg)
+    if op in (Op.VAR, Op.RVAR):
+        return (0, e.arg[1] - 1)
+    if op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
+        return interval(e.src[0])
+    if op is Op.NEG:
+        x = interval(e.src[0])
+        return None if x is None else (-x[1], -x[0])
+    if op is Op.WHERE:
+        a, b = interval(e.src[1]), interval(e.src[2])
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    if op not in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN):
+        return None
+    a, b = interval(e.src[0]), interval(e.src[1])
+    if a is None or b is None:
+        return None
+    if op is Op.ADD:
+        return (a[0] + b[0], a[1] + b[1])
+    if op is Op.SUB:
+        return (a[0] - b[1], a[1] - b[0])
+    if op is Op.MUL:
+        products = [x * y for x in a for y in b]
+        return (min(products), max(products))
+    if op is Op.MAX:
+        return (max(a[0], b[0]), max(a[1], b[1]))
+    if op is Op.MIN:
+        return (min(a[0], b[0]), min(a[1], b[1]))
+    if b[0] != b[1] or b[0] <= 0:  # // and % by a positive constant only
+        return None
+    c = b[0]
+    if op is Op.FLOORDIV:
+        return (a[0] // c, a[1] // c)
+    return a if 0 <= a[0] and a[1] < c else (0, c - 1)
+
+
+def conjuncts(cond: Expr) -> tuple[Expr, ...]:
+    """Split `a & b & c` into the conditions that must all hold."""
+    if cond.op is Op.AND and cond.dtype == "bool":
+        return conjuncts(cond.src[0]) + conjuncts(cond.src[1])
+    return (cond,)
+
+
+def negated_conjuncts(cond: Expr) -> tuple[Expr, ...]:
+    """Conditions that hold where `cond` does not (De Morgan over |)."""
+    if cond.op is Op.OR and cond.dtype == "bool":
+        return negated_conjuncts(cond.src[0]) + negated_conjuncts(cond.src[1])
+    if cond.op is Op.NOT:
+        return conjuncts(cond.src[0])
+    if cond.op in COMPARE_OPS:
+        return (Expr(_NEGATED[cond.op], "bool", cond.src),)
+    return (unary(Op.NOT, cond),)
+
+
+def loop_vars(e: Expr) -> dict[str, int]:
+    """Loop variables e mentions, with their extents."""
+    return {n.arg[0]: n.arg[1] for n in walk(e) if n.op in (Op.VAR, Op.RVAR)}
+
+
+def reads_tensors(e: Expr) -> bool:
+    return any(n.op is Op.LOAD for n in walk(e))
+
+
+def check_bounds(body: Expr) -> None:
+    """Raise BoundsError for the first access of body that may leave its tensor."""
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(body, ())]
+    while stack:
+        e, conds = stack.pop()
+        key = (id(e), tuple(id(c) for c in conds))
+        if key in seen:
+            continue
+        seen.add(key)
+        if e.op is Op.LOAD:
+            for dim, index in enumerate(e.src):
+                _check_index(e, dim, index, conds)
+        if e.op is Op.WHERE:
+            cond, then, other = e.src
+            stack += [(cond, conds), (then, conds + conjuncts(cond)), (other, conds + negated_conjuncts(cond))]
+        else:
+            stack += [(s, conds) for s in e.src]
+
+
+def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> None:
+    tensor = load.arg
+    size = tensor.shape[dim]
+    bounds = interval(index)
+    if bounds is not None and bounds[0] >= 0 and bounds[1] < size:
+        return
+    variables = loop_vars(index)
+    guards = [c for c in conds if not reads_tensors(c) and loop_vars(c).keys() <= variables.keys()]
+    where = f"{load} reads dimension {dim} of {tensor.name} (shape {tensor.shape}, valid indices 0..{size - 1})"
+    points = math.prod(variables.values())
+    if points > ENUMERATION_LIMIT:
+        raise BoundsError(
+            f"{where} with index {index} in [{bounds[0] if bounds else '?'}, {bounds[1] if bounds else '?'}], "
+            f"which could not be proven in bounds over {points} loop points; guard the access with pw.where"
+        )
+    names = tuple(sorted(variables))
+    evaluator = Evaluator({})
+    with np.errstate(all="ignore"):
+        for box in iter_boxes(tuple(variables[n] for n in names), 1 << 20):
+            dom = Domain(names, box)
+            value = np.broadcast_to(evaluator.run(index, dom), dom.shape)
+            bad = (value < 0) | (value >= size)
+            for guard in guards:
+                bad = bad & evaluator.run(guard, dom)
+            if bad.any():
+                point = np.argwhere(np.broadcast_to(bad, dom.shape))[0]
+                witness = ", ".join(f"{n}={lo + p}" for n, (lo, _), p in zip(names, box, point))
+                raise BoundsError(
+                    f"{where}, but index {index} = {value[tuple(point)]} at {witness or 'every point'}; "
+                    "guard the access with pw.where or shrink the loop"
+                )

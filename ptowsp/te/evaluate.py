@@ -1,0 +1,240 @@
+"""Evaluate expressions with numpy over an iteration domain: the golden model.
+
+The domain of a compute is its output shape; every loop variable becomes an
+`arange` placed on its own axis, so an expression evaluates as ordinary numpy
+broadcasting.  Work is chunked so that no temporary holds more than
+`ELEMENT_BUDGET` elements: the output is cut into boxes and a reduction walks
+its axes in chunks, accumulating partial results.  Reductions add their axes
+after the enclosing ones and reduce them away before returning.
+
+Semantics fixed here (and documented in docs/concepts.md):
+- `pw.where` reads only the chosen side: loads on the other side see their
+  indices replaced by 0 (always in bounds), and their values are discarded.
+- `//` and `%` floor, as in Python and numpy; integer division by zero gives 0.
+- sum over float16 accumulates in float32; integer sums wrap like the dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptowsp.te.expr import Expr, Op
+
+ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
+
+Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
+
+_UNARY = {
+    Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
+    Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.TANH: np.tanh, Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.NOT: np.invert,
+}
+_BINARY = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.true_divide,
+    Op.FLOORDIV: np.floor_divide, Op.MOD: np.remainder, Op.POW: np.power, Op.MAX: np.maximum,
+    Op.MIN: np.minimum, Op.AND: np.bitwise_and, Op.OR: np.bitwise_or, Op.LT: np.less,
+    Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal, Op.EQ: np.equal,
+    Op.NE: np.not_equal,
+}
+_REDUCE = {"max": np.max, "min": np.min}
+_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _accumulator_dtype(kind: str, dtype: str) -> str:
+    if kind != "sum":
+        return dtype
+    return {"float16": "float32", "int32": "int64"}.get(dtype, dtype)
+
+
+def iter_boxes(shape: tuple[int, ...], max_elements: int) -> Iterator[Box]:
+    """Cover `shape` in row-major boxes of at most max_elements (at least one element)."""
+    inner = 1
+    split = len(shape)  # dims >= split are taken whole
+    while split > 0 and inner * shape[split - 1] <= max_elements:
+        split -= 1
+        inner *= shape[split]
+    if split == 0:
+        yield tuple((0, n) for n in shape)
+        return
+    block = max(1, max_elements // inner)
+    outer = [range(n) for n in shape[: split - 1]]
+    whole = tuple((0, n) for n in shape[split:])
+    for prefix in itertools.product(*outer):
+        for start in range(0, shape[split - 1], block):
+            stop = min(start + block, shape[split - 1])
+            yield tuple((p, p + 1) for p in prefix) + ((start, stop),) + whole
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Loop variables bound to aranges on their own broadcast axes."""
+
+    names: tuple[str, ...]
+    ranges: tuple[tuple[int, int], ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(hi - lo for lo, hi in self.ranges)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def array(self, name: str) -> np.ndarray:
+        axis = self.names.index(name)
+        lo, hi = self.ranges[axis]
+        shape = [1] * len(self.names)
+        shape[axis] = hi - lo
+        return np.arange(lo, hi, dtype=np.int64).reshape(shape)
+
+    def extend(self, names: tuple[str, ...], ranges: Box) -> Domain:
+        return Domain(self.names + names, self.ranges + tuple(ranges))
+
+
+def _widen(value: np.ndarray, ndim: int) -> np.ndarray:
+    """Give a domain-shaped array trailing unit axes up to ndim (0-d arrays stay)."""
+    if value.ndim == 0 or value.ndim == ndim:
+        return value
+    return value.reshape(value.shape + (1,) * (ndim - value.ndim))
+
+
+class Evaluator:
+    """Evaluates expression trees over a Domain, reading tensors from `arrays` by name."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], budget: int = ELEMENT_BUDGET):
+        self.arrays = arrays
+        self.budget = budget
+
+    def run(self, e: Expr, dom: Domain, mask: np.ndarray | None = None) -> np.ndarray:
+        """Value of e at every point of dom (broadcastable to dom.shape), in e.dtype."""
+        op = e.op
+        if op is Op.CONST:
+            return np.asarray(e.arg, dtype=e.dtype)
+        if op in (Op.VAR, Op.RVAR):
+            return dom.array(e.arg[0])
+        if op is Op.LOAD:
+            return self._load(e, dom, mask)
+        if op is Op.WHERE:
+            return self._where(e, dom, mask)
+        if op is Op.REDUCE:
+            return self._reduce(e, dom, mask)
+        args = [self.run(s, dom, mask) for s in e.src]
+        if op is Op.CAST:
+            return args[0].astype(e.dtype)
+        if op is Op.ERF:
+            return _erf(args[0].astype(np.float64)).astype(e.dtype)
+        fn = _UNARY.get(op) or _BINARY[op]
+        return np.asarray(fn(*args)).astype(e.dtype, copy=False)
+
+    def _load(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
+        indices = [self.run(i, dom, mask) for i in e.src]
+        if mask is not None:  # lanes outside the chosen side read element 0, then are discarded
+            indices = [np.where(mask, i, 0) for i in indices]
+        return np.asarray(self.arrays[e.arg.name][tuple(indices)])
+
+    def _where(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
+        cond = self.run(e.src[0], dom, mask)
+        if cond.ndim == 0:
+            return self.run(e.src[1] if cond else e.src[2], dom, mask)
+        take = cond if mask is None else mask & cond
+        skip = ~cond if mask is None else mask & ~cond
+        return np.where(cond, self.run(e.src[1], dom, take), self.run(e.src[2], dom, skip))
+
+    def _reduce(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
+        kind, (body, *axes) = e.arg, e.src
+        names = tuple(a.arg[0] for a in axes)
+        extents = tuple(a.arg[1] for a in axes)
+        if kind == "sum" and mask is None:
+            fast = contract(body, dom, names, extents, self.arrays, e.dtype)
+            if fast is not None:
+                return fast
+        acc_dtype = _accumulator_dtype(kind, e.dtype)
+        trailing = tuple(range(len(dom.names), len(dom.names) + len(axes)))
+        per_chunk = max(1, self.budget // max(1, dom.size))
+        total = None
+        for box in iter_boxes(extents, per_chunk):
+            sub = dom.extend(names, box)
+            sub_mask = None if mask is None else _widen(mask, len(sub.names))
+            value = np.broadcast_to(self.run(body, sub, sub_mask), sub.shape)
+            part = np.sum(value, axis=trailing, dtype=acc_dtype) if kind == "sum" else _REDUCE[kind](value, axis=trailing)
+            total = part if total is None else _COMBINE[kind](total, part)
+        return np.asarray(total).astype(e.dtype, copy=False)
+
+
+def _factors(e: Expr) -> list[Expr]:
+    if e.op is Op.MUL:
+        return _factors(e.src[0]) + _factors(e.src[1])
+    return [e]
+
+
+def contract(body: Expr, dom: Domain, names: tuple[str, ...], extents: tuple[int, ...],
+             arrays: Mapping[str, np.ndarray], dtype: str) -> np.ndarray | None:
+    """sum over a product of one or two loads indexed by plain loop variables, as einsum.
+
+    This is the definition of a tensor contraction (matmul, batched matmul),
+    handed to numpy.einsum so the golden model stays fast at real sizes.
+    Returns None when the body is not of that form.
+    """
+    factors = _factors(body)
+    if len(factors) > 2 or any(f.op is not Op.LOAD for f in factors):
+        return None
+    ranges = dict(zip(dom.names, dom.ranges)) | {n: (0, x) for n, x in zip(names, extents)}
+    order = list(dom.names) + list(names)
+    letters = {n: chr(ord("a") + p) for p, n in enumerate(order)}
+    if len(order) > 26:
+        return None
+    operands, subscripts = [], []
+    for f in factors:
+        index_names = [i.arg[0] if i.op in (Op.VAR, Op.RVAR) else None for i in f.src]
+        if None in index_names or len(set(index_names)) != len(index_names):
+            return None
+        window = tuple(slice(*ranges[n]) for n in index_names)
+        array = arrays[f.arg.name][window]
+        if dtype == "float16":
+            array = array.astype(np.float32)
+        operands.append(array)
+        subscripts.append("".join(letters[n] for n in index_names))
+    used = set("".join(subscripts))
+    out_names = [n for n in dom.names if letters[n] in used]
+    spec = ",".join(subscripts) + "->" + "".join(letters[n] for n in out_names)
+    result = np.einsum(spec, *operands, optimize=len(operands) > 1)
+    shape = [hi - lo if n in out_names else 1 for n, (lo, hi) in zip(dom.names, dom.ranges)]
+    missing = math.prod(extents[p] for p, n in enumerate(names) if letters[n] not in used)
+    result = np.asarray(result).reshape(shape)
+    if missing != 1:  # reduce axes no factor reads repeat each term
+        result = result * missing
+    return result.astype(dtype, copy=False)
+
+
+def evaluate(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...],
+             arrays: Mapping[str, np.ndarray], budget: int = ELEMENT_BUDGET) -> np.ndarray:
+    """Evaluate `body` over the full domain `shape` (one loop name per dim) into a new array."""
+    out = np.empty(shape, dtype=body.dtype)
+    evaluator = Evaluator(arrays, budget)
+    per_point = max((_reduce_work(n) for n in _reduce_nodes(body)), default=1)
+    with np.errstate(all="ignore"):
+        for box in iter_boxes(shape, max(1, budget // per_point)):
+            dom = Domain(loop_names, box)
+            out[tuple(slice(lo, hi) for lo, hi in box)] = evaluator.run(body, dom)
+    return out
+
+
+def _reduce_nodes(e: Expr) -> Iterator[Expr]:
+    if e.op is Op.REDUCE:
+        yield e
+        return
+    for s in e.src:
+        yield from _reduce_nodes(s)
+
+
+def _reduce_work(e: Expr) -> int:
+    """Points one output element touches in this reduction, nested ones included."""
+    own = math.prod(a.arg[1] for a in e.src[1:])
+    inner = max((_reduce_work(n) for n in _reduce_nodes(e.src[0])), default=1)
+    return own * inner

@@ -1,0 +1,336 @@
+"""The expression IR: one immutable node type, `Expr(op, dtype, src, arg)`.
+
+Every expression a user writes in a `compute` lambda becomes a tree of
+`Expr` nodes.  Nodes are frozen and structurally hashed, so passes are pure
+functions and results can be cached by node.  Construction canonicalises
+types: the two operands of a binary node always share one dtype (explicit
+`CAST` nodes are inserted on promotion), so evaluators and code generators
+never have to re-derive promotion rules.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Union
+
+import numpy as np
+
+from ptowsp.errors import DTypeError, ShapeError
+from ptowsp.te import dtypes
+
+
+class Op(enum.Enum):
+    # leaves: CONST arg=value; VAR/RVAR arg=(name, extent) (spatial / reduce loop variable)
+    CONST = enum.auto()
+    VAR = enum.auto()
+    RVAR = enum.auto()
+    # memory: LOAD arg=Tensor, src=indices
+    LOAD = enum.auto()
+    # unary math (operand dtype == result dtype)
+    NEG = enum.auto()
+    ABS = enum.auto()
+    EXP = enum.auto()
+    LOG = enum.auto()
+    SQRT = enum.auto()
+    RSQRT = enum.auto()
+    TANH = enum.auto()
+    SIGMOID = enum.auto()
+    ERF = enum.auto()
+    FLOOR = enum.auto()
+    CEIL = enum.auto()
+    NOT = enum.auto()
+    # binary arithmetic (both operands and result share one dtype)
+    ADD = enum.auto()
+    SUB = enum.auto()
+    MUL = enum.auto()
+    DIV = enum.auto()
+    FLOORDIV = enum.auto()
+    MOD = enum.auto()
+    POW = enum.auto()
+    MAX = enum.auto()
+    MIN = enum.auto()
+    AND = enum.auto()
+    OR = enum.auto()
+    # comparisons (operands share one dtype, result bool)
+    LT = enum.auto()
+    LE = enum.auto()
+    GT = enum.auto()
+    GE = enum.auto()
+    EQ = enum.auto()
+    NE = enum.auto()
+    # selection and conversion: WHERE src=(cond, then, else); CAST arg=dtype
+    WHERE = enum.auto()
+    CAST = enum.auto()
+    # reduction: REDUCE arg="sum"|"max"|"min", src=(body, *RVAR axes)
+    REDUCE = enum.auto()
+
+
+UNARY_FLOAT_OPS = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF})
+ARITH_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.POW, Op.MAX, Op.MIN})
+LOGIC_OPS = frozenset({Op.AND, Op.OR})
+COMPARE_OPS = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE})
+BINARY_OPS = ARITH_OPS | LOGIC_OPS | COMPARE_OPS
+REDUCE_KINDS = ("sum", "max", "min")
+
+Operand = Union["Expr", bool, int, float, np.generic]
+
+
+@dataclass(frozen=True, eq=False)
+class Expr:
+    """One node of a tensor expression.  Build with operators and `pw.*` functions."""
+
+    op: Op
+    dtype: str
+    src: tuple[Expr, ...] = ()
+    arg: Any = None
+
+    # -- identity -----------------------------------------------------------
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.op, self.dtype, self.src, self.arg))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def same_as(self, other: object) -> bool:
+        """Structural equality (`==` builds a comparison expression instead)."""
+        if self is other:
+            return True
+        if not isinstance(other, Expr) or hash(self) != hash(other):
+            return False
+        return (
+            self.op is other.op
+            and self.dtype == other.dtype
+            and self.arg == other.arg
+            and len(self.src) == len(other.src)
+            and all(a.same_as(b) for a, b in zip(self.src, other.src))
+        )
+
+    def __bool__(self) -> bool:
+        # Lets `==` serve both as a comparison builder and in dict/set lookups, as in TVM.
+        if self.op is Op.EQ:
+            return self.src[0].same_as(self.src[1])
+        if self.op is Op.NE:
+            return not self.src[0].same_as(self.src[1])
+        raise TypeError(
+            f"the expression {self} has no truth value while the workload is being built; "
+            "use pw.where(cond, a, b) for a choice and & / | to combine conditions"
+        )
+
+    # -- accessors for loop variables ----------------------------------------
+    @property
+    def name(self) -> str:
+        if self.op not in (Op.VAR, Op.RVAR):
+            raise AttributeError(f"{self.op.name} expressions have no name")
+        return self.arg[0]
+
+    @property
+    def extent(self) -> int:
+        if self.op not in (Op.VAR, Op.RVAR):
+            raise AttributeError(f"{self.op.name} expressions have no extent")
+        return self.arg[1]
+
+    def __str__(self) -> str:
+        from ptowsp.te.printer import to_text
+
+        return to_text(self)
+
+    def __repr__(self) -> str:
+        return f"Expr({self}: {self.dtype})"
+
+    # -- operators -----------------------------------------------------------
+    def __add__(self, o: Operand) -> Expr: return binary(Op.ADD, self, o)
+    def __radd__(self, o: Operand) -> Expr: return binary(Op.ADD, o, self)
+    def __sub__(self, o: Operand) -> Expr: return binary(Op.SUB, self, o)
+    def __rsub__(self, o: Operand) -> Expr: return binary(Op.SUB, o, self)
+    def __mul__(self, o: Operand) -> Expr: return binary(Op.MUL, self, o)
+    def __rmul__(self, o: Operand) -> Expr: return binary(Op.MUL, o, self)
+    def __truediv__(self, o: Operand) -> Expr: return binary(Op.DIV, self, o)
+    def __rtruediv__(self, o: Operand) -> Expr: return binary(Op.DIV, o, self)
+    def __floordiv__(self, o: Operand) -> Expr: return binary(Op.FLOORDIV, self, o)
+    def __rfloordiv__(self, o: Operand) -> Expr: return binary(Op.FLOORDIV, o, self)
+    def __mod__(self, o: Operand) -> Expr: return binary(Op.MOD, self, o)
+    def __rmod__(self, o: Operand) -> Expr: return binary(Op.MOD, o, self)
+    def __pow__(self, o: Operand) -> Expr: return binary(Op.POW, self, o)
+    def __rpow__(self, o: Operand) -> Expr: return binary(Op.POW, o, self)
+    def __and__(self, o: Operand) -> Expr: return binary(Op.AND, self, o)
+    def __rand__(self, o: Operand) -> Expr: return binary(Op.AND, o, self)
+    def __or__(self, o: Operand) -> Expr: return binary(Op.OR, self, o)
+    def __ror__(self, o: Operand) -> Expr: return binary(Op.OR, o, self)
+    def __lt__(self, o: Operand) -> Expr: return binary(Op.LT, self, o)
+    def __le__(self, o: Operand) -> Expr: return binary(Op.LE, self, o)
+    def __gt__(self, o: Operand) -> Expr: return binary(Op.GT, self, o)
+    def __ge__(self, o: Operand) -> Expr: return binary(Op.GE, self, o)
+    def __eq__(self, o: object) -> Expr: return binary(Op.EQ, self, o)  # type: ignore[override, arg-type]
+    def __ne__(self, o: object) -> Expr: return binary(Op.NE, self, o)  # type: ignore[override, arg-type]
+    def __neg__(self) -> Expr: return unary(Op.NEG, self)
+    def __pos__(self) -> Expr: return self
+    def __abs__(self) -> Expr: return unary(Op.ABS, self)
+    def __invert__(self) -> Expr: return unary(Op.NOT, self)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named array of a workload: an input or the result of a task.
+
+    Index it with one integer expression per dimension to read it:
+    `A[i, k]`, `A[i + 1, 2 * j]`.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    owner: int = field(default=0, repr=False)  # id of the workload that declared it
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __getitem__(self, index: object) -> Expr:
+        items = index if isinstance(index, tuple) else (index,)
+        if len(items) != self.ndim:
+            raise ShapeError(
+                f"tensor {self.name} has {self.ndim} dimension(s) {self.shape} "
+                f"but was indexed with {len(items)} index expression(s)"
+            )
+        indices = []
+        for pos, item in enumerate(items):
+            if isinstance(item, (slice, type(Ellipsis))) or item is None:
+                raise ShapeError(
+                    f"tensor {self.name}, index {pos}: slices are not supported; "
+                    "index every dimension with an integer expression such as A[i, j]"
+                )
+            expr = lift(item)
+            if not dtypes.is_int(expr.dtype):
+                raise DTypeError(
+                    f"tensor {self.name}, index {pos} ({expr}) has dtype {expr.dtype}; "
+                    "indices must be integer expressions of loop variables and constants"
+                )
+            if any(node.op is Op.LOAD for node in walk(expr)):
+                raise ShapeError(
+                    f"tensor {self.name}, index {pos} ({expr}) reads a tensor; "
+                    "indirect indexing is not supported yet"
+                )
+            indices.append(expr)
+        return Expr(Op.LOAD, self.dtype, tuple(indices), self)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# -- construction ---------------------------------------------------------------
+
+
+def const(value: bool | int | float, dtype: str) -> Expr:
+    """A scalar constant of a given dtype (the value converted to it)."""
+    dtype = dtypes.normalize(dtype)
+    if dtype == "bool":
+        return Expr(Op.CONST, dtype, (), bool(value))
+    if dtypes.is_int(dtype):
+        return Expr(Op.CONST, dtype, (), int(value))
+    return Expr(Op.CONST, dtype, (), float(value))
+
+
+def lift(value: Operand, partner: str | None = None) -> Expr:
+    """Turn an operand into an Expr; Python scalars take a weak dtype beside `partner`."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, np.generic):  # numpy scalars carry a concrete dtype
+        return const(value.item(), dtypes.normalize(value.dtype))
+    if isinstance(value, (bool, int, float)):
+        if partner is None:
+            return const(value, dtypes.scalar_dtype(value))
+        return const(value, dtypes.weak_scalar_dtype(value, partner))
+    if isinstance(value, Tensor):
+        raise ShapeError(
+            f"tensor {value.name} was used without indices; read an element with "
+            f"{value.name}[{', '.join('i' + str(d) for d in range(value.ndim))}]"
+        )
+    raise DTypeError(f"cannot use {value!r} ({type(value).__name__}) in a tensor expression")
+
+
+def cast(x: Operand, dtype: str) -> Expr:
+    """Convert to `dtype`; a no-op when x already has it."""
+    x = lift(x)
+    dtype = dtypes.normalize(dtype)
+    if x.dtype == dtype:
+        return x
+    if x.op is Op.CONST:
+        return const(x.arg, dtype)
+    return Expr(Op.CAST, dtype, (x,), dtype)
+
+
+def lift_pair(a: Operand, b: Operand) -> tuple[Expr, Expr]:
+    """Lift two operands to one common dtype, weak scalars taking the other's dtype."""
+    if not isinstance(a, Expr) and isinstance(b, Expr):
+        a = lift(a, b.dtype)
+    elif not isinstance(b, Expr) and isinstance(a, Expr):
+        b = lift(b, a.dtype)
+    a, b = lift(a), lift(b)
+    common = dtypes.promote(a.dtype, b.dtype)
+    return cast(a, common), cast(b, common)
+
+
+def binary(op: Op, a: Operand, b: Operand) -> Expr:
+    """Build a binary node with NumPy-style promotion made explicit."""
+    x, y = lift_pair(a, b)
+    dtype = x.dtype
+    if op in COMPARE_OPS:
+        return Expr(op, "bool", (x, y))
+    if op in LOGIC_OPS:
+        if dtypes.is_float(dtype):
+            raise DTypeError(f"{op.name.lower()} (& or |) needs bool or integer operands, got {dtype}: {x}, {y}")
+        return Expr(op, dtype, (x, y))
+    if dtype == "bool" and op not in (Op.MAX, Op.MIN):
+        raise DTypeError(
+            f"arithmetic {op.name.lower()} on two bool operands ({x}, {y}); "
+            "cast them first, e.g. pw.cast(mask, 'int32')"
+        )
+    if op in (Op.DIV, Op.POW):  # true division and powers compute in floating point
+        dtype = dtypes.to_float(dtype)
+        x, y = cast(x, dtype), cast(y, dtype)
+    return Expr(op, dtype, (x, y))
+
+
+def unary(op: Op, a: Operand) -> Expr:
+    """Build a unary node; float functions of integers compute in float64."""
+    x = lift(a)
+    if op in UNARY_FLOAT_OPS:
+        x = cast(x, dtypes.to_float(x.dtype))
+    elif op in (Op.FLOOR, Op.CEIL) and not dtypes.is_float(x.dtype):
+        return x  # integers are already whole
+    elif op is Op.ABS and x.dtype == "bool":
+        return x
+    elif op is Op.NEG and x.dtype == "bool":
+        raise DTypeError(f"cannot negate the bool expression {x}; use ~ for logical not")
+    elif op is Op.NOT and dtypes.is_float(x.dtype):
+        raise DTypeError(f"~ needs a bool or integer operand, got {x.dtype}: {x}")
+    return Expr(op, x.dtype, (x,))
+
+
+def where(cond: Operand, a: Operand, b: Operand) -> Expr:
+    """`a` where cond holds, else `b`; only the chosen side is read."""
+    c = lift(cond)
+    if c.dtype != "bool":
+        raise DTypeError(f"pw.where needs a bool condition, got {c.dtype}: {c}")
+    x, y = lift_pair(a, b)
+    return Expr(Op.WHERE, x.dtype, (c, x, y))
+
+
+def walk(expr: Expr):
+    """Yield every node of the tree, parents before children (shared nodes once)."""
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(node.src))

@@ -1,0 +1,131 @@
+"""The functions of the expression language: math, selection, casts, reductions.
+
+These are re-exported as `pw.exp`, `pw.where`, `pw.sum`, ... .  Names that
+shadow Python builtins (`sum`, `max`, `min`, `abs`, `pow`) are defined under
+longer names here and aliased only in the public namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from ptowsp.errors import DTypeError, ShapeError, WorkloadError
+from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, cast, lift, unary, where
+
+__all__ = [
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
+    "power", "maximum", "minimum", "where", "cast", "reduce_axis", "reduce_sum", "reduce_max",
+    "reduce_min",
+]
+
+
+def exp(x: Operand) -> Expr:
+    return unary(Op.EXP, x)
+
+
+def log(x: Operand) -> Expr:
+    return unary(Op.LOG, x)
+
+
+def sqrt(x: Operand) -> Expr:
+    return unary(Op.SQRT, x)
+
+
+def rsqrt(x: Operand) -> Expr:
+    """1 / sqrt(x)."""
+    return unary(Op.RSQRT, x)
+
+
+def tanh(x: Operand) -> Expr:
+    return unary(Op.TANH, x)
+
+
+def sigmoid(x: Operand) -> Expr:
+    """1 / (1 + exp(-x))."""
+    return unary(Op.SIGMOID, x)
+
+
+def erf(x: Operand) -> Expr:
+    """The Gauss error function (exact GELU uses it)."""
+    return unary(Op.ERF, x)
+
+
+def floor(x: Operand) -> Expr:
+    return unary(Op.FLOOR, x)
+
+
+def ceil(x: Operand) -> Expr:
+    return unary(Op.CEIL, x)
+
+
+def absolute(x: Operand) -> Expr:
+    return unary(Op.ABS, x)
+
+
+def power(x: Operand, y: Operand) -> Expr:
+    """x ** y, computed in floating point (integer operands give float64)."""
+    return binary(Op.POW, x, y)
+
+
+def maximum(x: Operand, y: Operand) -> Expr:
+    """Elementwise maximum; NaN propagates, as numpy.maximum."""
+    return binary(Op.MAX, x, y)
+
+
+def minimum(x: Operand, y: Operand) -> Expr:
+    """Elementwise minimum; NaN propagates, as numpy.minimum."""
+    return binary(Op.MIN, x, y)
+
+
+_axis_names = (f"r{n}" for n in itertools.count())
+
+
+def reduce_axis(extent: int, name: str | None = None) -> Expr:
+    """A reduction variable ranging over 0..extent-1, for use inside pw.sum/max/min."""
+    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
+        raise ShapeError(f"reduce axis {name or ''} needs a positive integer extent, got {extent!r}")
+    if name is None:
+        name = next(_axis_names)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise WorkloadError(f"reduce axis name must be an identifier, got {name!r}")
+    return Expr(Op.RVAR, "int64", (), (name, extent))
+
+
+def _reduce(kind: str, body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    assert kind in REDUCE_KINDS
+    axes = (axis,) if isinstance(axis, Expr) else tuple(axis)
+    if not axes:
+        raise WorkloadError(f"pw.{kind} needs at least one reduce axis")
+    for ax in axes:
+        if not isinstance(ax, Expr) or ax.op is not Op.RVAR:
+            raise WorkloadError(
+                f"pw.{kind} axis {ax!r} is not a reduce axis; create one with pw.reduce_axis(extent, name)"
+            )
+    names = [ax.name for ax in axes]
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"pw.{kind} lists a reduce axis twice: {', '.join(names)}")
+    x = lift(body)
+    if kind == "sum" and x.dtype == "bool":
+        raise DTypeError(f"pw.sum over the bool expression {x}; cast it first, e.g. pw.cast(mask, 'int32')")
+    return Expr(Op.REDUCE, x.dtype, (x, *axes), kind)
+
+
+def reduce_sum(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    """Sum over the reduce axes (float16 accumulates in float32)."""
+    return _reduce("sum", body, axis)
+
+
+def reduce_max(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    """Maximum over the reduce axes."""
+    return _reduce("max", body, axis)
+
+
+def reduce_min(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    """Minimum over the reduce axes."""
+    return _reduce("min", body, axis)
+
+
+# `where` and `cast` are defined with the node constructors; re-exported here.
+where = where
+cast = cast

@@ -1,0 +1,63 @@
+"""Readable text for expressions: `sum(A[i, k] * B[k, j], k)`.
+
+Parentheses follow Python precedence (`&` and `|` bind tighter than
+comparisons, as in Python) and the tree's real shape, so
+`a + (b + c)` prints with its parentheses (float addition is not associative).
+"""
+
+from __future__ import annotations
+
+from ptowsp.te.expr import Expr, Op
+
+_INFIX = {
+    Op.LT: ("<", 1), Op.LE: ("<=", 1), Op.GT: (">", 1), Op.GE: (">=", 1), Op.EQ: ("==", 1), Op.NE: ("!=", 1),
+    Op.OR: ("|", 2), Op.AND: ("&", 3),
+    Op.ADD: ("+", 4), Op.SUB: ("-", 4),
+    Op.MUL: ("*", 5), Op.DIV: ("/", 5), Op.FLOORDIV: ("//", 5), Op.MOD: ("%", 5),
+}
+_FUNCTIONS = {
+    Op.ABS: "abs", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt", Op.TANH: "tanh",
+    Op.SIGMOID: "sigmoid", Op.ERF: "erf", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.POW: "pow",
+    Op.MAX: "maximum", Op.MIN: "minimum", Op.WHERE: "where",
+}
+_UNARY_PREC = 6
+_ATOM_PREC = 9
+
+
+def _precedence(e: Expr) -> int:
+    if e.op in _INFIX:
+        return _INFIX[e.op][1]
+    if e.op in (Op.NEG, Op.NOT) or (e.op is Op.CONST and not isinstance(e.arg, bool) and e.arg < 0):
+        return _UNARY_PREC
+    return _ATOM_PREC
+
+
+def _wrap(e: Expr, parens: bool) -> str:
+    text = to_text(e)
+    return f"({text})" if parens else text
+
+
+def to_text(e: Expr) -> str:
+    """Render an expression as the text a user would have written."""
+    op = e.op
+    if op is Op.CONST:
+        return repr(e.arg)
+    if op in (Op.VAR, Op.RVAR):
+        return e.arg[0]
+    if op is Op.LOAD:
+        return f"{e.arg.name}[{', '.join(to_text(i) for i in e.src)}]"
+    if op in _INFIX:
+        symbol, prec = _INFIX[op]
+        left, right = e.src
+        left_parens = _precedence(left) < prec or (prec == 1 and _precedence(left) == 1)
+        return f"{_wrap(left, left_parens)} {symbol} {_wrap(right, _precedence(right) <= prec)}"
+    if op in (Op.NEG, Op.NOT):
+        (x,) = e.src
+        symbol = "-" if op is Op.NEG else "~"
+        return f"{symbol}{_wrap(x, _precedence(x) < _ATOM_PREC)}"
+    if op is Op.CAST:
+        return f"{e.arg}({to_text(e.src[0])})"
+    if op is Op.REDUCE:
+        body, *axes = e.src
+        return f"{e.arg}({to_text(body)}, {', '.join(a.arg[0] for a in axes)})"
+    return f"{_FUNCTIONS[op]}({', '.join(to_text(s) for s in e.src)})"

@@ -1,0 +1,34 @@
+"""Infer a compute task's category from its expression.
+
+- no reduction: INJECTIVE;
+- one sum over a product whose factors read tensors, where some factor leaves
+  out an output loop variable (so its elements are reused across outputs:
+  matmul, batched matmul, conv, matrix-vector): COMPLEX_OUT_FUSABLE, whatever
+  injective epilogue surrounds the sum;
+- any other reduction (row sums, maxima, sums of squares): REDUCTION.
+"""
+
+from __future__ import annotations
+
+from ptowsp.te import Expr, Op, loop_vars, walk
+from ptowsp.workloads.task import Category
+
+
+def _factors(e: Expr) -> list[Expr]:
+    while e.op is Op.CAST:
+        e = e.src[0]
+    if e.op is Op.MUL:
+        return _factors(e.src[0]) + _factors(e.src[1])
+    return [e]
+
+
+def infer_category(body: Expr, loop_names: tuple[str, ...]) -> Category:
+    reductions = [n for n in walk(body) if n.op is Op.REDUCE]
+    if not reductions:
+        return Category.INJECTIVE
+    if len(reductions) == 1 and reductions[0].arg == "sum":
+        readers = [f for f in _factors(reductions[0].src[0]) if any(n.op is Op.LOAD for n in walk(f))]
+        spatial = set(loop_names)
+        if len(readers) >= 2 and any(not spatial <= loop_vars(f).keys() for f in readers):
+            return Category.COMPLEX_OUT_FUSABLE
+    return Category.REDUCTION

@@ -1,0 +1,45 @@
+"""Validate the arrays a caller passes for a workload's inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ptowsp.errors import InputError, WorkloadError
+from ptowsp.workloads.workload import Workload
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view that raises on writes, so no task can modify a caller's array."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Check every input is present with its declared shape and dtype; return read-only views."""
+    if not wl.outputs:
+        raise WorkloadError(f"workload {wl.name!r} declares no outputs; call wl.output(tensor) first")
+    unexpected = sorted(set(given) - set(wl.inputs))
+    if unexpected:
+        raise InputError(
+            f"unexpected input {unexpected[0]!r} for workload {wl.name!r}; its inputs are {', '.join(wl.inputs) or '(none)'}"
+        )
+    arrays = {}
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        expected = f"a {t.dtype} array of shape {t.shape}"
+        if name not in given:
+            raise InputError(f"missing input {name!r} of workload {wl.name!r}: expected {expected}")
+        value = given[name]
+        if not isinstance(value, np.ndarray):
+            raise InputError(f"input {name!r}: expected {expected}, got {type(value).__name__}")
+        if value.shape != t.shape:
+            raise InputError(f"input {name!r}: expected {expected}, got shape {value.shape}")
+        if value.dtype != np.dtype(t.dtype):
+            raise InputError(
+                f"input {name!r}: expected {expected}, got dtype {value.dtype}; convert with .astype({t.dtype!r})"
+            )
+        arrays[name] = read_only(value)
+    return arrays

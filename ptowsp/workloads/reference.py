@@ -1,0 +1,51 @@
+"""`pw.reference`: evaluate a workload with numpy.  The golden model for every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ptowsp.errors import TaskError
+from ptowsp.te import evaluate
+from ptowsp.workloads.inputs import read_only, validate_inputs
+from ptowsp.workloads.task import ComputeTask, OpaqueTask
+from ptowsp.workloads.workload import Workload
+
+
+def reference(wl: Workload, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    """Run every task in order with numpy; return {output name: new array}.
+
+    Inputs are validated (InputError) and never modified.  Intermediates are
+    dropped after their last reader so memory stays near the live set.
+    """
+    values: dict[str, np.ndarray] = dict(validate_inputs(wl, inputs))
+    last_reader = {t.name: task for task in wl.tasks for t in wl.task(task).inputs}
+    for name in wl.tasks:
+        task = wl.task(name)
+        if isinstance(task, ComputeTask):
+            values[name] = read_only(evaluate(task.body, task.loop_names, task.tensor.shape, values))
+        else:
+            values.update(run_opaque(task, values))
+        for t in task.inputs:
+            if last_reader[t.name] == name and t.name not in wl.outputs and t.name not in wl.inputs:
+                del values[t.name]
+    return {name: np.array(values[name]) for name in wl.outputs}
+
+
+def run_opaque(task: OpaqueTask, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Call an opaque task's function and check it returned what it declared."""
+    try:
+        result = task.fn(*(values[t.name] for t in task.inputs))
+    except Exception as e:
+        raise TaskError(f"opaque task {task.name!r} raised {type(e).__name__}: {e}") from e
+    results = result if isinstance(result, tuple) else (result,)
+    if len(results) != len(task.outputs):
+        raise TaskError(f"opaque task {task.name!r} returned {len(results)} array(s), declared {len(task.outputs)}")
+    out = {}
+    for t, r in zip(task.outputs, results):
+        r = np.asarray(r)
+        if r.shape != t.shape:
+            raise TaskError(f"opaque task {task.name!r}: output {t.name} has shape {r.shape}, declared {t.shape}")
+        if not np.can_cast(r.dtype, t.dtype, casting="same_kind"):
+            raise TaskError(f"opaque task {task.name!r}: output {t.name} has dtype {r.dtype}, declared {t.dtype}")
+        out[t.name] = read_only(r.astype(t.dtype))
+    return out

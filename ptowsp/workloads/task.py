@@ -1,0 +1,74 @@
+"""The tasks of a workload: compute tasks (inline tensor expressions) and opaque tasks."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ptowsp.te import Expr, Op, Tensor, walk
+
+
+class Category(enum.Enum):
+    """TVM's operator patterns, which decide what may fuse with what (DESIGN.md section 4)."""
+
+    INJECTIVE = "injective"  # each output element reads a bounded set of inputs by index maps
+    REDUCTION = "reduction"  # reduces over axes the output does not have
+    COMPLEX_OUT_FUSABLE = "complex_out_fusable"  # a contraction (matmul, conv) that can absorb an epilogue
+    OPAQUE = "opaque"  # arbitrary host code; never fused
+
+    def __repr__(self) -> str:
+        return f"Category.{self.name}"
+
+
+@dataclass(frozen=True)
+class ComputeTask:
+    """`tensor[axes] = body`: one tensor defined by an expression over its loop variables."""
+
+    name: str
+    tensor: Tensor
+    axes: tuple[Expr, ...]  # VAR nodes, one per output dimension, outermost first
+    body: Expr
+    category: Category
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return (self.tensor,)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """Tensors the body reads, in first-read order."""
+        seen: dict[str, Tensor] = {}
+        for node in walk(self.body):
+            if node.op is Op.LOAD:
+                seen.setdefault(node.arg.name, node.arg)
+        return tuple(seen.values())
+
+    @property
+    def loop_names(self) -> tuple[str, ...]:
+        return tuple(a.arg[0] for a in self.axes)
+
+    def __str__(self) -> str:
+        return f"{self.name}[{', '.join(self.loop_names)}] = {self.body}"
+
+
+@dataclass(frozen=True)
+class OpaqueTask:
+    """Host code the expression language cannot say (sort, top-k, a library call)."""
+
+    name: str
+    fn: Callable[..., object]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+    @property
+    def category(self) -> Category:
+        return Category.OPAQUE
+
+    def __str__(self) -> str:
+        outs = ", ".join(t.name for t in self.outputs)
+        fn_name = getattr(self.fn, "__name__", "fn")
+        return f"{outs} = opaque {self.name}:{fn_name}({', '.join(t.name for t in self.inputs)})"
+
+
+Task = ComputeTask | OpaqueTask
