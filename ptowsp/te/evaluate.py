@@ -128,7 +128,7 @@ class Evaluator:
         if op is Op.CAST:
             return args[0].astype(e.dtype)
         if op is Op.ERF:
-            return _erf(args[0].astype(np.float64)).astype(e.dtype)
+            return np.asarray(_erf(args[0].astype(np.float64)), dtype=np.float64).astype(e.dtype)
         fn = _UNARY.get(op) or _BINARY[op]
         return np.asarray(fn(*args)).astype(e.dtype, copy=False)
 
@@ -173,40 +173,45 @@ def _factors(e: Expr) -> list[Expr]:
     return [e]
 
 
+def is_contraction(body: Expr) -> bool:
+    """A product of one or two loads, each indexed by distinct plain loop variables."""
+    factors = _factors(body)
+    if len(factors) > 2:
+        return False
+    for f in factors:
+        if f.op is not Op.LOAD or any(i.op not in (Op.VAR, Op.RVAR) for i in f.src):
+            return False
+        if len({i.arg[0] for i in f.src}) != len(f.src):
+            return False
+    return True
+
+
 def contract(body: Expr, dom: Domain, names: tuple[str, ...], extents: tuple[int, ...],
              arrays: Mapping[str, np.ndarray], dtype: str) -> np.ndarray | None:
-    """sum over a product of one or two loads indexed by plain loop variables, as einsum.
+    """A sum over a contraction, as numpy.einsum over the tensors' windows.
 
     This is the definition of a tensor contraction (matmul, batched matmul),
-    handed to numpy.einsum so the golden model stays fast at real sizes.
-    Returns None when the body is not of that form.
+    handed to einsum so the golden model stays fast at real sizes; it needs
+    no temporaries beyond the result.  Returns None when the body is not one.
     """
-    factors = _factors(body)
-    if len(factors) > 2 or any(f.op is not Op.LOAD for f in factors):
+    order = list(dom.names) + list(names)
+    if not is_contraction(body) or len(order) > 26:
         return None
     ranges = dict(zip(dom.names, dom.ranges)) | {n: (0, x) for n, x in zip(names, extents)}
-    order = list(dom.names) + list(names)
     letters = {n: chr(ord("a") + p) for p, n in enumerate(order)}
-    if len(order) > 26:
-        return None
     operands, subscripts = [], []
-    for f in factors:
-        index_names = [i.arg[0] if i.op in (Op.VAR, Op.RVAR) else None for i in f.src]
-        if None in index_names or len(set(index_names)) != len(index_names):
-            return None
-        window = tuple(slice(*ranges[n]) for n in index_names)
-        array = arrays[f.arg.name][window]
-        if dtype == "float16":
-            array = array.astype(np.float32)
-        operands.append(array)
+    for f in _factors(body):
+        index_names = [i.arg[0] for i in f.src]
+        array = arrays[f.arg.name][tuple(slice(*ranges[n]) for n in index_names)]
+        operands.append(array.astype(np.float32) if dtype == "float16" else array)
         subscripts.append("".join(letters[n] for n in index_names))
     used = set("".join(subscripts))
     out_names = [n for n in dom.names if letters[n] in used]
     spec = ",".join(subscripts) + "->" + "".join(letters[n] for n in out_names)
     result = np.einsum(spec, *operands, optimize=len(operands) > 1)
     shape = [hi - lo if n in out_names else 1 for n, (lo, hi) in zip(dom.names, dom.ranges)]
-    missing = math.prod(extents[p] for p, n in enumerate(names) if letters[n] not in used)
     result = np.asarray(result).reshape(shape)
+    missing = math.prod(extents[p] for p, n in enumerate(names) if letters[n] not in used)
     if missing != 1:  # reduce axes no factor reads repeat each term
         result = result * missing
     return result.astype(dtype, copy=False)
@@ -234,7 +239,9 @@ def _reduce_nodes(e: Expr) -> Iterator[Expr]:
 
 
 def _reduce_work(e: Expr) -> int:
-    """Points one output element touches in this reduction, nested ones included."""
+    """Temporary elements per output element this reduction needs (1 for a contraction)."""
+    if e.arg == "sum" and is_contraction(e.src[0]):
+        return 1
     own = math.prod(a.arg[1] for a in e.src[1:])
     inner = max((_reduce_work(n) for n in _reduce_nodes(e.src[0])), default=1)
     return own * inner

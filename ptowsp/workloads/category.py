@@ -1,10 +1,11 @@
 """Infer a compute task's category from its expression.
 
 - no reduction: INJECTIVE;
-- one sum over a product whose factors read tensors, where some factor leaves
-  out an output loop variable (so its elements are reused across outputs:
-  matmul, batched matmul, conv, matrix-vector): COMPLEX_OUT_FUSABLE, whatever
-  injective epilogue surrounds the sum;
+- one sum over a product of tensor-reading factors with outer-product
+  structure, that is, one factor lacks an output loop variable that another
+  factor uses, so its elements are reused across outputs (matmul, batched
+  matmul, conv, matrix-vector): COMPLEX_OUT_FUSABLE, whatever injective
+  epilogue surrounds the sum;
 - any other reduction (row sums, maxima, sums of squares): REDUCTION.
 """
 
@@ -28,7 +29,7 @@ def infer_category(body: Expr, loop_names: tuple[str, ...]) -> Category:
         return Category.INJECTIVE
     if len(reductions) == 1 and reductions[0].arg == "sum":
         readers = [f for f in _factors(reductions[0].src[0]) if any(n.op is Op.LOAD for n in walk(f))]
-        spatial = set(loop_names)
-        if len(readers) >= 2 and any(not spatial <= loop_vars(f).keys() for f in readers):
+        uses = [set(loop_vars(f)) & set(loop_names) for f in readers]
+        if any(b - a for a in uses for b in uses):
             return Category.COMPLEX_OUT_FUSABLE
     return Category.REDUCTION

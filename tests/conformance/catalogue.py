@@ -1,0 +1,118 @@
+"""The conformance catalogue: workloads with an independent numpy formula each.
+
+Every backend is checked against `pw.reference` on these cases, and the
+reference itself is checked against the formulas here, which are written
+from the math without ptowsp.  New features add a case.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+import ptowsp as pw
+from ptowsp.workloads import zoo
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    make: Callable[[], pw.Workload]
+    expected: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+    rtol: float = 1e-4
+
+
+def random_inputs(wl: pw.Workload, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        if t.dtype == "bool":
+            out[name] = rng.integers(0, 2, t.shape).astype(bool)
+        elif t.dtype in ("int32", "int64"):
+            out[name] = rng.integers(-5, 6, t.shape).astype(t.dtype)
+        else:
+            out[name] = rng.standard_normal(t.shape).astype(t.dtype)
+    return out
+
+
+def _erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _layernorm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+def _attention(q, k, v, causal):
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    return _softmax(s) @ v
+
+
+def _conv2d(x, w, stride, padding):
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
+    y = np.zeros((n, o, oh, ow))
+    for r in range(kh):
+        for s in range(kw):
+            patch = xp[:, :, r: r + stride * oh: stride, s: s + stride * ow: stride]
+            y += np.einsum("nchw,oc->nohw", patch, w[:, :, r, s])
+    return y
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _chain(x, length):
+    steps = [lambda v: v * 1.5 + 0.25, np.tanh, lambda v: v / (1 + np.exp(-v)), lambda v: np.exp(-v * v)]
+    for n in range(length):
+        x = steps[n % 4](x)
+    return x
+
+
+def _block(p, heads, eps=1e-5):
+    x = p["x"]
+    seq, width = x.shape
+    a = _layernorm(x, p["ln1_gamma"], p["ln1_beta"], eps)
+    q, k, v = ((a @ p[w]).reshape(seq, heads, -1).transpose(1, 0, 2) for w in ("Wq", "Wk", "Wv"))
+    ctx = _attention(q, k, v, True).transpose(1, 0, 2).reshape(seq, width)
+    h = x + ctx @ p["Wo"]
+    f = _gelu(_layernorm(h, p["ln2_gamma"], p["ln2_beta"], eps) @ p["W1"] + p["b1"])
+    return h + f @ p["W2"] + p["b2"]
+
+
+CASES = [
+    Case("matmul", lambda: zoo.matmul(64, 48, 80), lambda p: {"C": p["A"] @ p["B"]}),
+    Case("matmul_int32", lambda: zoo.matmul(16, 8, 12, dtype="int32"), lambda p: {"C": p["A"] @ p["B"]}, 0),
+    Case("matmul_float16", lambda: zoo.matmul(16, 8, 32, dtype="float16"), lambda p: {"C": p["A"] @ p["B"]}, 2e-2),
+    Case("batch_matmul", lambda: zoo.batch_matmul(3, 16, 24, 8), lambda p: {"C": p["A"] @ p["B"]}),
+    Case("softmax", lambda: zoo.softmax(32, 50), lambda p: {"Y": _softmax(p["X"])}),
+    Case("layernorm", lambda: zoo.layernorm(32, 40),
+         lambda p: {"Y": _layernorm(p["X"], p["gamma"], p["beta"], 1e-5)}),
+    Case("rmsnorm", lambda: zoo.rmsnorm(32, 40),
+         lambda p: {"Y": p["X"] / np.sqrt((p["X"] ** 2).mean(-1, keepdims=True) + 1e-6) * p["gamma"]}),
+    Case("attention", lambda: zoo.attention(2, 3, 16, 8), lambda p: {"O": _attention(p["Q"], p["K"], p["V"], False)}),
+    Case("attention_causal", lambda: zoo.attention(1, 2, 16, 8, causal=True),
+         lambda p: {"O": _attention(p["Q"], p["K"], p["V"], True)}),
+    Case("mlp", lambda: zoo.mlp(16, 24, 40, 8),
+         lambda p: {"Y": _gelu(p["X"] @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]}),
+    Case("conv2d", lambda: zoo.conv2d(2, 3, 9, 9, 4, 3, 1, 1), lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
+    Case("conv2d_strided", lambda: zoo.conv2d(1, 2, 11, 10, 3, 3, 2, 2), lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
+    Case("conv2d_unpadded", lambda: zoo.conv2d(1, 2, 7, 7, 2, 3, 1, 0), lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 0)}),
+    Case("elementwise_chain", lambda: zoo.elementwise_chain((16, 24), 6), lambda p: {"Y": _chain(p["X"], 6)}),
+    Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
+]
