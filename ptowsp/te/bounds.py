@@ -95,7 +95,7 @@ def check_bounds(body: Expr) -> None:
     """Raise BoundsError for the first access of body that may leave its tensor."""
     seen: set[tuple[int, tuple[int, ...]]] = set()
     stack: list[tuple[Expr, tuple[Expr, ...]]] = [(body, ())]
-    while stack:
+    while stack:  # depth first, left to right: the first bad access in reading order is reported
         e, conds = stack.pop()
         key = (id(e), tuple(id(c) for c in conds))
         if key in seen:
@@ -106,9 +106,9 @@ def check_bounds(body: Expr) -> None:
                 _check_index(e, dim, index, conds)
         if e.op is Op.WHERE:
             cond, then, other = e.src
-            stack += [(cond, conds), (then, conds + conjuncts(cond)), (other, conds + negated_conjuncts(cond))]
+            stack += [(other, conds + negated_conjuncts(cond)), (then, conds + conjuncts(cond)), (cond, conds)]
         else:
-            stack += [(s, conds) for s in e.src]
+            stack += [(s, conds) for s in reversed(e.src)]
 
 
 def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> None:

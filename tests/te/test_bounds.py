@@ -60,3 +60,9 @@ def test_reduce_axes_are_bounded_by_their_extent(wl):
     k = pw.reduce_axis(7, "k")
     with pytest.raises(pw.BoundsError, match="k = 6 at k=6"):
         wl.compute("Sum", (8,), lambda i: pw.sum(a[i, k], k))
+
+
+def test_the_first_bad_access_in_reading_order_is_reported(wl):
+    a = wl.tensor("A")
+    with pytest.raises(pw.BoundsError, match="i - 1 = -1 at i=0"):
+        wl.compute("T", (8, 6), lambda i, j: a[i - 1, j] + a[i + 1, j])

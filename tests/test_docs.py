@@ -1,0 +1,21 @@
+"""The tutorial and the README quickstart run as written."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def python_blocks(path: pathlib.Path) -> str:
+    return "\n".join(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S))
+
+
+@pytest.mark.parametrize("page", ["docs/tutorial.md", "README.md"])
+def test_page_runs(page, capsys):
+    code = python_blocks(ROOT / page)
+    assert code.strip()
+    exec(compile(code, page, "exec"), {"__name__": "__docs__"})
