@@ -162,7 +162,10 @@ class Evaluator:
             sub = dom.extend(names, box)
             sub_mask = None if mask is None else _widen(mask, len(sub.names))
             value = np.broadcast_to(self.run(body, sub, sub_mask), sub.shape)
-            part = np.sum(value, axis=trailing, dtype=acc_dtype) if kind == "sum" else _REDUCE[kind](value, axis=trailing)
+            if kind == "sum":
+                part = np.sum(value, axis=trailing, dtype=acc_dtype)
+            else:
+                part = _REDUCE[kind](value, axis=trailing)
             total = part if total is None else _COMBINE[kind](total, part)
         return np.asarray(total).astype(e.dtype, copy=False)
 

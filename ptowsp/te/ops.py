@@ -11,11 +11,11 @@ import itertools
 from collections.abc import Sequence
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
-from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, cast, lift, unary, where
+from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, lift, unary
 
 __all__ = [
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
-    "power", "maximum", "minimum", "where", "cast", "reduce_axis", "reduce_sum", "reduce_max",
+    "power", "maximum", "minimum", "reduce_axis", "reduce_sum", "reduce_max",
     "reduce_min",
 ]
 
@@ -124,8 +124,3 @@ def reduce_max(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
 def reduce_min(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
     """Minimum over the reduce axes."""
     return _reduce("min", body, axis)
-
-
-# `where` and `cast` are defined with the node constructors; re-exported here.
-where = where
-cast = cast

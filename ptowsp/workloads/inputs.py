@@ -23,9 +23,8 @@ def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.n
         raise WorkloadError(f"workload {wl.name!r} declares no outputs; call wl.output(tensor) first")
     unexpected = sorted(set(given) - set(wl.inputs))
     if unexpected:
-        raise InputError(
-            f"unexpected input {unexpected[0]!r} for workload {wl.name!r}; its inputs are {', '.join(wl.inputs) or '(none)'}"
-        )
+        known = ", ".join(wl.inputs) or "(none)"
+        raise InputError(f"unexpected input {unexpected[0]!r} for workload {wl.name!r}; its inputs are {known}")
     arrays = {}
     for name in wl.inputs:
         t = wl.tensor(name)

@@ -88,10 +88,10 @@ class Workload:
         with _blame(name):
             shape = normalize_shape(shape, f"compute {name!r}")
             loop_names = self._loop_names(name, shape, fn)
-            axes = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, extent)) for n, extent in zip(loop_names, shape))
+            axes = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loop_names, shape, strict=True))
             result = fn(*axes)
             if isinstance(result, Tensor):
-                raise ShapeError(f"the function returned tensor {result.name} itself; index it, e.g. {result.name}[...]")
+                raise ShapeError(f"the function returned tensor {result.name} itself; index it: {result.name}[...]")
             body = lift(result)
             self._check_body(name, body, loop_names)
             check_bounds(body)

@@ -24,7 +24,7 @@ GOOD = {"x": np.ones((3, 4), np.float32), "n": np.arange(4, dtype=np.int32)}
     [
         ({"x": GOOD["x"]}, "missing input 'n' of workload 'scale': expected a int32 array of shape \\(4,\\)"),
         (dict(GOOD, z=GOOD["n"]), "unexpected input 'z'"),
-        (dict(GOOD, x=np.ones((4, 3), np.float32)), "input 'x': expected a float32 array of shape \\(3, 4\\), got shape"),
+        (dict(GOOD, x=np.ones((4, 3), np.float32)), "'x': expected a float32 array of shape \\(3, 4\\), got shape"),
         (dict(GOOD, x=np.ones((3, 4))), "got dtype float64; convert with .astype\\('float32'\\)"),
         (dict(GOOD, x=[[1.0] * 4] * 3), "got list"),
     ],

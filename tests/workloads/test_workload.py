@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 
@@ -41,7 +42,7 @@ def test_design_example():
 
 def test_graph_is_a_read_only_copy():
     wl = design_mlp()
-    with pytest.raises(Exception):
+    with pytest.raises(nx.NetworkXError, match="Frozen"):
         wl.graph.add_node("X")
     assert "X" not in wl.graph
 
