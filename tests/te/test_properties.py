@@ -9,6 +9,8 @@ continuous operations and match within a float tolerance.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -80,7 +82,8 @@ class Gen:
         body = body_sort(depth - 1)
         self.bound.pop()
         kind = self.pick(["sum", "max", "min"])
-        return self.attempt(lambda: getattr(pw, kind)(body, axis), body)
+        # pw.sum refuses bool bodies; max is defined for every dtype
+        return self.attempt(lambda: getattr(pw, kind)(body, axis), pw.max(body, axis))
 
     def exact(self, depth):
         if depth <= 0:
@@ -168,7 +171,9 @@ def _check(got, expected, sort):
         np.testing.assert_array_equal(got, expected)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized so CI is stable; run with HYPOTHESIS_RANDOM=1 to explore new examples.
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=not os.environ.get("HYPOTHESIS_RANDOM"))
 @given(cases())
 def test_reference_matches_scalar_evaluator(case):
     wl, arrays, sort = case
