@@ -8,9 +8,11 @@ mistake is reported where it is made, with the task and tensor at fault.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -20,6 +22,13 @@ from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 
 _workload_ids = itertools.count(1)
+_schedule_factory: Callable[[Workload], Any] | None = None
+
+
+def register_schedule_factory(factory: Callable[[Workload], Any]) -> None:
+    """Let the schedules layer (above this one) provide `Workload.schedule()`."""
+    global _schedule_factory
+    _schedule_factory = factory
 
 OutputSpec = tuple[str, Sequence[int]] | tuple[str, Sequence[int], str]
 
@@ -148,7 +157,18 @@ class Workload:
             if t.name not in self._outputs:
                 self._outputs.append(t.name)
 
+    def schedule(self) -> Any:
+        """A new, empty `pw.Schedule` for this workload."""
+        if _schedule_factory is None:
+            raise WorkloadError("schedules are unavailable: import ptowsp (not only ptowsp.workloads)")
+        return _schedule_factory(self)
+
     # -- queries ----------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the definition (inputs, tasks as written, outputs) that schedules and records key on."""
+        return hashlib.sha256(str(self).encode()).hexdigest()
+
     @property
     def tasks(self) -> list[str]:
         """Task names in topological (definition) order."""

@@ -1,0 +1,231 @@
+"""What each schedule step does: one function per step kind, `kind(schedule, step)`.
+
+Each handler validates completely before it changes anything, raising
+StepError with the reason; `Schedule._apply` adds the step as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ptowsp.schedules import steps as st
+from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
+from ptowsp.workloads import Category
+
+if TYPE_CHECKING:
+    from ptowsp.schedules.schedule import Schedule
+
+FUSION_RULES = {
+    (Category.INJECTIVE, Category.INJECTIVE): "injective chains fuse",
+    (Category.INJECTIVE, Category.REDUCTION): "injective producers fuse into a reduction",
+    (Category.INJECTIVE, Category.COMPLEX_OUT_FUSABLE): "injective producers fuse into a reduction",
+    (Category.COMPLEX_OUT_FUSABLE, Category.INJECTIVE):
+        "injective consumers fuse into a complex-out-fusable producer as an epilogue",
+}
+
+
+def _compute(s: Schedule, task: str) -> LoopNest:
+    """The nest of a compute task that still has loops of its own."""
+    wl = s.workload
+    if task not in wl.tasks:
+        raise StepError(f"workload {wl.name!r} has no task {task!r}; its tasks are {', '.join(wl.tasks)}")
+    if task not in s._nests:
+        raise StepError(f"task {task!r} is opaque; opaque tasks have no loops and run on the host")
+    if task in s._inlined:
+        raise StepError(f"task {task!r} was inlined by compute_inline; it has no loops of its own")
+    return s._nests[task]
+
+
+def _on_task(message: str, task: str) -> StepError:
+    return StepError(f"task {task!r}: {message}")
+
+
+def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
+    """A loop that another task is computed at cannot disappear."""
+    for producer, (consumer, loop) in s._compute_at.items():
+        if consumer == task and loop in removed:
+            raise _on_task(f"loop {loop} is where {producer!r} is computed (compute_at); transform it first", task)
+
+
+def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> None:
+    """Replace the task's nest by change(nest), naming the task in any error."""
+    nest = _compute(s, task)
+    try:
+        s._nests[task] = change(nest)
+    except StepError as e:
+        raise _on_task(str(e), task) from None
+
+
+def split(s: Schedule, step: st.Split) -> None:
+    _compute(s, step.task)
+    _keep_anchors(s, step.task, [step.loop])
+    _set_nest(s, step.task, lambda nest: nest.split(step.loop, step.factor))
+
+
+def tile(s: Schedule, step: st.Tile) -> None:
+    if not step.factors:
+        raise StepError("tile needs at least one loop=factor")
+    _keep_anchors(s, step.task, list(step.factors))
+
+    def change(nest: LoopNest) -> LoopNest:
+        for loop, factor in step.factors.items():
+            nest = nest.split(loop, factor)
+        outers = [f"{loop}.outer" for loop in step.factors]
+        inners = [f"{loop}.inner" for loop in step.factors]
+        slots = iter(outers + inners)
+        tiled = set(outers + inners)
+        return nest.reorder([next(slots) if name in tiled else name for name in nest.names])
+
+    _set_nest(s, step.task, change)
+
+
+def reorder(s: Schedule, step: st.Reorder) -> None:
+    _set_nest(s, step.task, lambda nest: nest.reorder(step.loops))
+
+
+def fuse(s: Schedule, step: st.Fuse) -> None:
+    _compute(s, step.task)
+    _keep_anchors(s, step.task, [step.outer, step.inner])
+    _set_nest(s, step.task, lambda nest: nest.fuse(step.outer, step.inner))
+
+
+def vectorize(s: Schedule, step: st.Vectorize) -> None:
+    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], VECTORIZED))
+
+
+def unroll(s: Schedule, step: st.Unroll) -> None:
+    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], UNROLLED))
+
+
+def parallel(s: Schedule, step: st.Parallel) -> None:
+    if not step.loops:
+        raise StepError("parallel needs at least one loop")
+    _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
+
+
+def _consumers(s: Schedule, task: str) -> list[str]:
+    return list(s.workload.graph.successors(task))
+
+
+def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
+    task = step.task
+    _compute(s, task)
+    wl = s.workload
+    if wl.category(task) is not Category.INJECTIVE:
+        raise _on_task(f"only injective tasks can be inlined; this one is {wl.category(task).value}", task)
+    if task in wl.outputs:
+        raise _on_task("it is an output of the workload, so it must be stored", task)
+    consumers = _consumers(s, task)
+    if not consumers:
+        raise _on_task("no task reads it", task)
+    opaque = [c for c in consumers if c not in s._nests]
+    if opaque:
+        raise _on_task(f"the opaque task {opaque[0]!r} reads it and needs it stored", task)
+    if task in s._compute_at:
+        raise _on_task("it is already placed by compute_at", task)
+    anchored = [p for p, (c, _) in s._compute_at.items() if c == task]
+    if anchored:
+        raise _on_task(f"{anchored[0]!r} is computed at one of its loops", task)
+    s._inlined.add(task)
+
+
+def compute_at(s: Schedule, step: st.ComputeAt) -> None:
+    task, consumer = step.task, step.consumer
+    _compute(s, task)
+    nest = _compute(s, consumer)
+    here, chain = consumer, [consumer]
+    while here != task and here in s._compute_at:  # follow where the consumer itself is computed
+        here = s._compute_at[here][0]
+        chain.append(here)
+    if here == task:
+        raise _on_task(f"computing it at {consumer!r} makes a compute_at cycle: {' -> '.join([task, *chain])}", task)
+    if task in s.workload.outputs:
+        raise _on_task("it is an output of the workload; outputs are computed at the root", task)
+    if consumer not in _consumers(s, task):
+        raise _on_task(f"{consumer!r} does not read it, so it cannot be computed inside {consumer!r}", task)
+    if task in s._compute_at:
+        raise _on_task(f"it is already computed at {s._compute_at[task]}", task)
+    if step.loop not in nest.names:
+        raise _on_task(f"{consumer!r} has no loop {step.loop!r}; its loops are {', '.join(nest.names)}", task)
+    s._compute_at[task] = (consumer, step.loop)
+
+
+def _scope(scope: str) -> None:
+    if scope not in st.SCOPES:
+        raise StepError(f"unknown memory scope {scope!r}; scopes are {', '.join(st.SCOPES)}")
+
+
+def cache_read(s: Schedule, step: st.CacheRead) -> None:
+    _compute(s, step.task)
+    _scope(step.scope)
+    read = [t.name for t in s.workload.task(step.task).inputs]
+    if step.tensor not in read:
+        raise _on_task(f"it does not read {step.tensor!r}; it reads {', '.join(read) or 'nothing'}", step.task)
+    if any(t == step.task and n == step.tensor for t, n, _ in s._cache_reads):
+        raise _on_task(f"{step.tensor!r} is already cached", step.task)
+    s._cache_reads.append((step.task, step.tensor, step.scope))
+
+
+def cache_write(s: Schedule, step: st.CacheWrite) -> None:
+    _compute(s, step.task)
+    _scope(step.scope)
+    if step.task in s._cache_writes:
+        raise _on_task(f"its result is already cached in {s._cache_writes[step.task]!r}", step.task)
+    s._cache_writes[step.task] = step.scope
+
+
+def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
+    wl = s.workload
+    for name in (step.producer, step.consumer):
+        if name not in wl.tasks:
+            raise StepError(f"workload {wl.name!r} has no task {name!r}")
+    a, b = wl.category(step.producer), wl.category(step.consumer)
+    if Category.OPAQUE in (a, b):
+        raise StepError("opaque tasks never fuse")
+    if step.consumer not in _consumers(s, step.producer):
+        raise StepError(f"{step.consumer!r} does not read {step.producer!r}; only a producer and its consumer fuse")
+    if (a, b) not in FUSION_RULES:
+        rules = "; ".join(sorted(set(FUSION_RULES.values())))
+        raise StepError(f"a {a.value} producer cannot fuse into a {b.value} consumer (rules: {rules})")
+    if (step.producer, step.consumer) in s._fused_tasks:
+        raise StepError("these tasks are already fused")
+    s._fused_tasks.append((step.producer, step.consumer))
+
+
+def fuse_by_category(s: Schedule, step: st.FuseByCategory) -> None:
+    s._fuse_by_category = True
+
+
+def dispatch(s: Schedule, step: st.Dispatch) -> None:
+    if step.policy not in st.DISPATCH_POLICIES:
+        raise StepError(f"unknown dispatch policy {step.policy!r}; policies are {', '.join(st.DISPATCH_POLICIES)}")
+    if (step.policy == "affinity") != (step.key is not None):
+        raise StepError("affinity needs key=[grid loop names], and only affinity takes a key")
+    s._dispatch = step
+
+
+def prefetch(s: Schedule, step: st.Prefetch) -> None:
+    if step.depth < 0:
+        raise StepError(f"prefetch depth must be >= 0, got {step.depth}")
+    s._prefetch = step.depth
+
+
+def bind(s: Schedule, step: st.Bind) -> None:
+    forms = [step.thread is not None or step.loop is not None, step.core is not None, step.kernel is not None]
+    if sum(forms) != 1:
+        raise StepError("bind takes one of: (loop, thread), core=..., kernel=...")
+    if step.kernel is not None:
+        _compute(s, step.task)
+        raise _on_task(f"no micro-kernel named {step.kernel!r} is declared (declaring micro-kernels is not "
+                       "supported yet)", step.task)
+    if step.core is not None:
+        _compute(s, step.task)
+        if step.core not in st.CORE_CLASSES:
+            raise StepError(f"unknown core class {step.core!r}; classes are {', '.join(st.CORE_CLASSES)}")
+        s._cores[step.task] = step.core
+        return
+    if step.loop is None or step.thread not in st.THREAD_AXES:
+        raise StepError(f"bind needs a loop and a thread axis among {', '.join(st.THREAD_AXES)}")
+    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], step.thread))
+

@@ -1,0 +1,168 @@
+"""The loop nest of one task while it is being scheduled: loops, extents, relations.
+
+A `LoopNest` is immutable; every transformation returns a new one, and
+`checked()` states the invariants every step must keep:
+
+- a vectorized loop is the innermost loop;
+- parallel loops are the outermost loops (they form the task grid);
+- a thread axis is bound once, and at most 1024 threads make a block.
+
+Split and fuse record *relations* (Halide's split/fuse terms), from which
+lowering recovers each original loop variable:
+`v = v.outer * factor + v.inner` (guarded by `v < extent` when the factor
+does not divide the extent) and `a = f // extent(b)`, `b = f % extent(b)` for
+`f = a.b.fused`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+SERIAL, VECTORIZED, UNROLLED, PARALLEL = "serial", "vectorized", "unrolled", "parallel"
+MAX_VECTOR_LANES = 64
+MAX_UNROLL = 256
+MAX_THREADS_PER_BLOCK = 1024
+
+
+class StepError(Exception):
+    """Why a step is illegal; the schedule adds the step and task to the message."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    extent: int
+    reduce: bool  # iterates a reduction axis (or a part of one)
+    annotation: str = SERIAL  # serial, vectorized, unrolled, parallel, or a GPU thread axis
+
+
+@dataclass(frozen=True)
+class SplitRelation:
+    parent: str
+    outer: str
+    inner: str
+    factor: int
+    parent_extent: int
+
+    @property
+    def guarded(self) -> bool:
+        """True when the factor leaves a tail: the inner loop runs past the extent."""
+        return self.parent_extent % self.factor != 0 and self.factor < self.parent_extent
+
+
+@dataclass(frozen=True)
+class FuseRelation:
+    outer: str
+    inner: str
+    fused: str
+    inner_extent: int
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    loops: tuple[Loop, ...]  # outermost first
+    relations: tuple[SplitRelation | FuseRelation, ...] = ()
+
+    @staticmethod
+    def of(spatial: list[tuple[str, int]], reduce: list[tuple[str, int]]) -> LoopNest:
+        """The initial nest: spatial loops outermost, then the reduction's loops."""
+        return LoopNest(tuple(Loop(n, e, False) for n, e in spatial) + tuple(Loop(n, e, True) for n, e in reduce))
+
+    @property
+    def names(self) -> list[str]:
+        return [loop.name for loop in self.loops]
+
+    def index(self, name: str) -> int:
+        for position, loop in enumerate(self.loops):
+            if loop.name == name:
+                return position
+        raise StepError(f"has no loop {name!r}; its loops are {', '.join(self.names) or '(none)'}")
+
+    def loop(self, name: str) -> Loop:
+        return self.loops[self.index(name)]
+
+    def _with(self, loops: list[Loop], relation: SplitRelation | FuseRelation | None = None) -> LoopNest:
+        relations = self.relations + ((relation,) if relation else ())
+        return LoopNest(tuple(loops), relations).checked()
+
+    # -- transformations ------------------------------------------------------------
+    def split(self, name: str, factor: int) -> LoopNest:
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise StepError(f"split factor must be an integer >= 1, got {factor!r}")
+        position, loop = self.index(name), self.loop(name)
+        self._require_serial(loop, "split")
+        outer = Loop(f"{name}.outer", math.ceil(loop.extent / factor), loop.reduce)
+        inner = Loop(f"{name}.inner", min(factor, loop.extent), loop.reduce)
+        for new in (outer, inner):
+            if new.name in self.names:
+                raise StepError(f"splitting {name} would create {new.name}, which exists already")
+        loops = list(self.loops)
+        loops[position: position + 1] = [outer, inner]
+        return self._with(loops, SplitRelation(name, outer.name, inner.name, factor, loop.extent))
+
+    def fuse(self, outer: str, inner: str) -> LoopNest:
+        a, b = self.index(outer), self.index(inner)
+        if b != a + 1:
+            raise StepError(f"fuse needs {inner} directly inside {outer}; the loops are {', '.join(self.names)}")
+        la, lb = self.loops[a], self.loops[b]
+        if la.reduce != lb.reduce:
+            raise StepError(f"cannot fuse the reduction loop {(la if la.reduce else lb).name} with a spatial loop")
+        for loop in (la, lb):
+            self._require_serial(loop, "fused")
+        fused = Loop(f"{outer}.{inner}.fused", la.extent * lb.extent, la.reduce)
+        loops = list(self.loops)
+        loops[a: b + 1] = [fused]
+        return self._with(loops, FuseRelation(outer, inner, fused.name, lb.extent))
+
+    def reorder(self, order: list[str]) -> LoopNest:
+        for name in order:
+            self.index(name)
+        if len(set(order)) != len(order):
+            raise StepError(f"reorder lists a loop twice: {', '.join(order)}")
+        missing = [n for n in self.names if n not in order]
+        if missing:
+            raise StepError(f"reorder drops {', '.join(missing)}; list every loop: {', '.join(self.names)}")
+        return self._with([self.loop(n) for n in order])
+
+    def annotate(self, names: list[str], annotation: str) -> LoopNest:
+        """Mark loops; the invariants are checked once all of them are marked."""
+        marked = set()
+        for name in names:
+            loop = self.loop(name)
+            self._require_serial(loop, annotation)
+            if loop.reduce and annotation == VECTORIZED:
+                raise StepError(f"{name} is a reduction loop; vectorizing it would reorder the sum")
+            if loop.reduce and annotation != UNROLLED:
+                raise StepError(f"{name} is a reduction loop; {annotation} iterations would race on the same outputs")
+            if annotation == VECTORIZED and loop.extent > MAX_VECTOR_LANES:
+                raise StepError(f"{name} has extent {loop.extent}; split it to at most {MAX_VECTOR_LANES} lanes first")
+            if annotation == UNROLLED and loop.extent > MAX_UNROLL:
+                raise StepError(f"{name} has extent {loop.extent}; unroll at most {MAX_UNROLL} iterations")
+            marked.add(name)
+        return self._with([replace(lp, annotation=annotation) if lp.name in marked else lp for lp in self.loops])
+
+    # -- invariants -------------------------------------------------------------------
+    @staticmethod
+    def _require_serial(loop: Loop, action: str) -> None:
+        if loop.annotation != SERIAL:
+            raise StepError(f"{loop.name} is already {loop.annotation}; it cannot be {action}")
+
+    def checked(self) -> LoopNest:
+        annotations = [loop.annotation for loop in self.loops]
+        for position, loop in enumerate(self.loops):
+            if loop.annotation == VECTORIZED and position != len(self.loops) - 1:
+                raise StepError(f"the vectorized loop {loop.name} must stay innermost; the loops are {self._show()}")
+        parallel = [p for p, a in enumerate(annotations) if a == PARALLEL]
+        if parallel != list(range(len(parallel))):
+            raise StepError(f"parallel loops must be the outermost loops (the task grid); the loops are {self._show()}")
+        threads = [a for a in annotations if "Idx." in a]
+        if len(set(threads)) != len(threads):
+            raise StepError(f"a GPU thread axis is bound to two loops: {self._show()}")
+        block = math.prod(lp.extent for lp in self.loops if lp.annotation.startswith("threadIdx."))
+        if block > MAX_THREADS_PER_BLOCK:
+            raise StepError(f"{block} threads per block exceed the limit of {MAX_THREADS_PER_BLOCK}")
+        return self
+
+    def _show(self) -> str:
+        return ", ".join(f"{lp.name}[{lp.annotation}]" if lp.annotation != SERIAL else lp.name for lp in self.loops)

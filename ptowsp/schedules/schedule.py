@@ -1,0 +1,260 @@
+"""`Schedule`: how a workload runs, as a replayable list of steps.
+
+Every public step method builds a pydantic step and applies it through one
+path, `_apply`, which validates it against the workload and the state left by
+the earlier steps, then records it.  `from_json` replays saved steps through
+the same path, so a loaded schedule is identical to the saved one.  A step
+that fails leaves the schedule unchanged and raises ScheduleError naming the
+step (as the user wrote it), the task and the reason.
+
+Steps whose effect belongs to later layers (fusion passes, dispatch,
+prefetch, core binding) are validated and recorded here; the layers that
+carry them out read them back through the properties at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+
+from pydantic import ValidationError
+
+from ptowsp.errors import ScheduleError
+from ptowsp.schedules import handlers
+from ptowsp.schedules import steps as st
+from ptowsp.schedules.loopnest import LoopNest, StepError
+from ptowsp.te import Expr, Op
+from ptowsp.workloads import ComputeTask, Workload
+
+def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
+    """The reduce loops a task's nest exposes: those of its one outermost reduction.
+
+    Reductions nested inside it, or several side by side, stay inner serial
+    loops of the lowered code and are not scheduled (docs/schedules.md).
+    """
+    outermost: list[Expr] = []
+    stack = [body]
+    while stack:
+        e = stack.pop()
+        if e.op is Op.REDUCE:
+            outermost.append(e)
+        else:
+            stack.extend(e.src)
+    if len(outermost) != 1:
+        return []
+    return [(a.arg[0], a.arg[1]) for a in outermost[0].src[1:]]
+
+
+class Schedule:
+    """A workload's schedule: create with `wl.schedule()`; every step returns the schedule."""
+
+    def __init__(self, workload: Workload):
+        self.workload = workload
+        self._steps: list[st._Step] = []
+        self._nests: dict[str, LoopNest] = {}
+        for name in workload.tasks:
+            task = workload.task(name)
+            if isinstance(task, ComputeTask):
+                spatial = list(zip(task.loop_names, task.tensor.shape, strict=True))
+                self._nests[name] = LoopNest.of(spatial, schedulable_reduce_axes(task.body))
+        self._inlined: set[str] = set()
+        self._compute_at: dict[str, tuple[str, str]] = {}
+        self._cache_reads: list[tuple[str, str, str]] = []
+        self._cache_writes: dict[str, str] = {}
+        self._fused_tasks: list[tuple[str, str]] = []
+        self._fuse_by_category = False
+        self._dispatch: st.Dispatch | None = None
+        self._prefetch = 0
+        self._cores: dict[str, str] = {}
+
+    # -- loop steps -------------------------------------------------------------------
+    def split(self, task: str, loop: str, factor: int) -> Schedule:
+        """loop -> loop.outer, loop.inner (inner extent = factor; a non-dividing factor leaves a guarded tail)."""
+        return self._make(st.Split, task=task, loop=loop, factor=factor)
+
+    def tile(self, task: str, factors: Mapping[str, int] | None = None, **kwargs: int) -> Schedule:
+        """Split each loop by its factor, then order all the outer loops before all the inner ones."""
+        return self._make(st.Tile, task=task, factors={**(factors or {}), **kwargs})
+
+    def reorder(self, task: str, *loops: str) -> Schedule:
+        """Put the task's loops in this order (outermost first); every loop must be listed."""
+        return self._make(st.Reorder, task=task, loops=list(loops))
+
+    def fuse(self, task: str, outer: str, inner: str) -> Schedule:
+        """Merge two adjacent loops into `outer.inner.fused`."""
+        return self._make(st.Fuse, task=task, outer=outer, inner=inner)
+
+    def vectorize(self, task: str, loop: str) -> Schedule:
+        """Run the innermost spatial loop as SIMD lanes."""
+        return self._make(st.Vectorize, task=task, loop=loop)
+
+    def unroll(self, task: str, loop: str) -> Schedule:
+        return self._make(st.Unroll, task=task, loop=loop)
+
+    def parallel(self, task: str, *loops: str) -> Schedule:
+        """These outermost spatial loops form the task grid: one task instance per point."""
+        return self._make(st.Parallel, task=task, loops=list(loops))
+
+    # -- placement and storage --------------------------------------------------------
+    def compute_inline(self, task: str) -> Schedule:
+        """Substitute an injective task's expression into every consumer (Halide's inline)."""
+        return self._make(st.ComputeInline, task=task)
+
+    def compute_at(self, task: str, consumer: str, loop: str) -> Schedule:
+        """Compute the part of `task` that one iteration of consumer's `loop` needs, inside it."""
+        return self._make(st.ComputeAt, task=task, consumer=consumer, loop=loop)
+
+    def cache_read(self, task: str, tensor: str, scope: str) -> Schedule:
+        return self._make(st.CacheRead, task=task, tensor=tensor, scope=scope)
+
+    def cache_write(self, task: str, scope: str) -> Schedule:
+        return self._make(st.CacheWrite, task=task, scope=scope)
+
+    # -- graph and runtime steps ------------------------------------------------------
+    def fuse_tasks(self, producer: str, consumer: str) -> Schedule:
+        """Fuse two tasks of the graph (by TVM's category rules); the consumer reads the producer."""
+        return self._make(st.FuseTasks, producer=producer, consumer=consumer)
+
+    def fuse_by_category(self) -> Schedule:
+        """Fuse every pair the category rules allow (carried out by the graph pass)."""
+        return self._make(st.FuseByCategory)
+
+    def dispatch(self, policy: str, key: Sequence[str] | None = None) -> Schedule:
+        """Dispatch policy: round_robin, work_stealing, locality, or affinity with key = grid loops."""
+        return self._make(st.Dispatch, policy=policy, key=None if key is None else list(key))
+
+    def prefetch(self, depth: int) -> Schedule:
+        """Load the inputs of the next `depth` tasks while one computes."""
+        return self._make(st.Prefetch, depth=depth)
+
+    def bind(self, task: str, loop: str | None = None, thread: str | None = None, *,
+             core: str | None = None, kernel: str | None = None) -> Schedule:
+        """bind(task, loop, "threadIdx.x") for GPU axes, bind(task, core="cube") for a core class."""
+        return self._make(st.Bind, task=task, loop=loop, thread=thread, core=core, kernel=kernel)
+
+    # -- introspection ----------------------------------------------------------------
+    def loops(self, task: str) -> list[str]:
+        """The task's current loop names, outermost first."""
+        return self._nest(task).names
+
+    def spatial_loops(self, task: str) -> list[str]:
+        return [lp.name for lp in self._nest(task).loops if not lp.reduce]
+
+    def reduce_loops(self, task: str) -> list[str]:
+        return [lp.name for lp in self._nest(task).loops if lp.reduce]
+
+    def nest(self, task: str) -> LoopNest:
+        """The task's loop nest with extents, annotations and split/fuse relations."""
+        return self._nest(task)
+
+    @property
+    def steps(self) -> list[st._Step]:
+        return list(self._steps)
+
+    @property
+    def inlined(self) -> frozenset[str]:
+        return frozenset(self._inlined)
+
+    @property
+    def compute_at_locations(self) -> dict[str, tuple[str, str]]:
+        """task -> (consumer, loop) for every compute_at step."""
+        return dict(self._compute_at)
+
+    @property
+    def cache_reads(self) -> list[tuple[str, str, str]]:
+        return list(self._cache_reads)
+
+    @property
+    def cache_writes(self) -> dict[str, str]:
+        return dict(self._cache_writes)
+
+    @property
+    def fused_tasks(self) -> list[tuple[str, str]]:
+        return list(self._fused_tasks)
+
+    @property
+    def fuse_all_by_category(self) -> bool:
+        return self._fuse_by_category
+
+    @property
+    def dispatch_policy(self) -> st.Dispatch:
+        return self._dispatch or st.Dispatch(policy="round_robin")
+
+    @property
+    def prefetch_depth(self) -> int:
+        return self._prefetch
+
+    @property
+    def cores(self) -> dict[str, str]:
+        """task -> core class from bind(task, core=...)."""
+        return dict(self._cores)
+
+    # -- data -------------------------------------------------------------------------
+    def to_json(self) -> str:
+        record = st.ScheduleRecord(workload=self.workload.name, fingerprint=self.workload.fingerprint,
+                                   steps=self._steps)
+        return record.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def from_json(cls, workload: Workload, text: str) -> Schedule:
+        """Rebuild a saved schedule by replaying its steps on `workload`."""
+        try:
+            record = st.ScheduleRecord.model_validate_json(text)
+        except ValueError as e:
+            raise ScheduleError(f"not a saved ptowsp schedule: {e}") from None
+        if record.fingerprint != workload.fingerprint:
+            raise ScheduleError(
+                f"the schedule was saved for workload {record.workload!r} with a different definition "
+                f"than workload {workload.name!r} "
+                f"(fingerprint {record.fingerprint[:12]} vs {workload.fingerprint[:12]})"
+            )
+        schedule = cls(workload)
+        for step in record.steps:
+            schedule._apply(step)
+        return schedule
+
+    def copy(self) -> Schedule:
+        """An independent schedule with the same steps."""
+        twin = copy.copy(self)
+        for name in ("_steps", "_nests", "_inlined", "_compute_at", "_cache_reads", "_cache_writes",
+                     "_fused_tasks", "_cores"):
+            setattr(twin, name, copy.copy(getattr(self, name)))
+        return twin
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Schedule) and self.workload.fingerprint == other.workload.fingerprint
+                and self._steps == other._steps)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __str__(self) -> str:
+        return "\n".join([f"{self.workload.name}.schedule()"] + [f"    .{s.call()}" for s in self._steps])
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.workload.name!r}, {len(self._steps)} steps)"
+
+    # -- the one path every step takes ------------------------------------------------
+    def _make(self, kind: type[st._Step], **fields: object) -> Schedule:
+        try:
+            step = kind(**fields)
+        except ValidationError as e:
+            name = kind.model_fields["kind"].default
+            shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
+            reasons = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise ScheduleError(f"{name}({shown}): {reasons}") from None
+        return self._apply(step)
+
+    def _apply(self, step: st._Step) -> Schedule:
+        try:
+            getattr(handlers, step.kind)(self, step)  # type: ignore[attr-defined]
+        except StepError as e:
+            raise ScheduleError(f"{step.call()}: {e}") from None
+        self._steps.append(step)
+        return self
+
+    def _nest(self, task: str) -> LoopNest:
+        if task not in self.workload.tasks:
+            raise ScheduleError(f"workload {self.workload.name!r} has no task {task!r}")
+        if task not in self._nests:
+            raise ScheduleError(f"task {task!r} is opaque; opaque tasks have no loops")
+        return self._nests[task]
