@@ -51,8 +51,8 @@ def _propose(s: Schedule, task: str, rng: random.Random) -> None:
         s.parallel(task, *nest.names[: rng.randint(1, 2)])
 
 
-def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4) -> Schedule:
-    """A legal schedule of random loop steps, inlining and compute_at choices."""
+def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True) -> Schedule:
+    """A legal schedule of random loop steps, inlining and (when asked) compute_at choices."""
     rng = random.Random(seed)
     s = wl.schedule()
     computes = [t for t in wl.tasks if wl.category(t) is not Category.OPAQUE]
@@ -61,7 +61,7 @@ def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4) -> Schedul
         try:
             if rng.random() < 0.2:
                 s.compute_inline(task)
-            elif consumers and rng.random() < 0.2:
+            elif compute_at and consumers and rng.random() < 0.2:
                 consumer = rng.choice(consumers)
                 s.compute_at(task, consumer, rng.choice(s.loops(consumer)))
         except ScheduleError:

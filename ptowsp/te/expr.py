@@ -334,3 +334,23 @@ def walk(expr: Expr):
         seen.add(id(node))
         yield node
         stack.extend(reversed(node.src))
+
+
+def substitute(expr: Expr, replace_node) -> Expr:
+    """Rebuild expr bottom-up, replacing each node n for which replace_node(n) is not None.
+
+    Replacements are not visited again.  Shared subtrees are rebuilt once.
+    """
+    memo: dict[int, Expr] = {}
+
+    def visit(e: Expr) -> Expr:
+        key = id(e)
+        if key not in memo:
+            new = replace_node(e)
+            if new is None:
+                src = tuple(visit(s) for s in e.src)
+                new = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
+            memo[key] = new
+        return memo[key]
+
+    return visit(expr)

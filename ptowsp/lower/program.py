@@ -1,0 +1,115 @@
+"""Lower a whole workload: one kernel per compute task plus the task table.
+
+The task table lists every task instance (a kernel and its grid coordinates)
+with the region of each tensor it reads and writes: the interval of every
+index over the instance's inner loops, clamped to the tensor.  Regions
+over-approximate (guards are ignored), which keeps dependencies safe: a task
+waits for every task whose written region overlaps one of its read regions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ptowsp.errors import BuildError
+from ptowsp.lower.ir import GLOBAL, Store, stmt_exprs, walk_stmts
+from ptowsp.lower.kernel import Kernel, lower_task
+from ptowsp.lower.printer import to_source
+from ptowsp.schedules import Schedule
+from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te.bounds import interval
+from ptowsp.workloads import ComputeTask, OpaqueTask, Workload
+
+Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
+
+
+@dataclass(frozen=True)
+class TaskInstance:
+    task: str
+    coords: tuple[int, ...]
+    reads: tuple[tuple[str, Region], ...]
+    writes: tuple[tuple[str, Region], ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """Kernels, host (opaque) tasks and the task table of a scheduled workload."""
+
+    workload: Workload
+    schedule: Schedule
+    kernels: dict[str, Kernel]
+    order: tuple[str, ...]  # tasks to run, in topological order (inlined tasks vanish)
+    instances: tuple[TaskInstance, ...]
+
+    def source(self, task: str) -> str:
+        """The lowered loop nest of a task as pseudo-code (grid loops first)."""
+        if task not in self.kernels:
+            kind = "inlined into its consumers" if task in self.schedule.inlined else "opaque host code"
+            raise BuildError(f"task {task!r} has no kernel: it is {kind}")
+        kernel = self.kernels[task]
+        if not kernel.grid:
+            return to_source(kernel.body)
+        grid = ", ".join(f"{name} in 0..{extent}" for name, extent in kernel.grid)
+        return f"parallel for {grid}:  # task grid\n{to_source(kernel.body, 1)}"
+
+
+def _whole(tensor) -> Region:
+    return tuple((0, n) for n in tensor.shape)
+
+
+def _access_regions(kernel: Kernel, coords: tuple[int, ...]) -> tuple[dict[str, Region], dict[str, Region]]:
+    """Bounding boxes of the global reads and writes of one instance."""
+    fixed = {name: const(c, "int64") for (name, _), c in zip(kernel.grid, coords, strict=True)}
+    reads: dict[str, list[tuple[int, int]]] = {}
+    writes: dict[str, list[tuple[int, int]]] = {}
+
+    def widen(table: dict[str, list[tuple[int, int]]], buffer, indices: tuple[Expr, ...]) -> None:
+        box = []
+        for index, size in zip(indices, buffer.shape, strict=True):
+            bounds = interval(substitute(index, lambda n: fixed.get(n.arg[0]) if n.op is Op.VAR else None))
+            lo, hi = (0, size - 1) if bounds is None else bounds
+            box.append((max(0, lo), min(size, hi + 1)))
+        old = table.get(buffer.name)
+        table[buffer.name] = box if old is None else [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(old, box)]
+
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, Store) and s.buffer.scope == GLOBAL:
+            widen(writes, s.buffer, s.indices)
+        for e in stmt_exprs(s):
+            for n in walk(e):
+                if n.op is Op.LOAD and n.arg.scope == GLOBAL and n.arg.name not in writes:
+                    widen(reads, n.arg, n.src)
+    return ({k: tuple(v) for k, v in reads.items()}, {k: tuple(v) for k, v in writes.items()})
+
+
+def _refuse_unlowered(schedule: Schedule) -> None:
+    """Steps that change code and are not lowered yet are refused, never ignored."""
+    if schedule.compute_at_locations:
+        task = next(iter(schedule.compute_at_locations))
+        raise BuildError(f"compute_at (task {task!r}) is not supported by lowering yet")
+    if schedule.cache_reads or schedule.cache_writes:
+        raise BuildError("cache_read / cache_write are not supported by lowering yet")
+
+
+def lower_program(wl: Workload, schedule: Schedule) -> Program:
+    """Kernels for every compute task that is not inlined, and the table of task instances."""
+    if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
+        raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
+    _refuse_unlowered(schedule)
+    kernels: dict[str, Kernel] = {}
+    instances: list[TaskInstance] = []
+    order = tuple(t for t in wl.tasks if t not in schedule.inlined)
+    for name in order:
+        task = wl.task(name)
+        if isinstance(task, OpaqueTask):
+            reads = tuple((t.name, _whole(t)) for t in task.inputs)
+            instances.append(TaskInstance(name, (), reads, tuple((t.name, _whole(t)) for t in task.outputs)))
+            continue
+        assert isinstance(task, ComputeTask)
+        kernel = kernels[name] = lower_task(wl, schedule, name)
+        for coords in itertools.product(*(range(extent) for _, extent in kernel.grid)):
+            reads, writes = _access_regions(kernel, coords)
+            instances.append(TaskInstance(name, coords, tuple(reads.items()), tuple(writes.items())))
+    return Program(wl, schedule, kernels, order, tuple(instances))
+
