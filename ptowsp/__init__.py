@@ -20,12 +20,13 @@ from ptowsp.te import reduce_min as min  # noqa: A001
 from ptowsp.te import reduce_sum as sum  # noqa: A001
 from ptowsp.workloads import Category, Workload, reference, zoo
 from ptowsp.schedules import Schedule  # noqa: E402 - also registers Workload.schedule()
+from ptowsp.backends import build, targets  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     # workloads and the golden model
-    "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule",
+    "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets",
     # expression language
     "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
     "pow", "floor", "ceil", "maximum", "minimum", "where", "cast",

@@ -1,0 +1,9 @@
+"""Backends: the registry of targets and `build`.  Targets register here, explicitly."""
+
+from ptowsp.backends.base import Backend, Executable, backend, register, targets
+from ptowsp.backends.build import Built, build
+from ptowsp.backends.numpy import NumpyBackend
+
+register(NumpyBackend())
+
+__all__ = ["Backend", "Built", "Executable", "backend", "build", "register", "targets"]

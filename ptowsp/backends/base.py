@@ -1,0 +1,57 @@
+"""What a backend is: a name, whether this machine can run it, and how it compiles a program.
+
+A compiled backend lowers the schedule (`ptowsp.lower.lower_program`) and
+works from kernels of loop IR and the task table, never the user's lambdas.  The registry is an explicit table: a backend is
+added by `register(...)` in ptowsp/backends/__init__.py, not found by file name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+from ptowsp.errors import BuildError
+from ptowsp.schedules import Schedule
+
+
+class Executable(Protocol):
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on validated, read-only inputs; return the workload's outputs."""
+        ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def unavailable_reason(self) -> str | None:
+        """None when this machine can run the target, else why not."""
+        ...
+
+    def compile(self, schedule: Schedule) -> Executable: ...
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> None:
+    if backend.name in _REGISTRY:
+        raise ValueError(f"target {backend.name!r} is registered twice")
+    _REGISTRY[backend.name] = backend
+
+
+def targets() -> list[str]:
+    """Names of the targets usable on this machine, in registration order."""
+    return [name for name, b in _REGISTRY.items() if b.unavailable_reason() is None]
+
+
+def backend(name: str) -> Backend:
+    """The backend for a target name, or BuildError saying why it cannot be used here."""
+    if name not in _REGISTRY:
+        raise BuildError(f"unknown target {name!r}; targets on this machine: {', '.join(targets())}")
+    found = _REGISTRY[name]
+    reason = found.unavailable_reason()
+    if reason is not None:
+        raise BuildError(f"target {name!r} is unavailable here: {reason}")
+    return found

@@ -1,0 +1,62 @@
+"""pw.build and pw.targets: the registry, the numpy target, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.backends import base
+
+
+def test_targets_lists_usable_backends():
+    assert "numpy" in pw.targets()
+    for target in pw.targets():
+        assert base.backend(target).name == target
+
+
+def test_build_a_workload_or_a_schedule():
+    wl = pw.zoo.mlp(8, 6, 10, 4)
+    rng = np.random.default_rng(0)
+    inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
+    before = {k: v.copy() for k, v in inputs.items()}
+    expected = pw.reference(wl, **inputs)["Y"]
+    for prog in (pw.build(wl, target="numpy"), pw.build(wl.schedule().split("H", "i", 3), target="numpy")):
+        np.testing.assert_array_equal(prog.run(**inputs)["Y"], expected)
+        np.testing.assert_array_equal(prog(**inputs)["Y"], expected)
+        assert prog.target == "numpy" and prog.workload is wl
+    for k, v in inputs.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_build_errors():
+    wl = pw.zoo.matmul(4, 4, 4)
+    with pytest.raises(pw.BuildError, match="unknown target 'tpu'; targets on this machine: numpy"):
+        pw.build(wl, target="tpu")
+    with pytest.raises(pw.BuildError, match="takes a Workload or a Schedule"):
+        pw.build("matmul")
+    with pytest.raises(pw.InputError, match="missing input 'B'"):
+        pw.build(wl)(A=np.zeros((4, 4), np.float32))
+
+
+def test_unavailable_targets_say_why(monkeypatch):
+    class Absent:
+        name = "absent"
+
+        def unavailable_reason(self):
+            return "no such device on this machine"
+
+        def compile(self, schedule):
+            raise AssertionError("never compiled")
+
+    monkeypatch.setitem(base._REGISTRY, "absent", Absent())
+    assert "absent" not in pw.targets()
+    with pytest.raises(pw.BuildError, match="target 'absent' is unavailable here: no such device"):
+        pw.build(pw.zoo.matmul(4, 4, 4), target="absent")
+
+
+def test_source_shows_the_lowered_nest():
+    wl = pw.zoo.matmul(16, 8, 4)
+    text = pw.build(wl.schedule().split("C", "i", 4).parallel("C", "i.outer")).source("C")
+    assert text.splitlines()[0] == "parallel for i.outer in 0..4:  # task grid"
+    assert "C[i.outer * 4 + i.inner, j] = C[i.outer * 4 + i.inner, j] + A[i.outer * 4 + i.inner, k] * B[k, j]" in text
