@@ -2,8 +2,10 @@
 
 from ptowsp.backends.base import Backend, Executable, backend, register, targets
 from ptowsp.backends.build import Built, build
+from ptowsp.backends.cpu import CpuBackend
 from ptowsp.backends.numpy import NumpyBackend
 
 register(NumpyBackend())
+register(CpuBackend())
 
 __all__ = ["Backend", "Built", "Executable", "backend", "build", "register", "targets"]

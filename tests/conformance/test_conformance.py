@@ -41,6 +41,7 @@ def test_targets_match_the_reference(case, target):
     wl = case.make()
     inputs = random_inputs(wl)
     expected = pw.reference(wl, **inputs)
-    schedules = [wl.schedule()] + [random_schedule(wl, seed) for seed in range(RANDOM_SCHEDULES)]
+    # compute_at is not lowered yet; compiled targets refuse it with BuildError (tests/lower)
+    schedules = [wl.schedule()] + [random_schedule(wl, seed, compute_at=False) for seed in range(RANDOM_SCHEDULES)]
     for schedule in schedules:
         assert_close(pw.build(schedule, target=target).run(**inputs), expected, wl, max(case.rtol, 1e-5))

@@ -1,0 +1,285 @@
+"""Render a kernel of loop IR as an LLVM function with llvmlite.
+
+Signature: `void name(ptr noalias buf..., i64 grid...)`; buffers are C-contiguous
+arrays in the kernel's order (inputs, then outputs).  The semantics follow the
+reference model exactly where numpy defines them:
+
+- `//` and `%` floor (integers: division by zero gives 0; floats: numpy's divmod);
+- maximum/minimum propagate NaN (llvm.maximum/minimum);
+- float -> int casts saturate (NaN gives 0) instead of being undefined;
+- `where` reads only the chosen side: a load off the chosen side reads element 0.
+
+Loops marked `unrolled` are unrolled here; `vectorized` loops are emitted as
+plain loops for LLVM's loop vectorizer (explicit vector code: to come).
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ptowsp.lower import Kernel
+from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store
+from ptowsp.te import Expr, Op
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+REGISTER = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.HalfType(),
+            "int32": I32, "int64": I64, "bool": I1}
+MEMORY = dict(REGISTER, bool=I8)
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
+STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
+_FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
+                     Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil", Op.ABS: "llvm.fabs"}
+_FCMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=="}
+_ICMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!="}
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+class KernelEmitter:
+    """Emits one kernel into a module; `emit()` returns the function."""
+
+    def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
+        self.module, self.kernel = module, kernel
+        buffers = list(kernel.inputs) + list(kernel.outputs)
+        fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * len(buffers) + [I64] * len(kernel.grid))
+        self.fn = ir.Function(module, fn_type, symbol)
+        self.pointers: dict[str, ir.Value] = {}
+        self.buffers: dict[str, Buffer] = {}
+        for arg, b in zip(self.fn.args, buffers, strict=False):
+            arg.add_attribute("noalias")
+            arg.name = b.name
+            self.pointers[b.name], self.buffers[b.name] = arg, b
+        self.env: dict[str, ir.Value] = {}
+        for arg, (name, _) in zip(self.fn.args[len(buffers):], kernel.grid, strict=True):
+            arg.name = name
+            self.env[name] = arg
+        self.entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
+        self.heap: list[ir.Value] = []
+
+    def emit(self) -> ir.Function:
+        self.stmt(self.kernel.body)
+        self.b.ret_void()
+        ir.IRBuilder(self.entry).branch(self.fn.blocks[1])
+        return self.fn
+
+    # -- statements -----------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Block):
+            for c in s.stmts:
+                self.stmt(c)
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, IfThen):
+            with self.b.if_then(self.value(s.cond, None)):
+                self.stmt(s.then)
+        elif isinstance(s, Store):
+            address = self.address(s.buffer, s.indices, None)
+            self.b.store(self.to_memory(self.value(s.value, None), s.buffer.dtype), address)
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        elif not isinstance(s, Barrier):  # one thread: a barrier is a no-op
+            raise TypeError(f"cannot emit {s!r}")
+
+    def loop(self, s: For) -> None:
+        if s.kind == "unrolled":
+            for v in range(s.extent):
+                self.env[s.var] = ir.Constant(I64, v)
+                self.stmt(s.body)
+            del self.env[s.var]
+            return
+        counter = ir.IRBuilder(self.entry).alloca(I64, name=f"{s.var}.ptr")
+        self.b.store(ir.Constant(I64, 0), counter)
+        header = self.fn.append_basic_block(f"{s.var}.head")
+        body = self.fn.append_basic_block(f"{s.var}.body")
+        done = self.fn.append_basic_block(f"{s.var}.done")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        index = self.b.load(counter, typ=I64)
+        self.b.cbranch(self.b.icmp_signed("<", index, ir.Constant(I64, s.extent)), body, done)
+        self.b.position_at_end(body)
+        self.env[s.var] = index
+        self.stmt(s.body)
+        self.b.store(self.b.add(index, ir.Constant(I64, 1)), counter)
+        self.b.branch(header)
+        self.b.position_at_end(done)
+        del self.env[s.var]
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        count = math.prod(buf.shape)
+        if count * ITEMSIZE[buf.dtype] <= STACK_LIMIT:
+            entry = ir.IRBuilder(self.entry)
+            typed = entry.alloca(MEMORY[buf.dtype], size=ir.Constant(I64, count), name=buf.name)
+            self.pointers[buf.name] = entry.bitcast(typed, ir.PointerType())
+            self.buffers[buf.name] = buf
+            self.stmt(s.body)
+            return
+        malloc = self.libc("malloc", ir.PointerType(), [I64])
+        pointer = self.b.call(malloc, [ir.Constant(I64, count * ITEMSIZE[buf.dtype])], name=buf.name)
+        self.pointers[buf.name], self.buffers[buf.name] = pointer, buf
+        self.stmt(s.body)
+        self.b.call(self.libc("free", ir.VoidType(), [ir.PointerType()]), [pointer])
+
+    def libc(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        return existing if existing is not None else ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    # -- memory ---------------------------------------------------------------------
+    def address(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
+        flat = ir.Constant(I64, 0)
+        stride = 1
+        for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+            term = self.value(index, mask)
+            flat = self.b.add(flat, self.b.mul(term, ir.Constant(I64, stride)) if stride != 1 else term)
+            stride *= size
+        if mask is not None:  # off the chosen side of a where: read element 0, always in bounds
+            flat = self.b.select(mask, flat, ir.Constant(I64, 0))
+        return self.b.gep(self.pointers[buf.name], [flat], source_etype=MEMORY[buf.dtype])
+
+    def to_memory(self, value: ir.Value, dtype: str) -> ir.Value:
+        return self.b.zext(value, I8) if dtype == "bool" else value
+
+    # -- expressions ----------------------------------------------------------------
+    def value(self, e: Expr, mask: ir.Value | None) -> ir.Value:
+        op, t = e.op, REGISTER[e.dtype]
+        if op is Op.CONST:
+            return ir.Constant(t, int(e.arg) if not is_float(e.dtype) else e.arg)
+        if op in (Op.VAR, Op.RVAR):
+            return self.env[e.arg[0]]
+        if op is Op.LOAD:
+            loaded = self.b.load(self.address(e.arg, e.src, mask), typ=MEMORY[e.dtype])
+            return self.b.icmp_unsigned("!=", loaded, ir.Constant(I8, 0)) if e.dtype == "bool" else loaded
+        if op is Op.WHERE:
+            cond = self.value(e.src[0], mask)
+            yes = cond if mask is None else self.b.and_(mask, cond)
+            no = self.b.not_(cond) if mask is None else self.b.and_(mask, self.b.not_(cond))
+            return self.b.select(cond, self.value(e.src[1], yes), self.value(e.src[2], no))
+        args = [self.value(s, mask) for s in e.src]
+        if op is Op.CAST:
+            return self.cast(args[0], e.src[0].dtype, e.dtype)
+        if len(args) == 1:
+            return self.unary(op, args[0], e.dtype)
+        return self.binary(op, args[0], args[1], e.src[0].dtype)
+
+    def intrinsic(self, name: str, t: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """An overloaded intrinsic taking and returning t (the signature is never guessed)."""
+        fn_type = ir.FunctionType(t, [t] * len(args))
+        return self.b.call(self.module.declare_intrinsic(name, [t], fn_type), args)
+
+    def unary(self, op: Op, x: ir.Value, dtype: str) -> ir.Value:
+        t = REGISTER[dtype]
+        if is_float(dtype):
+            if op in _FLOAT_INTRINSICS:
+                return self.intrinsic(_FLOAT_INTRINSICS[op], t, [x])
+            one = ir.Constant(t, 1.0)
+            if op is Op.NEG:
+                return self.b.fneg(x)
+            if op is Op.RSQRT:
+                return self.b.fdiv(one, self.intrinsic("llvm.sqrt", t, [x]))
+            if op is Op.SIGMOID:
+                return self.b.fdiv(one, self.b.fadd(one, self.intrinsic("llvm.exp", t, [self.b.fneg(x)])))
+            if op is Op.ERF:
+                return self.erf(x, dtype)
+        else:
+            zero = ir.Constant(t, 0)
+            if op is Op.NEG:
+                return self.b.sub(zero, x)
+            if op is Op.ABS:
+                return self.b.select(self.b.icmp_signed("<", x, zero), self.b.sub(zero, x), x)
+            if op is Op.NOT:
+                return self.b.not_(x)
+        raise TypeError(f"no {op.name} for {dtype}")
+
+    def erf(self, x: ir.Value, dtype: str) -> ir.Value:
+        wide = "float64" if dtype == "float64" else "float32"
+        fn = self.libc("erf" if wide == "float64" else "erff", REGISTER[wide], [REGISTER[wide]])
+        if dtype == "float16":
+            return self.b.fptrunc(self.b.call(fn, [self.b.fpext(x, REGISTER[wide])]), REGISTER[dtype])
+        return self.b.call(fn, [x])
+
+    def binary(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        t = REGISTER[dtype]
+        if op in _ICMP:
+            if is_float(dtype):
+                return self.b.fcmp_unordered("!=", a, b) if op is Op.NE else self.b.fcmp_ordered(_FCMP[op], a, b)
+            return (self.b.icmp_unsigned if dtype == "bool" else self.b.icmp_signed)(_ICMP[op], a, b)
+        if is_float(dtype):
+            simple = {Op.ADD: self.b.fadd, Op.SUB: self.b.fsub, Op.MUL: self.b.fmul, Op.DIV: self.b.fdiv}
+            if op in simple:
+                return simple[op](a, b)
+            if op in (Op.MAX, Op.MIN, Op.POW):
+                name = {Op.MAX: "llvm.maximum", Op.MIN: "llvm.minimum", Op.POW: "llvm.pow"}[op]
+                return self.intrinsic(name, t, [a, b])
+            if op in (Op.FLOORDIV, Op.MOD):
+                return self.float_divmod(a, b, t)[0 if op is Op.FLOORDIV else 1]
+        else:
+            simple = {Op.ADD: self.b.add, Op.SUB: self.b.sub, Op.MUL: self.b.mul, Op.AND: self.b.and_,
+                      Op.OR: self.b.or_}
+            if op in simple:
+                return simple[op](a, b)
+            if op in (Op.MAX, Op.MIN):
+                if dtype == "bool":
+                    return self.b.or_(a, b) if op is Op.MAX else self.b.and_(a, b)
+                pick = self.b.icmp_signed(">" if op is Op.MAX else "<", a, b)
+                return self.b.select(pick, a, b)
+            if op in (Op.FLOORDIV, Op.MOD):
+                return self.int_divmod(a, b, t)[0 if op is Op.FLOORDIV else 1]
+        raise TypeError(f"no {op.name} for {dtype}")
+
+    def int_divmod(self, a: ir.Value, b: ir.Value, t: ir.IntType) -> tuple[ir.Value, ir.Value]:
+        """Floor division and modulo as numpy: x // 0 == x % 0 == 0, MIN // -1 wraps."""
+        zero, one, minus = ir.Constant(t, 0), ir.Constant(t, 1), ir.Constant(t, -1)
+        by_zero, by_minus = self.b.icmp_signed("==", b, zero), self.b.icmp_signed("==", b, minus)
+        safe = self.b.select(self.b.or_(by_zero, by_minus), one, b)
+        q, r = self.b.sdiv(a, safe), self.b.srem(a, safe)
+        fix = self.b.and_(self.b.icmp_signed("!=", r, zero),
+                          self.b.xor(self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b, zero)))
+        q = self.b.select(fix, self.b.sub(q, one), q)
+        r = self.b.select(fix, self.b.add(r, b), r)
+        q = self.b.select(by_minus, self.b.sub(zero, a), q)
+        r = self.b.select(by_minus, zero, r)
+        return self.b.select(by_zero, zero, q), self.b.select(by_zero, zero, r)
+
+    def float_divmod(self, a: ir.Value, b: ir.Value, t: ir.Type) -> tuple[ir.Value, ir.Value]:
+        """numpy's npy_divmod: floor division and a modulo with the divisor's sign."""
+        zero, one, half = ir.Constant(t, 0.0), ir.Constant(t, 1.0), ir.Constant(t, 0.5)
+        mod = self.b.frem(a, b)
+        div = self.b.fdiv(self.b.fsub(a, mod), b)
+        mod_nonzero = self.b.fcmp_unordered("!=", mod, zero)
+        fix = self.b.and_(mod_nonzero, self.b.xor(self.b.fcmp_ordered("<", b, zero),
+                                                   self.b.fcmp_ordered("<", mod, zero)))
+        mod = self.b.select(fix, self.b.fadd(mod, b), mod)
+        div = self.b.select(fix, self.b.fsub(div, one), div)
+        mod = self.b.select(mod_nonzero, mod, self.intrinsic("llvm.copysign", t, [zero, b]))
+        floored = self.intrinsic("llvm.floor", t, [div])
+        floored = self.b.select(self.b.fcmp_ordered(">", self.b.fsub(div, floored), half),
+                                self.b.fadd(floored, one), floored)
+        quotient = self.b.fdiv(a, b)
+        floored = self.b.select(self.b.fcmp_unordered("!=", div, zero), floored,
+                                self.intrinsic("llvm.copysign", t, [zero, quotient]))
+        by_zero = self.b.fcmp_ordered("==", b, zero)
+        return self.b.select(by_zero, quotient, floored), self.b.select(by_zero, self.b.frem(a, b), mod)
+
+    def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
+        s, d = REGISTER[src], REGISTER[dst]
+        if src == dst:
+            return x
+        if dst == "bool":
+            if is_float(src):
+                return self.b.fcmp_unordered("!=", x, ir.Constant(s, 0.0))
+            return self.b.icmp_signed("!=", x, ir.Constant(s, 0))
+        if is_float(src) and is_float(dst):
+            return (self.b.fpext if ITEMSIZE[dst] > ITEMSIZE[src] else self.b.fptrunc)(x, d)
+        if is_float(dst):
+            return (self.b.uitofp if src == "bool" else self.b.sitofp)(x, d)
+        if is_float(src):
+            saturating = self.module.declare_intrinsic("llvm.fptosi.sat", [d, s], ir.FunctionType(d, [s]))
+            return self.b.call(saturating, [x])
+        if src == "bool":
+            return self.b.zext(x, d)
+        return (self.b.sext if d.width > s.width else self.b.trunc)(x, d)
