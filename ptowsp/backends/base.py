@@ -1,8 +1,9 @@
 """What a backend is: a name, whether this machine can run it, and how it compiles a program.
 
 A compiled backend lowers the schedule (`ptowsp.lower.lower_program`) and
-works from kernels of loop IR and the task table, never the user's lambdas.  The registry is an explicit table: a backend is
-added by `register(...)` in ptowsp/backends/__init__.py, not found by file name.
+works from kernels of loop IR and the task table, never the user's lambdas.
+The registry is an explicit table: a backend is added by `register(...)` in
+ptowsp/backends/__init__.py, not found by file name.
 """
 
 from __future__ import annotations
