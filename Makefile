@@ -7,7 +7,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean
+.PHONY: demo test fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest
+
+# thousands of random legal schedules on every compiled target (not part of `make test`)
+fuzz: $(STAMP)
+	$(VPY) -m tests.conformance.fuzz --pairs $(or $(PAIRS),5000)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -78,11 +78,11 @@ def interpret(program: Program, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         for t in wl.task(name).outputs:
             arrays[t.name] = np.zeros(t.shape, t.dtype)
     interpreter = Interpreter(arrays)
-    for inst in program.instances:
-        kernel = program.kernels.get(inst.task)
+    for task, coords in program.launches():
+        kernel = program.kernels.get(task)
         if kernel is None:
-            arrays.update(run_opaque(wl.task(inst.task), arrays))  # type: ignore[arg-type]
+            arrays.update(run_opaque(wl.task(task), arrays))  # type: ignore[arg-type]
             continue
-        env = {name: c for (name, _), c in zip(kernel.grid, inst.coords, strict=True)}
+        env = {name: c for (name, _), c in zip(kernel.grid, coords, strict=True)}
         interpreter.run(kernel.body, env)
     return {name: arrays[name].copy() for name in wl.outputs}

@@ -9,7 +9,9 @@ waits for every task whose written region overlaps one of its read regions.
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ptowsp.errors import BuildError
@@ -19,7 +21,7 @@ from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
 from ptowsp.te import Expr, Op, const, substitute, walk
 from ptowsp.te.bounds import interval
-from ptowsp.workloads import ComputeTask, OpaqueTask, Workload
+from ptowsp.workloads import ComputeTask, Workload
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
 
@@ -40,7 +42,29 @@ class Program:
     schedule: Schedule
     kernels: dict[str, Kernel]
     order: tuple[str, ...]  # tasks to run, in topological order (inlined tasks vanish)
-    instances: tuple[TaskInstance, ...]
+
+    def launches(self) -> Iterator[tuple[str, tuple[int, ...]]]:
+        """(task, grid coordinates) of every task instance, in table order; cheap."""
+        for name in self.order:
+            kernel = self.kernels.get(name)
+            grid = () if kernel is None else kernel.grid
+            for coords in itertools.product(*(range(extent) for _, extent in grid)):
+                yield name, coords
+
+    @functools.cached_property
+    def instances(self) -> tuple[TaskInstance, ...]:
+        """The task table with read and write regions (computed on first use: the runtime needs it)."""
+        table = []
+        for name, coords in self.launches():
+            kernel = self.kernels.get(name)
+            if kernel is None:
+                task = self.workload.task(name)
+                reads = tuple((t.name, _whole(t)) for t in task.inputs)
+                table.append(TaskInstance(name, (), reads, tuple((t.name, _whole(t)) for t in task.outputs)))
+            else:
+                reads, writes = _access_regions(kernel, coords)
+                table.append(TaskInstance(name, coords, tuple(reads.items()), tuple(writes.items())))
+        return tuple(table)
 
     def source(self, task: str) -> str:
         """The lowered loop nest of a task as pseudo-code (grid loops first)."""
@@ -97,19 +121,7 @@ def lower_program(wl: Workload, schedule: Schedule) -> Program:
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
     _refuse_unlowered(schedule)
-    kernels: dict[str, Kernel] = {}
-    instances: list[TaskInstance] = []
     order = tuple(t for t in wl.tasks if t not in schedule.inlined)
-    for name in order:
-        task = wl.task(name)
-        if isinstance(task, OpaqueTask):
-            reads = tuple((t.name, _whole(t)) for t in task.inputs)
-            instances.append(TaskInstance(name, (), reads, tuple((t.name, _whole(t)) for t in task.outputs)))
-            continue
-        assert isinstance(task, ComputeTask)
-        kernel = kernels[name] = lower_task(wl, schedule, name)
-        for coords in itertools.product(*(range(extent) for _, extent in kernel.grid)):
-            reads, writes = _access_regions(kernel, coords)
-            instances.append(TaskInstance(name, coords, tuple(reads.items()), tuple(writes.items())))
-    return Program(wl, schedule, kernels, order, tuple(instances))
+    kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}
+    return Program(wl, schedule, kernels, order)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 import ptowsp as pw
 from ptowsp.workloads import zoo
+from tests.conformance.edge_cases import EDGE_CASES
 
 
 @dataclass(frozen=True)
@@ -116,4 +117,32 @@ CASES = [
     Case("conv2d_unpadded", lambda: zoo.conv2d(1, 2, 7, 7, 2, 3, 1, 0), lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 0)}),
     Case("elementwise_chain", lambda: zoo.elementwise_chain((16, 24), 6), lambda p: {"Y": _chain(p["X"], 6)}),
     Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
+    Case("matmul_prime", lambda: zoo.matmul(13, 7, 11), lambda p: {"C": p["A"] @ p["B"]}),
+    Case("softmax_prime", lambda: zoo.softmax(7, 13), lambda p: {"Y": _softmax(p["X"])}),
 ]
+CASES += [
+    Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p),
+         {"float16_chain": 2e-2, "int_arith": 0, "int64_sum": 0, "compare_to_bool": 0}.get(fn.__name__, 1e-4))
+    for fn in EDGE_CASES
+]
+
+
+def hand_schedule(wl: pw.Workload) -> pw.Schedule:
+    """A typical hand schedule: the innermost spatial loop split by 8 and vectorized, the outermost parallel."""
+    s = wl.schedule()
+    for task in wl.tasks:
+        if wl.category(task) is pw.Category.OPAQUE:
+            continue
+        spatial = s.spatial_loops(task)
+        try:
+            inner = spatial[-1]
+            if s.nest(task).loop(inner).extent >= 8:
+                s.split(task, inner, 8)
+                lane = f"{inner}.inner"
+                s.reorder(task, *[name for name in s.loops(task) if name != lane], lane)
+                s.vectorize(task, lane)
+            if len(s.spatial_loops(task)) > 1:
+                s.parallel(task, s.loops(task)[0])
+        except pw.ScheduleError:
+            pass  # a shape this heuristic does not fit keeps its earlier steps
+    return s

@@ -15,10 +15,13 @@ plain loops for LLVM's loop vectorizer (explicit vector code: to come).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from llvmlite import ir
 
+from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store
 from ptowsp.te import Expr, Op
@@ -31,12 +34,59 @@ ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "b
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
 _FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
                      Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil", Op.ABS: "llvm.fabs"}
+_VECTOR_MATH = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", Op.ERF: "erf"}
 _FCMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=="}
 _ICMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!="}
 
 
 def is_float(dtype: str) -> bool:
     return dtype.startswith("float")
+
+
+def _straight_line(s: Stmt) -> bool:
+    """Only guarded stores: a body that vectorizes lane by lane (no inner loops or locals)."""
+    if isinstance(s, Block):
+        return all(_straight_line(c) for c in s.stmts)
+    if isinstance(s, IfThen):
+        return _straight_line(s.then)
+    return isinstance(s, Store)
+
+
+def _coefficient(e: Expr, var: str) -> int | None:
+    """d e / d var when e is affine in var (other variables held fixed), else None."""
+    if e.op is Op.CONST:
+        return 0
+    if e.op in (Op.VAR, Op.RVAR):
+        return 1 if e.arg[0] == var else 0
+    parts = [_coefficient(s, var) for s in e.src]
+    if None in parts:
+        return None
+    if e.op is Op.ADD:
+        return parts[0] + parts[1]
+    if e.op is Op.SUB:
+        return parts[0] - parts[1]
+    if e.op is Op.NEG:
+        return -parts[0]
+    if e.op is Op.MUL and (parts[0] == 0 or parts[1] == 0):
+        other = e.src[1] if parts[0] == 0 else e.src[0]
+        scale = e.src[0] if parts[0] == 0 else e.src[1]
+        if parts[0] == parts[1] == 0:
+            return 0
+        return _coefficient(other, var) * scale.arg if scale.op is Op.CONST else None
+    if e.op is Op.CAST and e.dtype in ("int32", "int64"):
+        return parts[0]
+    return 0 if all(p == 0 for p in parts) else None
+
+
+def _lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int | None:
+    """Elements between the addresses of neighbouring lanes (None: not a constant stride)."""
+    total, stride = 0, 1
+    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+        c = _coefficient(index, var)
+        if c is None:
+            return None
+        total, stride = total + c * stride, stride * size
+    return total
 
 
 class KernelEmitter:
@@ -57,6 +107,9 @@ class KernelEmitter:
         for arg, (name, _) in zip(self.fn.args[len(buffers):], kernel.grid, strict=True):
             arg.name = name
             self.env[name] = arg
+        self.lanes = 0  # > 0 inside a vectorized loop: every value is a vector of this many lanes
+        self.lane_var: str | None = None
+        self.store_mask: ir.Value | None = None  # lanes whose stores the enclosing guards allow
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
@@ -69,7 +122,9 @@ class KernelEmitter:
 
     # -- statements -----------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Block):
+        if self.lanes and isinstance(s, (IfThen, Store)):
+            self.vector_stmt(s)
+        elif isinstance(s, Block):
             for c in s.stmts:
                 self.stmt(c)
         elif isinstance(s, For):
@@ -86,6 +141,9 @@ class KernelEmitter:
             raise TypeError(f"cannot emit {s!r}")
 
     def loop(self, s: For) -> None:
+        if s.kind == "vectorized" and not self.lanes and _straight_line(s.body):
+            self.vector_loop(s)
+            return
         if s.kind == "unrolled":
             for v in range(s.extent):
                 self.env[s.var] = ir.Constant(I64, v)
@@ -130,30 +188,160 @@ class KernelEmitter:
         return existing if existing is not None else ir.Function(self.module, ir.FunctionType(ret, args), name)
 
     # -- memory ---------------------------------------------------------------------
-    def address(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
-        flat = ir.Constant(I64, 0)
+    def flat_index(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
+        """Row-major element offset (a vector of offsets in vector mode)."""
+        flat = self.k(I64, 0)
         stride = 1
         for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
             term = self.value(index, mask)
-            flat = self.b.add(flat, self.b.mul(term, ir.Constant(I64, stride)) if stride != 1 else term)
+            flat = self.b.add(flat, self.b.mul(term, self.k(I64, stride)) if stride != 1 else term)
             stride *= size
         if mask is not None:  # off the chosen side of a where: read element 0, always in bounds
-            flat = self.b.select(mask, flat, ir.Constant(I64, 0))
-        return self.b.gep(self.pointers[buf.name], [flat], source_etype=MEMORY[buf.dtype])
+            flat = self.b.select(mask, flat, self.k(I64, 0))
+        return flat
+
+    def address(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
+        return self.b.gep(self.pointers[buf.name], [self.flat_index(buf, indices, mask)],
+                          source_etype=MEMORY[buf.dtype])
 
     def to_memory(self, value: ir.Value, dtype: str) -> ir.Value:
-        return self.b.zext(value, I8) if dtype == "bool" else value
+        if dtype != "bool":
+            return value
+        return self.b.zext(value, ir.VectorType(I8, self.lanes) if self.lanes else I8)
+
+    # -- vector mode ----------------------------------------------------------------
+    def ty(self, dtype: str) -> ir.Type:
+        t = REGISTER[dtype]
+        return ir.VectorType(t, self.lanes) if self.lanes else t
+
+    def k(self, t: ir.Type, v: object) -> ir.Constant:
+        """A constant of scalar type t, splat across the lanes in vector mode."""
+        c = ir.Constant(t, v)
+        return ir.Constant(ir.VectorType(t, self.lanes), [c] * self.lanes) if self.lanes else c
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        vector_type = ir.VectorType(x.type, self.lanes)
+        one = self.b.insert_element(ir.Constant(vector_type, ir.Undefined), x, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, one, ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
+
+    @contextlib.contextmanager
+    def scalar_mode(self, lane: int = 0):
+        """Emit scalar code for one lane (the lane variable reads `lane`)."""
+        saved = self.lanes, self.env.get(self.lane_var)
+        self.lanes = 0
+        self.env[self.lane_var] = ir.Constant(I64, lane)
+        try:
+            yield
+        finally:
+            self.lanes, self.env[self.lane_var] = saved
+
+    def per_lane(self, fn, x: ir.Value, out: ir.Type) -> ir.Value:
+        result = ir.Constant(ir.VectorType(out, self.lanes), ir.Undefined)
+        for lane in range(self.lanes):
+            element = self.b.extract_element(x, ir.Constant(I32, lane))
+            with self.scalar_mode(lane):
+                value = fn(element)
+            result = self.b.insert_element(result, value, ir.Constant(I32, lane))
+        return result
+
+    def vector_loop(self, s: For) -> None:
+        """The loop becomes one vector of s.extent lanes: no loop at all."""
+        self.lanes, self.lane_var = s.extent, s.var
+        self.env[s.var] = ir.Constant(ir.VectorType(I64, s.extent), [ir.Constant(I64, v) for v in range(s.extent)])
+        try:
+            self.stmt(s.body)
+        finally:
+            self.lanes, self.lane_var, self.store_mask = 0, None, None
+            del self.env[s.var]
+
+    def vector_stmt(self, s: Stmt) -> None:
+        if isinstance(s, IfThen):  # guards become lane masks, not branches
+            saved = self.store_mask
+            cond = self.value(s.cond, saved)
+            self.store_mask = cond if saved is None else self.b.and_(saved, cond)
+            self.stmt(s.then)
+            self.store_mask = saved
+            return
+        assert isinstance(s, Store)
+        value = self.to_memory(self.value(s.value, self.store_mask), s.buffer.dtype)
+        mask = self.store_mask
+        if _lane_stride(s.buffer, s.indices, self.lane_var) == 1:
+            with self.scalar_mode():
+                pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
+            if mask is None:
+                self.b.store(value, pointer, align=ITEMSIZE[s.buffer.dtype])
+            else:
+                align = ir.Constant(I32, ITEMSIZE[s.buffer.dtype])
+                self.masked("llvm.masked.store", value.type, [value, pointer, align, mask])
+            return
+        offsets = self.flat_index(s.buffer, s.indices, None)
+        for lane in range(self.lanes):  # scattered lanes store one by one, in lane order
+            at = ir.Constant(I32, lane)
+            pointer = self.b.gep(self.pointers[s.buffer.name], [self.b.extract_element(offsets, at)],
+                                 source_etype=MEMORY[s.buffer.dtype])
+            element = self.b.extract_element(value, at)
+            if mask is None:
+                self.b.store(element, pointer)
+            else:
+                with self.b.if_then(self.b.extract_element(mask, at)):
+                    self.b.store(element, pointer)
+
+    def vector_load(self, e: Expr, mask: ir.Value | None) -> ir.Value:
+        buf, memory = e.arg, ir.VectorType(MEMORY[e.dtype], self.lanes)
+        stride = _lane_stride(buf, e.src, self.lane_var)
+        if stride == 0:  # the same element in every lane: one load, splat
+            live = None if mask is None else self.reduce_or(mask)
+            with self.scalar_mode():
+                scalar = self.value(e, live)
+            return self.splat(scalar)
+        if stride == 1:
+            with self.scalar_mode():
+                pointer = self.vector_pointer(self.address(buf, e.src, None), memory)
+            if mask is None:
+                raw = self.b.load(pointer, typ=memory, align=ITEMSIZE[e.dtype])
+            else:
+                raw = self.masked("llvm.masked.load", memory,
+                                  [pointer, ir.Constant(I32, ITEMSIZE[e.dtype]), mask, ir.Constant(memory, None)])
+        else:
+            offsets = self.flat_index(buf, e.src, mask)
+            raw = ir.Constant(memory, ir.Undefined)
+            for lane in range(self.lanes):
+                at = ir.Constant(I32, lane)
+                pointer = self.b.gep(self.pointers[buf.name], [self.b.extract_element(offsets, at)],
+                                     source_etype=MEMORY[e.dtype])
+                raw = self.b.insert_element(raw, self.b.load(pointer, typ=MEMORY[e.dtype]), at)
+        return self.b.icmp_unsigned("!=", raw, self.k(I8, 0)) if e.dtype == "bool" else raw
+
+    def vector_pointer(self, pointer: ir.Value, vector: ir.Type) -> ir.Value:
+        """Local buffers come from alloca as typed pointers; the vector access needs its own type."""
+        return pointer if pointer.type.is_opaque else self.b.bitcast(pointer, ir.PointerType(vector))
+
+    def reduce_or(self, mask: ir.Value) -> ir.Value:
+        fn = declare(self.module, "llvm.vector.reduce.or", [mask.type], ir.FunctionType(I1, [mask.type]))
+        return self.b.call(fn, [mask])
+
+    def masked(self, name: str, vector: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """llvm.masked.load (returns the vector) or llvm.masked.store (vector, ptr, align, mask)."""
+        mask_type = ir.VectorType(I1, self.lanes)
+        if name.endswith("load"):
+            fn_type = ir.FunctionType(vector, [ir.PointerType(), I32, mask_type, vector])
+        else:
+            fn_type = ir.FunctionType(ir.VoidType(), [vector, ir.PointerType(), I32, mask_type])
+        return self.b.call(declare(self.module, name, [vector, ir.PointerType()], fn_type), args)
 
     # -- expressions ----------------------------------------------------------------
     def value(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         op, t = e.op, REGISTER[e.dtype]
         if op is Op.CONST:
-            return ir.Constant(t, int(e.arg) if not is_float(e.dtype) else e.arg)
+            return self.k(t, int(e.arg) if not is_float(e.dtype) else e.arg)
         if op in (Op.VAR, Op.RVAR):
-            return self.env[e.arg[0]]
+            bound = self.env[e.arg[0]]
+            return self.splat(bound) if self.lanes and e.arg[0] != self.lane_var else bound
+        if op is Op.LOAD and self.lanes:
+            return self.vector_load(e, mask)
         if op is Op.LOAD:
             loaded = self.b.load(self.address(e.arg, e.src, mask), typ=MEMORY[e.dtype])
-            return self.b.icmp_unsigned("!=", loaded, ir.Constant(I8, 0)) if e.dtype == "bool" else loaded
+            return self.b.icmp_unsigned("!=", loaded, self.k(I8, 0)) if e.dtype == "bool" else loaded
         if op is Op.WHERE:
             cond = self.value(e.src[0], mask)
             yes = cond if mask is None else self.b.and_(mask, cond)
@@ -167,16 +355,19 @@ class KernelEmitter:
         return self.binary(op, args[0], args[1], e.src[0].dtype)
 
     def intrinsic(self, name: str, t: ir.Type, args: list[ir.Value]) -> ir.Value:
-        """An overloaded intrinsic taking and returning t (the signature is never guessed)."""
+        """An overloaded intrinsic on its arguments' type (the signature is never guessed)."""
+        t = args[0].type
         fn_type = ir.FunctionType(t, [t] * len(args))
-        return self.b.call(self.module.declare_intrinsic(name, [t], fn_type), args)
+        return self.b.call(declare(self.module, name, [t], fn_type), args)
 
     def unary(self, op: Op, x: ir.Value, dtype: str) -> ir.Value:
         t = REGISTER[dtype]
+        if self.lanes and dtype == "float32" and op in _VECTOR_MATH:
+            return getattr(VectorMath(self.b, self.module, self.lanes), _VECTOR_MATH[op])(x)
         if is_float(dtype):
             if op in _FLOAT_INTRINSICS:
                 return self.intrinsic(_FLOAT_INTRINSICS[op], t, [x])
-            one = ir.Constant(t, 1.0)
+            one = self.k(t, 1.0)
             if op is Op.NEG:
                 return self.b.fneg(x)
             if op is Op.RSQRT:
@@ -186,7 +377,7 @@ class KernelEmitter:
             if op is Op.ERF:
                 return self.erf(x, dtype)
         else:
-            zero = ir.Constant(t, 0)
+            zero = self.k(t, 0)
             if op is Op.NEG:
                 return self.b.sub(zero, x)
             if op is Op.ABS:
@@ -196,6 +387,8 @@ class KernelEmitter:
         raise TypeError(f"no {op.name} for {dtype}")
 
     def erf(self, x: ir.Value, dtype: str) -> ir.Value:
+        if self.lanes:  # libm per lane (float32 lanes never get here: see unary)
+            return self.per_lane(lambda lane: self.erf(lane, dtype), x, REGISTER[dtype])
         wide = "float64" if dtype == "float64" else "float32"
         fn = self.libc("erf" if wide == "float64" else "erff", REGISTER[wide], [REGISTER[wide]])
         if dtype == "float16":
@@ -233,7 +426,7 @@ class KernelEmitter:
 
     def int_divmod(self, a: ir.Value, b: ir.Value, t: ir.IntType) -> tuple[ir.Value, ir.Value]:
         """Floor division and modulo as numpy: x // 0 == x % 0 == 0, MIN // -1 wraps."""
-        zero, one, minus = ir.Constant(t, 0), ir.Constant(t, 1), ir.Constant(t, -1)
+        zero, one, minus = self.k(t, 0), self.k(t, 1), self.k(t, -1)
         by_zero, by_minus = self.b.icmp_signed("==", b, zero), self.b.icmp_signed("==", b, minus)
         safe = self.b.select(self.b.or_(by_zero, by_minus), one, b)
         q, r = self.b.sdiv(a, safe), self.b.srem(a, safe)
@@ -247,7 +440,7 @@ class KernelEmitter:
 
     def float_divmod(self, a: ir.Value, b: ir.Value, t: ir.Type) -> tuple[ir.Value, ir.Value]:
         """numpy's npy_divmod: floor division and a modulo with the divisor's sign."""
-        zero, one, half = ir.Constant(t, 0.0), ir.Constant(t, 1.0), ir.Constant(t, 0.5)
+        zero, one, half = self.k(t, 0.0), self.k(t, 1.0), self.k(t, 0.5)
         mod = self.b.frem(a, b)
         div = self.b.fdiv(self.b.fsub(a, mod), b)
         mod_nonzero = self.b.fcmp_unordered("!=", mod, zero)
@@ -266,20 +459,20 @@ class KernelEmitter:
         return self.b.select(by_zero, quotient, floored), self.b.select(by_zero, self.b.frem(a, b), mod)
 
     def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
-        s, d = REGISTER[src], REGISTER[dst]
+        s, d = REGISTER[src], self.ty(dst)
         if src == dst:
             return x
         if dst == "bool":
             if is_float(src):
-                return self.b.fcmp_unordered("!=", x, ir.Constant(s, 0.0))
-            return self.b.icmp_signed("!=", x, ir.Constant(s, 0))
+                return self.b.fcmp_unordered("!=", x, self.k(s, 0.0))
+            return self.b.icmp_signed("!=", x, self.k(s, 0))
         if is_float(src) and is_float(dst):
             return (self.b.fpext if ITEMSIZE[dst] > ITEMSIZE[src] else self.b.fptrunc)(x, d)
         if is_float(dst):
             return (self.b.uitofp if src == "bool" else self.b.sitofp)(x, d)
         if is_float(src):
-            saturating = self.module.declare_intrinsic("llvm.fptosi.sat", [d, s], ir.FunctionType(d, [s]))
+            saturating = declare(self.module, "llvm.fptosi.sat", [d, x.type], ir.FunctionType(d, [x.type]))
             return self.b.call(saturating, [x])
         if src == "bool":
             return self.b.zext(x, d)
-        return (self.b.sext if d.width > s.width else self.b.trunc)(x, d)
+        return (self.b.sext if REGISTER[dst].width > s.width else self.b.trunc)(x, d)

@@ -2,8 +2,9 @@
 
 The host's real CPU name and features, opt level 3.  The optimised object
 code is cached under `~/.cache/ptowsp/cpu` (or $PTOWSP_CACHE_DIR), keyed by the
-IR text, the CPU and the LLVM version, so a second build of the same kernels
-skips optimisation and code generation.
+lowered kernels, the CPU, the LLVM version and the code generator's own
+source, so a second build of the same kernels skips LLVM IR generation,
+optimisation and code generation.
 """
 
 from __future__ import annotations
@@ -40,22 +41,31 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(root) / "cpu"
 
 
-def _key(text: str) -> str:
+@functools.cache
+def _codegen_digest() -> str:
+    """Changes whenever the code generator changes, so stale objects are never reused."""
+    here = pathlib.Path(__file__).parent
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+
+
+def cache_key(description: str) -> str:
+    """Key for what is compiled: the lowered kernels as text, the host CPU, LLVM and the codegen."""
     target_machine()  # initialises LLVM's native target
-    parts = [text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), llvm.get_process_triple(),
-             llvmlite.__version__, str(llvm.llvm_version_info)]
+    parts = [description, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+             llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _codegen_digest()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def compile_object(module: ir.Module) -> tuple[bytes, bool]:
-    """Optimised object code for the module, and whether it came from the cache."""
+def cached_object(key: str) -> bytes | None:
+    path = cache_dir() / f"{key}.o"
+    return path.read_bytes() if path.exists() else None
+
+
+def compile_object(module: ir.Module, key: str) -> bytes:
+    """Optimise and compile the module for the host; store the object under `key`."""
     module.triple = llvm.get_process_triple()
-    text = str(module)
-    path = cache_dir() / f"{_key(text)}.o"
-    if path.exists():
-        return path.read_bytes(), True
     tm = target_machine()
-    parsed = llvm.parse_assembly(text)
+    parsed = llvm.parse_assembly(str(module))
     parsed.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=3)
     options.loop_vectorization = True
@@ -63,11 +73,12 @@ def compile_object(module: ir.Module) -> tuple[bytes, bool]:
     builder = llvm.create_pass_builder(tm, options)
     builder.getModulePassManager().run(parsed, builder)
     data = tm.emit_object(parsed)
+    path = cache_dir() / f"{key}.o"
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:  # atomic: never a torn file
         tmp.write(data)
     os.replace(tmp.name, path)
-    return data, False
+    return data
 
 
 class LoadedObject:

@@ -1,0 +1,122 @@
+"""cpu target vs numpy, single-threaded on both sides, with hand schedules.
+
+Prints one table: per kernel the median time (>= 7 runs after warm-up) of
+numpy and of ptowsp's cpu target, the ratio, and compile times (cold, with an
+empty kernel cache, and from the cache).  Every ptowsp result is checked
+against numpy before it is timed.  Targets (issue 3): matmul >= 50% of
+numpy's GFLOP/s; softmax >= 5x, layernorm >= 10x and exp(x*a+b)*c >= 4x
+faster than numpy.
+
+    .venv/bin/python benchmarks/cpu_kernels.py [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: one thread on both sides
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import ptowsp as pw  # noqa: E402
+from ptowsp.workloads import zoo  # noqa: E402
+
+
+def matmul_case(n: int):
+    wl = zoo.matmul(n, n, n)
+    s = (wl.schedule().tile("C", i=8, j=64).split("C", "j.inner", 16)
+         .reorder("C", "i.outer", "j.outer", "k", "i.inner", "j.inner.outer", "j.inner.inner")
+         .unroll("C", "i.inner").unroll("C", "j.inner.outer").vectorize("C", "j.inner.inner"))
+    return wl, s, lambda p: p["A"] @ p["B"], 2.0 * n**3
+
+
+def softmax_case(rows: int, cols: int):
+    wl = zoo.softmax(rows, cols)
+    s = wl.schedule()
+    for task in wl.tasks:
+        loops = s.loops(task)
+        if "j" in loops:
+            s.split(task, "j", 16).vectorize(task, "j.inner")
+
+    def numpy_softmax(p):  # the usual three passes with temporaries
+        x = p["X"]
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return wl, s, numpy_softmax, None
+
+
+def layernorm_case(rows: int, cols: int):
+    wl = zoo.layernorm(rows, cols)
+    s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
+
+    def numpy_layernorm(p):
+        x = p["X"]
+        mu = x.mean(axis=1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * p["gamma"] + p["beta"]
+
+    return wl, s, numpy_layernorm, None
+
+
+def exp_chain_case(n: int):
+    wl = pw.Workload("exp_chain")
+    x = wl.input("x", (n,))
+    a, b, c = 1.5, 0.25, 3.0
+    wl.output(wl.compute("y", (n,), lambda i: pw.exp(x[i] * a + b) * c))
+    s = wl.schedule().split("y", "i", 16).vectorize("y", "i.inner")
+    return wl, s, lambda p: np.exp(p["x"] * a + b) * c, None
+
+
+def median_seconds(fn, repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    cases = [
+        ("matmul 1024^3 f32", matmul_case(1024), "GFLOP/s >= 50% of numpy"),
+        ("softmax 4096x1024", softmax_case(4096, 1024), ">= 5x faster"),
+        ("layernorm 4096x1024", layernorm_case(4096, 1024), ">= 10x faster"),
+        ("exp(x*a+b)*c 16M", exp_chain_case(16 * 2**20), ">= 4x faster"),
+    ]
+    print(f"{'kernel':22} {'numpy':>10} {'ptowsp cpu':>11} {'speed-up':>9} {'compile cold':>13} {'cached':>8}  target")
+    for name, (wl, schedule, numpy_fn, flops), target in cases:
+        rng = np.random.default_rng(0)
+        inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["PTOWSP_CACHE_DIR"] = cache
+            start = time.perf_counter()
+            pw.build(schedule, target="cpu")
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            prog = pw.build(schedule, target="cpu")
+            cached = time.perf_counter() - start
+        out = prog.run(**inputs)[wl.outputs[0]]
+        expected = numpy_fn(inputs)
+        scale = max(1.0, float(np.max(np.abs(expected))))
+        ok = np.allclose(out, expected, rtol=1e-3, atol=1e-3 * scale)
+        theirs = median_seconds(lambda: numpy_fn(inputs), args.repeat)  # noqa: B023 - timed at once
+        ours = median_seconds(lambda: prog.run(**inputs), args.repeat)  # noqa: B023
+        rate = f"  {flops / ours / 1e9:.1f} vs {flops / theirs / 1e9:.1f} GFLOP/s" if flops else ""
+        check = "" if ok else "  WRONG RESULT"
+        print(f"{name:22} {theirs * 1e3:8.1f}ms {ours * 1e3:9.1f}ms {theirs / ours:8.2f}x {cold * 1e3:11.0f}ms "
+              f"{cached * 1e3:6.1f}ms  {target}{rate}{check}")
+    print("speed-up = numpy time / ptowsp time, one thread on each side")
+
+if __name__ == "__main__":
+    main()
