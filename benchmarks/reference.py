@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import time
 import tracemalloc
 
 import numpy as np
+from timing import median_seconds
 
 import ptowsp as pw
 from ptowsp.workloads import zoo
@@ -48,15 +48,6 @@ CASES = [
 ]
 
 
-def median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def peak_extra_bytes(fn) -> int:
     tracemalloc.start()
     fn()
@@ -75,8 +66,8 @@ def main() -> None:
         rng = np.random.default_rng(0)
         inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
         run_ours = functools.partial(pw.reference, wl, **inputs)
-        ours = median_seconds(run_ours, args.repeat)
-        theirs = median_seconds(functools.partial(numpy_fn, inputs), args.repeat)
+        ours = median_seconds(run_ours, args.repeat, warmup=0)
+        theirs = median_seconds(functools.partial(numpy_fn, inputs), args.repeat, warmup=0)
         peak = peak_extra_bytes(run_ours)
         print(f"{name:28} {ours * 1e3:10.1f}ms {theirs * 1e3:8.1f}ms {ours / theirs:6.1f}x {peak / 2**20:12.1f}MiB")
 

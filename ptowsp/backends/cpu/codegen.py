@@ -7,6 +7,8 @@ reference model exactly where numpy defines them:
 - `//` and `%` floor (integers: division by zero gives 0; floats: numpy's divmod);
 - maximum/minimum propagate NaN (llvm.maximum/minimum);
 - float -> int casts saturate (NaN gives 0) instead of being undefined;
+- a float multiply feeding an add may be fused into one FMA (LLVM `contract`):
+  one rounding instead of two, never a reordering of a reduction;
 - `where` reads only the chosen side: a load off the chosen side reads element 0.
 
 Loops marked `unrolled` are unrolled here; `vectorized` loops are emitted as
@@ -402,9 +404,11 @@ class KernelEmitter:
                 return self.b.fcmp_unordered("!=", a, b) if op is Op.NE else self.b.fcmp_ordered(_FCMP[op], a, b)
             return (self.b.icmp_unsigned if dtype == "bool" else self.b.icmp_signed)(_ICMP[op], a, b)
         if is_float(dtype):
-            simple = {Op.ADD: self.b.fadd, Op.SUB: self.b.fsub, Op.MUL: self.b.fmul, Op.DIV: self.b.fdiv}
-            if op in simple:
-                return simple[op](a, b)
+            if op in (Op.ADD, Op.SUB, Op.MUL):  # `contract`: a*b+c may become one fused multiply-add
+                emit = {Op.ADD: self.b.fadd, Op.SUB: self.b.fsub, Op.MUL: self.b.fmul}[op]
+                return emit(a, b, flags=("contract",))
+            if op is Op.DIV:
+                return self.b.fdiv(a, b)
             if op in (Op.MAX, Op.MIN, Op.POW):
                 name = {Op.MAX: "llvm.maximum", Op.MIN: "llvm.minimum", Op.POW: "llvm.pow"}[op]
                 return self.intrinsic(name, t, [a, b])
