@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ptowsp as pw
@@ -16,9 +17,14 @@ def wl():
 
 def test_plain_and_affine_accesses_pass(wl):
     a = wl.tensor("A")
-    wl.compute("T", (8, 6), lambda i, j: a[i, j])
-    wl.compute("S", (7, 3), lambda i, j: a[i + 1, 2 * j])
-    wl.compute("R", (4, 6), lambda i, j: a[(i * 3 + 5) % 8, j // 1])
+    wl.output(wl.compute("T", (8, 6), lambda i, j: a[i, j]),
+              wl.compute("S", (7, 3), lambda i, j: a[i + 1, 2 * j]),
+              wl.compute("R", (4, 6), lambda i, j: a[(i * 3 + 5) % 8, j // 1]))
+    x = np.arange(48, dtype=np.float32).reshape(8, 6)
+    out = pw.reference(wl, A=x)
+    np.testing.assert_array_equal(out["T"], x)
+    np.testing.assert_array_equal(out["S"], x[1:, ::2])
+    np.testing.assert_array_equal(out["R"], x[(np.arange(4) * 3 + 5) % 8])
 
 
 @pytest.mark.parametrize(
@@ -47,6 +53,14 @@ def test_where_guards_make_stencils_and_padding_expressible(wl):
         lambda i, j: pw.sum(pw.where((i + r - 1 >= 0) & (i + r - 1 < 8), a[i + r - 1, j], 0.0), r),
     )
     wl.compute("Either", (8, 6), lambda i, j: pw.where((i < 1) | (j < 1), 0.0, a[i - 1, j - 1]))
+    wl.output(*(wl.tensor(n) for n in ("Left", "Right", "Pad", "Either")))
+    x = np.arange(48, dtype=np.float32).reshape(8, 6)
+    out = pw.reference(wl, A=x)
+    padded = np.pad(x, ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(out["Left"], padded[:-2, 1:-1])
+    np.testing.assert_array_equal(out["Right"], padded[2:, 1:-1])
+    np.testing.assert_array_equal(out["Pad"], padded[:-2, 1:-1] + x + padded[2:, 1:-1])
+    np.testing.assert_array_equal(out["Either"], padded[:-2, :-2])
 
 
 def test_a_guard_that_is_off_by_one_is_caught(wl):
