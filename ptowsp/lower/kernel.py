@@ -17,7 +17,6 @@ tile.  Non-dividing splits guard the innermost statement with `axis < extent`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +24,7 @@ import numpy as np
 from ptowsp.lower.ir import LOCAL, Allocate, Buffer, For, IfThen, Stmt, Store, block, stmt_exprs, var, walk_stmts
 from ptowsp.schedules import LoopNest, Schedule
 from ptowsp.schedules.loopnest import FuseRelation, SplitRelation
-from ptowsp.te import Expr, Op, cast, const, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
 from ptowsp.te.expr import binary, unary, where
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -113,26 +112,6 @@ def _combine(kind: str, acc: Expr, value: Expr) -> Expr:
     return binary(_IDENTITY_OP[kind], acc, cast(value, acc.dtype))
 
 
-def _outermost_reduction(body: Expr) -> tuple[Expr, Expr | None] | None:
-    """The one outermost reduction and the where-condition guarding it (None: unconditional)."""
-    found: list[tuple[Expr, Expr | None]] = []
-
-    def visit(e: Expr, path: Expr | None) -> None:
-        if e.op is Op.REDUCE:
-            found.append((e, path))
-        elif e.op is Op.WHERE:
-            c = e.src[0]
-            visit(c, path)
-            visit(e.src[1], c if path is None else path & c)
-            visit(e.src[2], unary(Op.NOT, c) if path is None else path & unary(Op.NOT, c))
-        else:
-            for s in e.src:
-                visit(s, path)
-
-    visit(body, None)
-    return found[0] if len(found) == 1 else None
-
-
 class _Lowering:
     """State for lowering one task: its loops, guards and local buffers."""
 
@@ -203,10 +182,10 @@ class _Lowering:
 
     def lower(self) -> Stmt:
         spatial = tuple(self.at_axes(a) for a in self.task.axes)
-        found = _outermost_reduction(self.body)
-        if found is None:  # no reduction, or several: stored directly, inner ones hoisted
+        found = outermost_reductions(self.body)
+        if len(found) != 1:  # no reduction, or several: stored directly, inner ones hoisted
             return self.nest_over(self.inner, self.store(self.out, spatial, self.at_axes(self.body)))
-        reduction, path = found
+        reduction, path = found[0]
         kind, rbody = reduction.arg, reduction.src[0]
         acc_dtype = accumulator_dtype(kind, reduction.dtype)
         direct = self.body is reduction and acc_dtype == self.out.dtype
@@ -242,6 +221,3 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
                     reads.setdefault(n.arg.name, n.arg)
     return Kernel(name, lowering.grid, tuple(reads.values()), (lowering.out,), body)
 
-
-def grid_size(kernel: Kernel) -> int:
-    return math.prod(extent for _, extent in kernel.grid)

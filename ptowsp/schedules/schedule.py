@@ -14,7 +14,6 @@ carry them out read them back through the properties at the end.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
@@ -23,7 +22,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.schedules import handlers
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import LoopNest, StepError
-from ptowsp.te import Expr, Op
+from ptowsp.te import Expr, outermost_reductions
 from ptowsp.workloads import ComputeTask, Workload
 
 def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
@@ -32,17 +31,10 @@ def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
     Reductions nested inside it, or several side by side, stay inner serial
     loops of the lowered code and are not scheduled (docs/schedules.md).
     """
-    outermost: list[Expr] = []
-    stack = [body]
-    while stack:
-        e = stack.pop()
-        if e.op is Op.REDUCE:
-            outermost.append(e)
-        else:
-            stack.extend(e.src)
-    if len(outermost) != 1:
+    found = outermost_reductions(body)
+    if len(found) != 1:
         return []
-    return [(a.arg[0], a.arg[1]) for a in outermost[0].src[1:]]
+    return [(a.arg[0], a.arg[1]) for a in found[0][0].src[1:]]
 
 
 class Schedule:
@@ -214,11 +206,10 @@ class Schedule:
         return schedule
 
     def copy(self) -> Schedule:
-        """An independent schedule with the same steps."""
-        twin = copy.copy(self)
-        for name in ("_steps", "_nests", "_inlined", "_compute_at", "_cache_reads", "_cache_writes",
-                     "_fused_tasks", "_cores"):
-            setattr(twin, name, copy.copy(getattr(self, name)))
+        """An independent schedule with the same steps (replayed, so nothing can be missed)."""
+        twin = Schedule(self.workload)
+        for step in self._steps:
+            twin._apply(step)
         return twin
 
     def __eq__(self, other: object) -> bool:

@@ -3,7 +3,7 @@
 from ptowsp.te import dtypes
 from ptowsp.te.bounds import check_bounds, loop_vars
 from ptowsp.te.evaluate import evaluate
-from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, substitute, walk, where
+from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, outermost_reductions, substitute, walk, where
 from ptowsp.te.ops import (
     absolute, ceil, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
     reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh,
@@ -11,7 +11,7 @@ from ptowsp.te.ops import (
 
 __all__ = [
     "Expr", "Op", "Tensor", "absolute", "cast", "ceil", "check_bounds", "const", "dtypes", "erf",
-    "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum", "minimum", "power",
+    "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum", "outermost_reductions", "minimum", "power",
     "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "rsqrt", "sigmoid", "sqrt", "substitute", "tanh",
     "walk", "where",
 ]

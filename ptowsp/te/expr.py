@@ -354,3 +354,28 @@ def substitute(expr: Expr, replace_node) -> Expr:
         return memo[key]
 
     return visit(expr)
+
+
+def outermost_reductions(body: Expr) -> list[tuple[Expr, Expr | None]]:
+    """Each REDUCE not nested in another, with the where-condition that guards it (None: always).
+
+    The schedule exposes the loops of a task's reduction only when there is
+    exactly one; lowering builds its nests from the same answer.
+    """
+    found: list[tuple[Expr, Expr | None]] = []
+
+    def visit(e: Expr, path: Expr | None) -> None:
+        if e.op is Op.REDUCE:
+            found.append((e, path))
+        elif e.op is Op.WHERE:
+            c = e.src[0]
+            visit(c, path)
+            visit(e.src[1], c if path is None else binary(Op.AND, path, c))
+            negated = unary(Op.NOT, c)
+            visit(e.src[2], negated if path is None else binary(Op.AND, path, negated))
+        else:
+            for s in e.src:
+                visit(s, path)
+
+    visit(body, None)
+    return found
