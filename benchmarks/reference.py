@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 import tracemalloc
 
 import numpy as np

@@ -57,9 +57,12 @@ class Interpreter:
             if bool(self.value(s.cond, env)):
                 self.run(s.then, env)
         elif isinstance(s, Allocate):
+            outer = self.arrays.get(s.buffer.name)  # a local buffer shadows a tensor of its name
             self.arrays[s.buffer.name] = np.zeros(s.buffer.shape, s.buffer.dtype)
             self.run(s.body, env)
             del self.arrays[s.buffer.name]
+            if outer is not None:
+                self.arrays[s.buffer.name] = outer
         elif isinstance(s, Store):
             target = self.arrays[s.buffer.name]
             index = tuple(int(self.value(i, env)) for i in s.indices)

@@ -10,9 +10,9 @@ task's grid coordinates.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ptowsp.te import Expr, Op
+from ptowsp.te import Expr, Op, substitute
 
 GLOBAL, LOCAL, SHARED, UB = "global", "local", "shared", "ub"
 
@@ -45,6 +45,10 @@ class Stmt:
     def children(self) -> tuple[Stmt, ...]:
         return ()
 
+    def with_children(self, children: list[Stmt]) -> Stmt:
+        """The same statement over new children (in `children()` order)."""
+        return self
+
 
 @dataclass(frozen=True)
 class For(Stmt):
@@ -57,6 +61,9 @@ class For(Stmt):
 
     def children(self) -> tuple[Stmt, ...]:
         return (self.body,)
+
+    def with_children(self, children: list[Stmt]) -> Stmt:
+        return replace(self, body=children[0])
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class IfThen(Stmt):
     def children(self) -> tuple[Stmt, ...]:
         return (self.then,)
 
+    def with_children(self, children: list[Stmt]) -> Stmt:
+        return replace(self, then=children[0])
+
 
 @dataclass(frozen=True)
 class Allocate(Stmt):
@@ -87,6 +97,9 @@ class Allocate(Stmt):
     def children(self) -> tuple[Stmt, ...]:
         return (self.body,)
 
+    def with_children(self, children: list[Stmt]) -> Stmt:
+        return replace(self, body=children[0])
+
 
 @dataclass(frozen=True)
 class Block(Stmt):
@@ -94,6 +107,9 @@ class Block(Stmt):
 
     def children(self) -> tuple[Stmt, ...]:
         return self.stmts
+
+    def with_children(self, children: list[Stmt]) -> Stmt:
+        return Block(tuple(children))
 
 
 @dataclass(frozen=True)
@@ -124,3 +140,38 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
     if isinstance(s, IfThen):
         return (s.cond,)
     return ()
+
+
+
+def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
+    """Rebuild a statement with fn applied to every expression it holds and loop_name to every loop."""
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(fn(i) for i in s.indices), fn(s.value))
+    if isinstance(s, IfThen):
+        return IfThen(fn(s.cond), map_exprs(s.then, fn, loop_name))
+    if isinstance(s, For):
+        return For(loop_name(s.var), s.extent, s.kind, map_exprs(s.body, fn, loop_name))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, map_exprs(s.body, fn, loop_name))
+    if isinstance(s, Block):
+        return Block(tuple(map_exprs(c, fn, loop_name) for c in s.stmts))
+    return s
+
+
+def bound_loops(s: Stmt) -> dict[str, int]:
+    """Every loop variable a statement binds, with its extent."""
+    return {n.var: n.extent for n in walk_stmts(s) if isinstance(n, For)}
+
+
+def rename_loops(s: Stmt, prefix: str) -> Stmt:
+    """Prefix every loop the statement binds, so it can sit inside other loops of the same names."""
+    names = bound_loops(s)
+
+    def rename(e: Expr) -> Expr:
+        def renamed(n: Expr) -> Expr | None:
+            bound = n.op in (Op.VAR, Op.RVAR) and n.arg[0] in names
+            return Expr(n.op, n.dtype, (), (prefix + n.arg[0], n.arg[1])) if bound else None
+
+        return substitute(e, renamed)
+
+    return map_exprs(s, rename, lambda name: prefix + name)

@@ -17,13 +17,33 @@ tile.  Non-dividing splits guard the innermost statement with `axis < extent`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ptowsp.lower.ir import LOCAL, Allocate, Buffer, For, IfThen, Stmt, Store, block, stmt_exprs, var, walk_stmts
+from ptowsp.errors import BuildError
+from ptowsp.lower.ir import (
+    LOCAL,
+    Allocate,
+    Buffer,
+    For,
+    IfThen,
+    Stmt,
+    Store,
+    block,
+    map_exprs,
+    rename_loops,
+    stmt_exprs,
+    var,
+    walk_stmts,
+)
+from ptowsp.lower.placement import global_reads, stage
+from ptowsp.lower.regions import Box
+from ptowsp.lower.tidy import tidy
 from ptowsp.schedules import LoopNest, Schedule
-from ptowsp.schedules.loopnest import FuseRelation, SplitRelation
+from ptowsp.schedules.loopnest import SERIAL, VECTORIZED, FuseRelation, SplitRelation
+from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
 from ptowsp.te.expr import binary, unary, where
 from ptowsp.workloads import ComputeTask, Workload
@@ -115,22 +135,37 @@ def _combine(kind: str, acc: Expr, value: Expr) -> Expr:
 class _Lowering:
     """State for lowering one task: its loops, guards and local buffers."""
 
-    def __init__(self, wl: Workload, schedule: Schedule, name: str):
+    def __init__(self, wl: Workload, schedule: Schedule, name: str,
+                 region: tuple[dict[str, Expr], Buffer] | None = None):
+        """region: (origin of each spatial axis, local buffer) when the task is computed at another's loop."""
         self.task = wl.task(name)
         assert isinstance(self.task, ComputeTask)
         self.name = name
         self.nest = schedule.nest(name)
         self.out = buffer_of(self.task.tensor)
+        self.origin: dict[str, Expr] = {}
+        if region is not None:
+            self.origin, self.out = region
+            roots = dict(zip(self.task.loop_names, self.out.shape, strict=True))
+            self.nest = self.nest.with_root_extents(roots | dict(schedulable_reduce_axes(self.task.body)))
         self.values, self.guards = axis_values(self.nest)
         grid = [lp for lp in self.nest.loops if lp.annotation == "parallel"]
         self.grid = tuple((lp.name, lp.extent) for lp in grid)
         self.inner = [lp for lp in self.nest.loops if lp.annotation != "parallel"]
+        self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
         self.body = to_buffers(inline_producers(self.task.body, wl, schedule.inlined))
 
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
-        return substitute(e, lambda n: self.values.get(n.arg[0]) if n.op in (Op.VAR, Op.RVAR) else None)
+
+        def value(n: Expr) -> Expr | None:
+            if n.op not in (Op.VAR, Op.RVAR) or n.arg[0] not in self.values:
+                return None
+            local = self.values[n.arg[0]]
+            return local + self.origin[n.arg[0]] if n.arg[0] in self.origin else local
+
+        return substitute(e, value)
 
     def nest_over(self, loops, stmt: Stmt) -> Stmt:
         names = {lp.name for lp in loops}
@@ -180,39 +215,139 @@ class _Lowering:
             return e
         return Expr(e.op, e.dtype, tuple(self.hoist(s, path, prelude, locals_) for s in e.src), e.arg)
 
+    def loop_buffer(self, loops: list, dtype: str, scope: str | None) -> tuple[Buffer, tuple[Expr, ...]]:
+        """A buffer with one element per iteration of `loops` (the accumulator, or the cache_write
+        buffer when `scope` is given), and its index."""
+        name = f"{self.name}_acc" if scope is None else f"{self.name}.{scope}"
+        shape = tuple(lp.extent for lp in loops) or (1,)
+        index = tuple(var(lp.name, lp.extent) for lp in loops) or (const(0, "int64"),)
+        return Buffer(name, shape, dtype, scope or LOCAL), index
+
     def lower(self) -> Stmt:
-        spatial = tuple(self.at_axes(a) for a in self.task.axes)
+        spatial = tuple(self.values[name] for name in self.task.loop_names)
         found = outermost_reductions(self.body)
         if len(found) != 1:  # no reduction, or several: stored directly, inner ones hoisted
-            return self.nest_over(self.inner, self.store(self.out, spatial, self.at_axes(self.body)))
+            if self.cache_scope is None:
+                return self.nest_over(self.inner, self.store(self.out, spatial, self.at_axes(self.body)))
+            cache, index = self.loop_buffer(self.inner, self.out.dtype, self.cache_scope)
+            compute = self.nest_over(self.inner, self.store(cache, index, self.at_axes(self.body)))
+            return Allocate(cache, block(compute, self.nest_over(self.inner, Store(self.out, spatial, cache[index]))))
         reduction, path = found[0]
         kind, rbody = reduction.arg, reduction.src[0]
         acc_dtype = accumulator_dtype(kind, reduction.dtype)
-        direct = self.body is reduction and acc_dtype == self.out.dtype
+        direct = self.body is reduction and acc_dtype == self.out.dtype and self.cache_scope is None
         spatial_loops = [lp for lp in self.inner if not lp.reduce]
         if direct:
             acc, acc_index = self.out, spatial
         else:
-            shape = tuple(lp.extent for lp in spatial_loops)
-            acc = Buffer(f"{self.name}_acc", shape or (1,), acc_dtype, LOCAL)
-            acc_index = tuple(var(lp.name, lp.extent) for lp in spatial_loops) or (const(0, "int64"),)
-        init = self.nest_over(spatial_loops, Store(acc, acc_index, _identity(kind, acc_dtype)))
-        update_store = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
-        if path is not None:  # the reduction is read only where its where-path holds
-            update_store = IfThen(self.at_axes(path), update_store)
-        update = self.nest_over(self.inner, update_store)
+            acc, acc_index = self.loop_buffer(spatial_loops, acc_dtype, self.cache_scope)
+        last = self.inner[-1] if self.inner else None
+        lane = last if last is not None and last.reduce and last.annotation == VECTORIZED else None
+        if lane is None:
+            init = self.nest_over(spatial_loops, Store(acc, acc_index, _identity(kind, acc_dtype)))
+            update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
+            stmts = [init, self.nest_over(self.inner, self._on_path(path, update))]
+        else:
+            stmts = self.lane_partials(kind, acc, acc_index, spatial_loops, lane, rbody, path)
         if direct:
-            return block(init, update)
+            return block(*stmts)
+        marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))  # kept apart from the axis rewrite
+        around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
         acc_value = cast(acc[acc_index], reduction.dtype)
-        epilogue_value = substitute(self.body, lambda n: acc_value if n is reduction else None)
-        epilogue = self.nest_over(spatial_loops, self.store(self.out, spatial, self.at_axes(epilogue_value)))
-        return Allocate(acc, block(init, update, epilogue))
+        epilogue_value = substitute(around, lambda n: acc_value if n is marker else None)
+        epilogue = self.nest_over(spatial_loops, self.store(self.out, spatial, epilogue_value))
+        return Allocate(acc, block(*stmts, epilogue))
+
+    def _on_path(self, path: Expr | None, stmt: Stmt) -> Stmt:
+        """The reduction is read only where its where-path holds."""
+        return stmt if path is None else IfThen(self.at_axes(path), stmt)
+
+    def lane_partials(self, kind: str, acc: Buffer, acc_index: tuple[Expr, ...], spatial_loops: list,
+                      lane, rbody: Expr, path: Expr | None) -> list[Stmt]:
+        """A vectorized reduction loop: one partial result per lane, folded into acc at the end.
+
+        The partials live in a local buffer indexed by the spatial loops and the
+        lane, so the update is a plain lane-wise vector statement.  This
+        reassociates the reduction (exact for max, min and integers).
+        """
+        loop_index = tuple(var(lp.name, lp.extent) for lp in spatial_loops)
+        lane_var = var(lane.name, lane.extent)
+        part = Buffer(f"{self.name}_lanes", (*(lp.extent for lp in spatial_loops), lane.extent), acc.dtype, LOCAL)
+        part_index = (*loop_index, lane_var)
+        init = self.nest_over([*spatial_loops, lane], Store(part, part_index, _identity(kind, acc.dtype)))
+        update = self.store(part, part_index, _combine(kind, part[part_index], self.at_axes(rbody)))
+        fold = block(Store(acc, acc_index, _identity(kind, acc.dtype)),
+                     For(lane.name, lane.extent, SERIAL, Store(acc, acc_index, _combine(kind, acc[acc_index],
+                                                                                         part[part_index]))))
+        body = block(init, self.nest_over(self.inner, self._on_path(path, update)), self.nest_over(spatial_loops, fold))
+        return [Allocate(part, body)]
+
+
+def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: Buffer) -> Stmt:
+    """Task `name` computed over a box of its domain into a local buffer (compute_at).
+
+    It runs its own schedule over the box's extents; its loops are renamed
+    `name.loop` so they cannot shadow the consumer's loops its box starts use.
+    """
+    task = wl.task(name)
+    assert isinstance(task, ComputeTask)
+    holders = {axis: var(f"@{name}.{axis}", size - extent + 1)
+               for axis, size, extent in zip(task.loop_names, task.tensor.shape, box.extents, strict=True)}
+    lowering = _Lowering(wl, schedule, name, region=(holders, buffer))
+    if lowering.grid:
+        consumer = schedule.compute_at_locations[name][0]
+        raise BuildError(f"task {name!r} is computed at {consumer!r}, so its parallel loops "
+                         f"{', '.join(g for g, _ in lowering.grid)} cannot form a task grid; drop parallel from it")
+    stmt = rename_loops(place(wl, schedule, name, lowering.lower(), ()), f"{name}.")
+    starts = {h.arg[0]: start for h, start in zip(holders.values(), box.starts, strict=True)}
+    return map_exprs(stmt, lambda e: substitute(e, lambda n: starts.get(n.arg[0]) if n.op is Op.VAR else None))
+
+
+def _copy_from(tensor: Buffer):
+    """The fill of a cache_read buffer: copy the box of the tensor."""
+
+    def fill(box: Box, local: Buffer) -> Stmt:
+        names = [f"{local.name}.i{d}" for d in range(len(box.extents))]
+        at = tuple(var(n, e) for n, e in zip(names, box.extents, strict=True))
+        stmt: Stmt = Store(local, at, tensor[tuple(start + v for start, v in zip(box.starts, at, strict=True))])
+        for n, e in reversed(list(zip(names, box.extents, strict=True))):
+            stmt = For(n, e, SERIAL, stmt)
+        return stmt
+
+    return fill
+
+
+def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tuple[tuple[str, int], ...]) -> Stmt:
+    """Stage the consumer's read caches, then the producers computed at its loops (placement.py).
+
+    Producers go in reverse topological order, so a producer computed at the
+    same loop as its own consumer covers that consumer's reads too.
+    """
+    stages = [(tensor, loop, f"{tensor}.{scope}", scope, None)
+              for task, tensor, scope, loop in schedule.cache_reads if task == consumer]
+    order = {t: n for n, t in enumerate(wl.tasks)}
+    producers = sorted(((p, loop) for p, (c, loop) in schedule.compute_at_locations.items() if c == consumer),
+                       key=lambda pl: -order[pl[0]])
+    stages += [(p, loop, p, LOCAL, p) for p, loop in producers]  # never stored, so the name is free
+    for tensor, loop, name, scope, producer in stages:
+        what = "cache_read" if producer is None else "compute_at"
+        if not global_reads(stmt, tensor):
+            raise BuildError(f"task {consumer!r} does not read {tensor!r}, neither itself nor through tasks inlined or "
+                             f"computed inside it, so {what} has nothing to place there")
+        buffer = buffer_of(wl.tensor(tensor))
+        fill = _copy_from(buffer) if producer is None else functools.partial(lower_region, wl, schedule, producer)
+        stmt = stage(stmt, loop, grid, buffer, name, scope, fill)
+        if global_reads(stmt, tensor, skip=name):
+            where = f"loop {loop}" if loop else "its task instances"
+            raise BuildError(f"task {consumer!r} reads {tensor!r} outside {where}, where {what} puts it; "
+                             "choose a loop that encloses every read")
+    return stmt
 
 
 def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     """The kernel of compute task `name` under `schedule` (grid loops become parameters)."""
     lowering = _Lowering(wl, schedule, name)
-    body = lowering.lower()
+    body = tidy(place(wl, schedule, name, lowering.lower(), lowering.grid))
     reads: dict[str, Buffer] = {}
     for s in walk_stmts(body):
         for e in stmt_exprs(s):

@@ -69,7 +69,9 @@ class Program:
     def source(self, task: str) -> str:
         """The lowered loop nest of a task as pseudo-code (grid loops first)."""
         if task not in self.kernels:
-            kind = "inlined into its consumers" if task in self.schedule.inlined else "opaque host code"
+            placed = self.schedule.compute_at_locations.get(task)
+            kind = ("inlined into its consumers" if task in self.schedule.inlined else
+                    f"computed inside {placed[0]!r} at loop {placed[1]}" if placed else "opaque host code")
             raise BuildError(f"task {task!r} has no kernel: it is {kind}")
         kernel = self.kernels[task]
         if not kernel.grid:
@@ -107,21 +109,25 @@ def _access_regions(kernel: Kernel, coords: tuple[int, ...]) -> tuple[dict[str, 
     return ({k: tuple(v) for k, v in reads.items()}, {k: tuple(v) for k, v in writes.items()})
 
 
-def _refuse_unlowered(schedule: Schedule) -> None:
-    """Steps that change code and are not lowered yet are refused, never ignored."""
-    if schedule.compute_at_locations:
-        task = next(iter(schedule.compute_at_locations))
-        raise BuildError(f"compute_at (task {task!r}) is not supported by lowering yet")
-    if schedule.cache_reads or schedule.cache_writes:
-        raise BuildError("cache_read / cache_write are not supported by lowering yet")
+def _check_unstored(wl: Workload, program_order: tuple[str, ...], kernels: dict[str, Kernel], placed: dict) -> None:
+    """A task computed at a consumer's loop is never stored: nothing else may read it."""
+    for name in program_order:
+        task = wl.task(name)
+        reads = [b.name for b in kernels[name].inputs] if name in kernels else [t.name for t in task.inputs]
+        for tensor in reads:
+            if tensor in placed:
+                consumer, loop = placed[tensor]
+                raise BuildError(f"task {name!r} reads {tensor!r}, which is computed at {consumer!r} loop {loop} "
+                                 "and never stored; compute it at the root or at a loop of each reader")
 
 
 def lower_program(wl: Workload, schedule: Schedule) -> Program:
-    """Kernels for every compute task that is not inlined, and the table of task instances."""
+    """Kernels for every compute task that is not inlined or computed at another, and the task table."""
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
-    _refuse_unlowered(schedule)
-    order = tuple(t for t in wl.tasks if t not in schedule.inlined)
+    placed = schedule.compute_at_locations
+    order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed)
     kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}
+    _check_unstored(wl, order, kernels, placed)
     return Program(wl, schedule, kernels, order)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import networkx as nx
+
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
 from ptowsp.workloads import Category
@@ -42,10 +44,14 @@ def _on_task(message: str, task: str) -> StepError:
 
 
 def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
-    """A loop that another task is computed at cannot disappear."""
+    """A loop that another task is computed at, or a cache is filled at, cannot disappear."""
     for producer, (consumer, loop) in s._compute_at.items():
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where {producer!r} is computed (compute_at); transform it first", task)
+    for consumer, tensor, _, loop in s._cache_reads:
+        if consumer == task and loop in removed:
+            raise _on_task(f"loop {loop} is where the cache of {tensor!r} is filled (cache_read); transform it first",
+                           task)
 
 
 def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> None:
@@ -101,6 +107,9 @@ def unroll(s: Schedule, step: st.Unroll) -> None:
 def parallel(s: Schedule, step: st.Parallel) -> None:
     if not step.loops:
         raise StepError("parallel needs at least one loop")
+    if step.task in s._compute_at:
+        raise _on_task(f"it is computed inside {s._compute_at[step.task][0]!r} (compute_at), so its loops cannot "
+                       "form a task grid", step.task)
     _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
 
 
@@ -124,6 +133,8 @@ def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
         raise _on_task(f"the opaque task {opaque[0]!r} reads it and needs it stored", task)
     if task in s._compute_at:
         raise _on_task("it is already placed by compute_at", task)
+    if task in s._cache_writes or any(t == task for t, *_ in s._cache_reads):
+        raise _on_task("it has cache_read / cache_write steps, which need its own loops", task)
     anchored = [p for p, (c, _) in s._compute_at.items() if c == task]
     if anchored:
         raise _on_task(f"{anchored[0]!r} is computed at one of its loops", task)
@@ -142,12 +153,17 @@ def compute_at(s: Schedule, step: st.ComputeAt) -> None:
         raise _on_task(f"computing it at {consumer!r} makes a compute_at cycle: {' -> '.join([task, *chain])}", task)
     if task in s.workload.outputs:
         raise _on_task("it is an output of the workload; outputs are computed at the root", task)
-    if consumer not in _consumers(s, task):
-        raise _on_task(f"{consumer!r} does not read it, so it cannot be computed inside {consumer!r}", task)
+    if consumer not in nx.descendants(s.workload.graph, task):
+        raise _on_task(f"{consumer!r} does not read it, directly or through other tasks, so it cannot be computed "
+                       f"inside {consumer!r}", task)
     if task in s._compute_at:
         raise _on_task(f"it is already computed at {s._compute_at[task]}", task)
     if step.loop not in nest.names:
         raise _on_task(f"{consumer!r} has no loop {step.loop!r}; its loops are {', '.join(nest.names)}", task)
+    grid = [lp.name for lp in s._nests[task].loops if lp.annotation == PARALLEL]
+    if grid:
+        raise _on_task(f"its loops {', '.join(grid)} are parallel (a task grid); a task computed inside another "
+                       "has no grid of its own", task)
     s._compute_at[task] = (consumer, step.loop)
 
 
@@ -162,9 +178,12 @@ def cache_read(s: Schedule, step: st.CacheRead) -> None:
     read = [t.name for t in s.workload.task(step.task).inputs]
     if step.tensor not in read:
         raise _on_task(f"it does not read {step.tensor!r}; it reads {', '.join(read) or 'nothing'}", step.task)
-    if any(t == step.task and n == step.tensor for t, n, _ in s._cache_reads):
+    if any(t == step.task and n == step.tensor for t, n, _, _ in s._cache_reads):
         raise _on_task(f"{step.tensor!r} is already cached", step.task)
-    s._cache_reads.append((step.task, step.tensor, step.scope))
+    loops = s._nests[step.task].names
+    if step.loop is not None and step.loop not in loops:
+        raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(loops)}", step.task)
+    s._cache_reads.append((step.task, step.tensor, step.scope, step.loop))
 
 
 def cache_write(s: Schedule, step: st.CacheWrite) -> None:

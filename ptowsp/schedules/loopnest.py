@@ -3,7 +3,9 @@
 A `LoopNest` is immutable; every transformation returns a new one, and
 `checked()` states the invariants every step must keep:
 
-- a vectorized loop is the innermost loop;
+- a vectorized loop is the innermost loop (on a reduction loop it computes
+  one partial result per lane, combined at the end: the schedule's explicit
+  permission to reassociate the reduction);
 - parallel loops are the outermost loops (they form the task grid);
 - a thread axis is bound once, and at most 1024 threads make a block.
 
@@ -131,9 +133,7 @@ class LoopNest:
         for name in names:
             loop = self.loop(name)
             self._require_serial(loop, annotation)
-            if loop.reduce and annotation == VECTORIZED:
-                raise StepError(f"{name} is a reduction loop; vectorizing it would reorder the sum")
-            if loop.reduce and annotation != UNROLLED:
+            if loop.reduce and annotation not in (UNROLLED, VECTORIZED):
                 raise StepError(f"{name} is a reduction loop; {annotation} iterations would race on the same outputs")
             if annotation == VECTORIZED and loop.extent > MAX_VECTOR_LANES:
                 raise StepError(f"{name} has extent {loop.extent}; split it to at most {MAX_VECTOR_LANES} lanes first")
@@ -141,6 +141,24 @@ class LoopNest:
                 raise StepError(f"{name} has extent {loop.extent}; unroll at most {MAX_UNROLL} iterations")
             marked.add(name)
         return self._with([replace(lp, annotation=annotation) if lp.name in marked else lp for lp in self.loops])
+
+    def with_root_extents(self, roots: dict[str, int]) -> LoopNest:
+        """The same splits, fusions, order and annotations over root loops of other extents.
+
+        A task computed at another task's loop runs its own schedule over the
+        region that loop needs, not over its whole domain.
+        """
+        extent = dict(roots)
+        relations: list[SplitRelation | FuseRelation] = []
+        for rel in self.relations:
+            if isinstance(rel, SplitRelation):
+                n = extent[rel.parent]
+                extent[rel.outer], extent[rel.inner] = math.ceil(n / rel.factor), min(rel.factor, n)
+                relations.append(replace(rel, parent_extent=n))
+            else:
+                extent[rel.fused] = extent[rel.outer] * extent[rel.inner]
+                relations.append(replace(rel, inner_extent=extent[rel.inner]))
+        return LoopNest(tuple(replace(lp, extent=extent[lp.name]) for lp in self.loops), tuple(relations))
 
     # -- invariants -------------------------------------------------------------------
     @staticmethod

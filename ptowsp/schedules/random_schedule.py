@@ -12,6 +12,7 @@ import random
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import SERIAL
 from ptowsp.schedules.schedule import Schedule
+from ptowsp.schedules.steps import SCOPES
 from ptowsp.workloads import Category, Workload
 
 
@@ -51,24 +52,84 @@ def _propose(s: Schedule, task: str, rng: random.Random) -> None:
         s.parallel(task, *nest.names[: rng.randint(1, 2)])
 
 
+def _entries(s: Schedule, task: str, host: str) -> set[str | None] | None:
+    """The loops of `host` at which reads of `task`'s result enter it (None: its own body),
+    or None when some read happens outside `host`."""
+    if task == host:
+        return {None}
+    if task in s.compute_at_locations:
+        consumer, loop = s.compute_at_locations[task]
+        return {loop} if consumer == host else _entries(s, consumer, host)
+    successors = list(s.workload.graph.successors(task))
+    if task not in s.inlined or not successors:
+        return None
+    found: set[str | None] = set()
+    for d in successors:
+        more = _entries(s, d, host)
+        if more is None:
+            return None
+        found |= more
+    return found
+
+
+def _place(s: Schedule, task: str, rng: random.Random, compute_at: bool) -> None:
+    """Maybe inline the task, or compute it in a consumer that holds all its reads: at the loop
+    where they enter it (the body's own reads sit inside every spatial loop)."""
+    wl = s.workload
+    if rng.random() < 0.2:
+        s.compute_inline(task)
+        return
+    successors = list(wl.graph.successors(task))
+    if not (compute_at and successors and rng.random() < 0.25):
+        return
+    anchors = {}
+    for host in wl.tasks:
+        if wl.category(host) is Category.OPAQUE or host in s.inlined:
+            continue
+        found: set[str | None] | None = set()
+        for d in successors:
+            more = _entries(s, d, host)
+            found = None if found is None or more is None else found | more
+        loops = None if found is None else found - {None}
+        if loops is not None and len(loops) <= 1:
+            anchors[host] = next(iter(loops)) if loops else rng.choice(s.spatial_loops(host))
+    if anchors:
+        host = rng.choice(sorted(anchors))
+        s.compute_at(task, host, anchors[host])
+
+
+def _cache(s: Schedule, task: str, rng: random.Random) -> None:
+    """Maybe read an input through a cache (per instance or per loop), or cache the result."""
+    read = [t.name for t in s.workload.task(task).inputs
+            if t.name not in s.inlined and t.name not in s.compute_at_locations]
+    if read and rng.random() < 0.15:
+        loop = rng.choice([None, *s.spatial_loops(task)])
+        s.cache_read(task, rng.choice(read), rng.choice(SCOPES), loop)
+    if rng.random() < 0.15:
+        s.cache_write(task, rng.choice(SCOPES))
+
+
 def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True) -> Schedule:
-    """A legal schedule of random loop steps, inlining and (when asked) compute_at choices."""
+    """A legal schedule of random placement (inline, compute_at), cache and loop steps.
+
+    Placement is decided consumers first, so a producer is only computed at a
+    task that already holds every read of it.
+    """
     rng = random.Random(seed)
     s = wl.schedule()
     computes = [t for t in wl.tasks if wl.category(t) is not Category.OPAQUE]
-    for task in computes:
-        consumers = list(wl.graph.successors(task))
+    for task in reversed(computes):
         try:
-            if rng.random() < 0.2:
-                s.compute_inline(task)
-            elif compute_at and consumers and rng.random() < 0.2:
-                consumer = rng.choice(consumers)
-                s.compute_at(task, consumer, rng.choice(s.loops(consumer)))
+            _place(s, task, rng, compute_at)
         except ScheduleError:
             pass
     for task in computes:
         if task in s.inlined:
             continue
+        try:
+            _cache(s, task, rng)
+        except ScheduleError:
+            pass
         for _ in range(rng.randint(0, steps_per_task)):
             try:
                 _propose(s, task, rng)

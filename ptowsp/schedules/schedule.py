@@ -25,6 +25,7 @@ from ptowsp.schedules.loopnest import LoopNest, StepError
 from ptowsp.te import Expr, outermost_reductions
 from ptowsp.workloads import ComputeTask, Workload
 
+
 def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
     """The reduce loops a task's nest exposes: those of its one outermost reduction.
 
@@ -51,7 +52,7 @@ class Schedule:
                 self._nests[name] = LoopNest.of(spatial, schedulable_reduce_axes(task.body))
         self._inlined: set[str] = set()
         self._compute_at: dict[str, tuple[str, str]] = {}
-        self._cache_reads: list[tuple[str, str, str]] = []
+        self._cache_reads: list[tuple[str, str, str, str | None]] = []  # task, tensor, scope, loop
         self._cache_writes: dict[str, str] = {}
         self._fused_tasks: list[tuple[str, str]] = []
         self._fuse_by_category = False
@@ -96,10 +97,13 @@ class Schedule:
         """Compute the part of `task` that one iteration of consumer's `loop` needs, inside it."""
         return self._make(st.ComputeAt, task=task, consumer=consumer, loop=loop)
 
-    def cache_read(self, task: str, tensor: str, scope: str) -> Schedule:
-        return self._make(st.CacheRead, task=task, tensor=tensor, scope=scope)
+    def cache_read(self, task: str, tensor: str, scope: str, loop: str | None = None) -> Schedule:
+        """Read `tensor` through a `scope` copy of the region one task instance (or one
+        iteration of `loop`) reads: TVM's cache_read placed by compute_at."""
+        return self._make(st.CacheRead, task=task, tensor=tensor, scope=scope, loop=loop)
 
     def cache_write(self, task: str, scope: str) -> Schedule:
+        """Compute one task instance's results into a `scope` buffer, then copy them out."""
         return self._make(st.CacheWrite, task=task, scope=scope)
 
     # -- graph and runtime steps ------------------------------------------------------
@@ -153,7 +157,8 @@ class Schedule:
         return dict(self._compute_at)
 
     @property
-    def cache_reads(self) -> list[tuple[str, str, str]]:
+    def cache_reads(self) -> list[tuple[str, str, str, str | None]]:
+        """(task, tensor, scope, loop or None for the whole task instance) per cache_read step."""
         return list(self._cache_reads)
 
     @property

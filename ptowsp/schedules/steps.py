@@ -103,6 +103,7 @@ class CacheRead(_Step):
     task: str
     tensor: str
     scope: str
+    loop: str | None = None
 
 
 class CacheWrite(_Step):

@@ -37,7 +37,7 @@ def main() -> int:
         for n in range(args.pairs):
             case, wl = workloads[n % len(workloads)]
             seed = args.seed + n // len(workloads)
-            schedule = random_schedule(wl, seed, compute_at=False)
+            schedule = random_schedule(wl, seed)
             inputs, expected = prepared[case.name]
             for target in targets:
                 problem = None

@@ -19,8 +19,8 @@ from llvmlite import ir
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_object, compile_object, target_machine
 from ptowsp.lower import Buffer, Kernel, Program, lower_program
-from ptowsp.te import Expr
 from ptowsp.schedules import Schedule
+from ptowsp.te import Expr
 from ptowsp.workloads.reference import run_opaque
 
 

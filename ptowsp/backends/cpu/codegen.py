@@ -23,6 +23,7 @@ import math
 from llvmlite import ir
 
 from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store
@@ -112,6 +113,7 @@ class KernelEmitter:
         self.lanes = 0  # > 0 inside a vectorized loop: every value is a vector of this many lanes
         self.lane_var: str | None = None
         self.store_mask: ir.Value | None = None  # lanes whose stores the enclosing guards allow
+        self.serial: list[For] = []  # the serial loops around the statement being emitted, outermost first
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
@@ -163,7 +165,9 @@ class KernelEmitter:
         self.b.cbranch(self.b.icmp_signed("<", index, ir.Constant(I64, s.extent)), body, done)
         self.b.position_at_end(body)
         self.env[s.var] = index
+        self.serial.append(s)
         self.stmt(s.body)
+        self.serial.pop()
         self.b.store(self.b.add(index, ir.Constant(I64, 1)), counter)
         self.b.branch(header)
         self.b.position_at_end(done)
@@ -270,6 +274,7 @@ class KernelEmitter:
         if _lane_stride(s.buffer, s.indices, self.lane_var) == 1:
             with self.scalar_mode():
                 pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
+            self.prefetch_stream(s.buffer, s.indices, pointer, write=True)
             if mask is None:
                 self.b.store(value, pointer, align=ITEMSIZE[s.buffer.dtype])
             else:
@@ -299,6 +304,7 @@ class KernelEmitter:
         if stride == 1:
             with self.scalar_mode():
                 pointer = self.vector_pointer(self.address(buf, e.src, None), memory)
+            self.prefetch_stream(buf, e.src, pointer, write=False)
             if mask is None:
                 raw = self.b.load(pointer, typ=memory, align=ITEMSIZE[e.dtype])
             else:
@@ -313,6 +319,15 @@ class KernelEmitter:
                                      source_etype=MEMORY[e.dtype])
                 raw = self.b.insert_element(raw, self.b.load(pointer, typ=MEMORY[e.dtype]), at)
         return self.b.icmp_unsigned("!=", raw, self.k(I8, 0)) if e.dtype == "bool" else raw
+
+    def prefetch_stream(self, buf: Buffer, indices: tuple[Expr, ...], pointer: ir.Value, write: bool) -> None:
+        """A prefetch ahead of a vector access that streams with the innermost serial loop (see streams)."""
+        if self.serial and pointer.type.is_opaque:
+            loop = self.serial[-1]
+            step = _lane_stride(buf, indices, loop.var)
+            ahead = prefetch_ahead(None if step is None else step * ITEMSIZE[buf.dtype], loop.extent)
+            if ahead is not None:
+                prefetch(self.b, self.module, pointer, ahead, write)
 
     def vector_pointer(self, pointer: ir.Value, vector: ir.Type) -> ir.Value:
         """Local buffers come from alloca as typed pointers; the vector access needs its own type."""

@@ -1,0 +1,77 @@
+"""Staging: fill a local buffer per iteration of an anchor loop, and read it instead of a tensor.
+
+One mechanism serves compute_at (the buffer is filled by computing the
+producer over the region, Halide's meaning) and cache_read (filled by copying
+the tensor, TVM's meaning).  At every occurrence of the anchor loop the body's
+reads of the tensor are gathered, their box inferred (regions.py), the buffer
+allocated and filled before the body, and the reads redirected to it:
+
+    for i in ...:                      for i in ...:
+      ... T[i, j] ...          ->        local T.local: [box extents]
+                                         <fill T.local over start(i) + box>
+                                         ... T.local[i - start(i), j] ...
+
+A computed-at producer's buffer keeps the producer's name (it is never stored
+globally, so nothing else in the kernel has that name); a read cache is
+named `tensor.scope`, as in TVM.
+
+An anchor that is a grid loop (or no loop: the whole task instance) stages
+around the kernel body; grid loops inside the anchor then count as inner
+loops over their whole extent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ptowsp.lower.ir import GLOBAL, Allocate, Buffer, For, Stmt, block, bound_loops, map_exprs, stmt_exprs
+from ptowsp.lower.regions import Box, read_box
+from ptowsp.te import Expr, Op, substitute, walk
+
+Fill = Callable[[Box, Buffer], Stmt]  # the statement that fills the buffer over the box
+
+
+def global_reads(s: Stmt, tensor: str, skip: str | None = None) -> list[Expr]:
+    """Every LOAD of the global tensor in a statement (outside allocations of buffer `skip`)."""
+    if isinstance(s, Allocate) and s.buffer.name == skip:
+        return []
+    here = [n for e in stmt_exprs(s) for n in walk(e)
+            if n.op is Op.LOAD and n.arg.name == tensor and n.arg.scope == GLOBAL]
+    return here + [n for c in s.children() for n in global_reads(c, tensor, skip)]
+
+
+def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, outer_grid: dict[str, int]) -> Stmt:
+    reads = global_reads(body, tensor.name)
+    if not reads:
+        return body  # this occurrence of the anchor does not read the tensor
+    box = read_box([r.src for r in reads], bound_loops(body) | outer_grid, tensor.shape)
+    local = Buffer(name, box.extents, tensor.dtype, scope)
+
+    def redirect(n: Expr) -> Expr | None:
+        if n.op is Op.LOAD and n.arg.name == tensor.name and n.arg.scope == GLOBAL:
+            return local[tuple(_minus(i, s) for i, s in zip(n.src, box.starts, strict=True))]
+        return None
+
+    return Allocate(local, block(fill(box, local), map_exprs(body, lambda e: substitute(e, redirect))))
+
+
+def _minus(index: Expr, start: Expr) -> Expr:
+    return index if start.op is Op.CONST and start.arg == 0 else index - start
+
+
+def stage(stmt: Stmt, anchor: str | None, grid: tuple[tuple[str, int], ...], tensor: Buffer, name: str,
+          scope: str, fill: Fill) -> Stmt:
+    """Stage `tensor` into buffer `name` at every occurrence of loop `anchor` (None: per task instance)."""
+    grid_names = [g for g, _ in grid]
+    if anchor is None or anchor in grid_names:
+        inside = grid[grid_names.index(anchor) + 1:] if anchor is not None else ()
+        return _stage_body(stmt, tensor, name, scope, fill, dict(inside))
+
+    def visit(s: Stmt) -> Stmt:
+        if isinstance(s, For) and s.var == anchor:
+            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, {}))
+        children = s.children()
+        return s.with_children([visit(c) for c in children])
+
+    return visit(stmt)
+

@@ -1,0 +1,119 @@
+"""Bounds inference: the box of a tensor that a loop body reads, as `start + [0, extent)`.
+
+A computed-at producer or a read cache holds, per iteration of its anchor
+loop, exactly the part of the tensor the loop's body reads.  The extent must
+be a constant (it sizes a buffer); the start may move with the loops outside
+the anchor.  Each index is split into `base(outer loops) + c + sum(coef *
+inner loop)`; accesses whose bases agree give one box, the extremes of the
+inner loops giving its extent.  Anything else (an inner loop under a division,
+bases that differ) falls back to numeric bounds over every loop, a constant
+box, which over-approximates but never misses an element.
+
+The box is then clamped into the tensor by shifting it inwards (Halide's
+ShiftInwards): an edge iteration computes a few elements it does not need
+rather than reading outside the producer's domain, and no extent varies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptowsp.te import Expr, Op, const, walk
+from ptowsp.te.bounds import interval
+from ptowsp.te.expr import binary
+
+
+@dataclass(frozen=True)
+class Box:
+    starts: tuple[Expr, ...]  # int64 expressions of the loops outside the anchor
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Affine:
+    base: Expr | None  # the part that only outer loops move (None: zero)
+    offset: int
+    coefs: tuple[tuple[str, int], ...]  # (inner loop, coefficient)
+
+
+def _plus(a: Expr | None, b: Expr | None, sign: int = 1) -> Expr | None:
+    if b is None:
+        return a
+    if a is None:
+        return b if sign > 0 else -b
+    return a + b if sign > 0 else a - b
+
+
+def _scaled(a: _Affine, k: int) -> _Affine:
+    base = None if a.base is None or k == 0 else (a.base if k == 1 else a.base * k)
+    return _Affine(base, a.offset * k, tuple((v, c * k) for v, c in a.coefs))
+
+
+def _merge(a: _Affine, b: _Affine, sign: int) -> _Affine:
+    coefs = dict(a.coefs)
+    for v, c in b.coefs:
+        coefs[v] = coefs.get(v, 0) + sign * c
+    return _Affine(_plus(a.base, b.base, sign), a.offset + sign * b.offset, tuple(sorted(coefs.items())))
+
+
+def _affine(e: Expr, inner: dict[str, int]) -> _Affine | None:
+    """e as base + offset + sum(coef * inner loop), or None when an inner loop enters non-linearly."""
+    if not any(n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner for n in walk(e)):
+        if e.op is Op.CONST:
+            return _Affine(None, int(e.arg), ())
+        return _Affine(e, 0, ())
+    if e.op in (Op.VAR, Op.RVAR):
+        return _Affine(None, 0, ((e.arg[0], 1),))
+    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
+        return _affine(e.src[0], inner)
+    if e.op is Op.NEG:
+        a = _affine(e.src[0], inner)
+        return None if a is None else _scaled(a, -1)
+    if e.op in (Op.ADD, Op.SUB):
+        a, b = _affine(e.src[0], inner), _affine(e.src[1], inner)
+        return None if a is None or b is None else _merge(a, b, 1 if e.op is Op.ADD else -1)
+    if e.op is Op.MUL:
+        for x, y in (e.src, e.src[::-1]):
+            if y.op is Op.CONST and not isinstance(y.arg, bool):
+                a = _affine(x, inner)
+                return None if a is None else _scaled(a, int(y.arg))
+    return None
+
+
+def _key(base: Expr | None) -> str:
+    return "" if base is None else str(base)
+
+
+def _dimension(indices: list[Expr], inner: dict[str, int], size: int) -> tuple[Expr, int]:
+    """(start, extent) of one dimension over all accesses, clamped into [0, size)."""
+    forms = [_affine(i, inner) for i in indices]
+    if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
+        lo = min(f.offset + sum(min(0, c * (inner[v] - 1)) for v, c in f.coefs) for f in forms)  # type: ignore
+        hi = max(f.offset + sum(max(0, c * (inner[v] - 1)) for v, c in f.coefs) for f in forms)  # type: ignore
+        base = forms[0].base  # type: ignore[union-attr]
+    else:  # numeric bounds over every loop, inner and outer
+        bounds = [interval(i) for i in indices]
+        known = [b for b in bounds if b is not None]
+        lo, hi = (min(b[0] for b in known), max(b[1] for b in known)) if len(known) == len(bounds) else (0, size - 1)
+        base = None
+    extent = max(1, min(hi - lo + 1, size))
+    start = _plus(base, const(lo, "int64")) if lo else (base if base is not None else const(0, "int64"))
+    return _shift_inwards(start, extent, size), extent
+
+
+def _shift_inwards(start: Expr, extent: int, size: int) -> Expr:
+    """clamp(start, 0, size - extent), each side dropped where the bounds of start already hold it."""
+    if start.op is Op.CONST:
+        return const(min(max(int(start.arg), 0), size - extent), "int64")
+    lo, hi = interval(start) or (-1, size)
+    if lo < 0:
+        start = binary(Op.MAX, start, const(0, "int64"))
+    if hi > size - extent:
+        start = binary(Op.MIN, start, const(size - extent, "int64"))
+    return start
+
+
+def read_box(accesses: list[tuple[Expr, ...]], inner: dict[str, int], shape: tuple[int, ...]) -> Box:
+    """The clamped box of a tensor that index tuples read while the `inner` loops run."""
+    dims = [_dimension([a[d] for a in accesses], inner, size) for d, size in enumerate(shape)]
+    return Box(tuple(s for s, _ in dims), tuple(e for _, e in dims))

@@ -1,0 +1,119 @@
+"""The last lowering pass: drop loops of extent 1, fold index arithmetic, bound unrolling.
+
+Splits, regions and staging leave indices like `k.outer * 16 + k.inner + i - i`
+and loops that run once.  Users read the lowered code, so it should say
+`k.outer * 16 + k.inner`; LLVM would fold it anyway, a printout would not.
+Only integer index arithmetic is rewritten, where wrapping two's-complement
+arithmetic makes these identities exact.
+
+Unrolled loops nest multiplicatively (an unrolled consumer loop around a
+producer computed at it, around the producer's own unrolled loops).  Past
+UNROLL_BUDGET expression nodes of straight-line code (a vectorized loop
+counting one node per 4 lanes), an unrolled loop stays
+a loop (innermost unrolls are kept, outer ones give way), and the printout
+shows it as one: compile time stays bounded and the results are the same.
+"""
+
+from __future__ import annotations
+
+from ptowsp.lower.ir import Allocate, Block, For, IfThen, Stmt, Store, map_exprs, stmt_exprs
+from ptowsp.te import Expr, Op, const, substitute, walk
+
+UNROLL_BUDGET = 4096  # expression nodes one unrolled loop may expand to
+
+
+def simplify_index(e: Expr) -> Expr:
+    """An int64 index as sum(coef * term) + constant: cancels `i - i`, drops `+ 0` and `* 1`."""
+    coefs: dict[str, int] = {}
+    atoms: dict[str, Expr] = {}
+    offset = 0
+
+    def collect(x: Expr, k: int) -> None:
+        nonlocal offset
+        if x.op is Op.CONST and not isinstance(x.arg, bool):
+            offset += k * int(x.arg)
+        elif x.op in (Op.ADD, Op.SUB):
+            collect(x.src[0], k)
+            collect(x.src[1], k if x.op is Op.ADD else -k)
+        elif x.op is Op.NEG:
+            collect(x.src[0], -k)
+        elif x.op is Op.MUL and x.src[1].op is Op.CONST and not isinstance(x.src[1].arg, bool):
+            collect(x.src[0], k * int(x.src[1].arg))
+        elif x.op is Op.MUL and x.src[0].op is Op.CONST and not isinstance(x.src[0].arg, bool):
+            collect(x.src[1], k * int(x.src[0].arg))
+        else:
+            atom = x if x.op in (Op.VAR, Op.RVAR) else Expr(x.op, x.dtype, tuple(_inner(s) for s in x.src), x.arg)
+            key = str(atom)
+            atoms.setdefault(key, atom)
+            coefs[key] = coefs.get(key, 0) + k
+
+    if e.dtype != "int64":
+        return e
+    collect(e, 1)
+    result: Expr | None = None
+    for key, coef in coefs.items():
+        if coef == 0:
+            continue
+        term = atoms[key] if abs(coef) == 1 else atoms[key] * abs(coef)
+        result = (term if coef > 0 else -term) if result is None else (result + term if coef > 0 else result - term)
+    if result is None:
+        return const(offset, "int64")
+    return result + offset if offset > 0 else (result - (-offset) if offset < 0 else result)
+
+
+def _inner(x: Expr) -> Expr:
+    return simplify_index(x) if x.dtype == "int64" else x
+
+
+_COMPARISONS = (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE)
+
+
+def _loads(e: Expr) -> Expr:
+    """Fold the indices of every load, and integer comparisons (the guards)."""
+
+    def fold(n: Expr) -> Expr | None:
+        if n.op is Op.LOAD or (n.op in _COMPARISONS and n.src[0].dtype == "int64"):
+            return Expr(n.op, n.dtype, tuple(simplify_index(i) for i in n.src), n.arg)
+        return None
+
+    return substitute(e, fold)
+
+
+def tidy(s: Stmt) -> Stmt:
+    """Drop unit loops, fold every load and store index, keep unrolling within budget."""
+    return _bound_unrolling(_tidy(s))[0]
+
+
+def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
+    """The statement with over-budget unrolled loops made serial, and its expanded size in nodes."""
+    kept = [_bound_unrolling(c) for c in s.children()]
+    size = sum(sum(1 for _ in walk(e)) for e in stmt_exprs(s)) + sum(n for _, n in kept)
+    s = s.with_children([c for c, _ in kept])
+    if isinstance(s, For) and s.kind == "vectorized":  # roughly one instruction per 4 lanes
+        return s, size * -(-s.extent // 4)
+    if isinstance(s, For) and s.kind == "unrolled":
+        if s.extent * size > UNROLL_BUDGET:
+            return For(s.var, s.extent, "serial", s.body), size
+        return s, s.extent * size
+    return s, size
+
+
+def _tidy(s: Stmt) -> Stmt:
+    """Drop unit loops (their variable becomes 0) and fold every load and store index."""
+    if isinstance(s, For) and s.extent == 1:
+        zero = const(0, "int64")
+        return _tidy(_with_value(s.body, s.var, zero))
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(simplify_index(_loads(i)) for i in s.indices), _loads(s.value))
+    if isinstance(s, IfThen):
+        return IfThen(_loads(s.cond), _tidy(s.then))
+    if isinstance(s, (For, Allocate, Block)):
+        return s.with_children([_tidy(c) for c in s.children()])
+    return s
+
+
+def _with_value(s: Stmt, name: str, value: Expr) -> Stmt:
+    def at(n: Expr) -> Expr | None:
+        return value if n.op in (Op.VAR, Op.RVAR) and n.arg[0] == name else None
+
+    return map_exprs(s, lambda e: substitute(e, at))
