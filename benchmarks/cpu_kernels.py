@@ -22,7 +22,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from timing import median_seconds  # noqa: E402
+from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
 from ptowsp.workloads import zoo  # noqa: E402
@@ -102,8 +102,8 @@ def main() -> None:
         expected = numpy_fn(inputs)
         scale = max(1.0, float(np.max(np.abs(expected))))
         ok = np.allclose(out, expected, rtol=1e-3, atol=1e-3 * scale)
-        theirs = median_seconds(lambda: numpy_fn(inputs), args.repeat)  # noqa: B023 - timed at once
-        ours = median_seconds(lambda: prog.run(**inputs), args.repeat)  # noqa: B023
+        theirs, ours = side_by_side([lambda: numpy_fn(inputs), lambda: prog.run(**inputs)],  # noqa: B023
+                                    args.repeat)
         rate = f"  {flops / ours / 1e9:.1f} vs {flops / theirs / 1e9:.1f} GFLOP/s" if flops else ""
         check = "" if ok else "  WRONG RESULT"
         print(f"{name:22} {theirs * 1e3:8.1f}ms {ours * 1e3:9.1f}ms {theirs / ours:8.2f}x {cold * 1e3:11.0f}ms "

@@ -159,8 +159,12 @@ def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
 
 
 def bound_loops(s: Stmt) -> dict[str, int]:
-    """Every loop variable a statement binds, with its extent."""
-    return {n.var: n.extent for n in walk_stmts(s) if isinstance(n, For)}
+    """Every loop variable a statement binds, with its largest extent (a name may recur)."""
+    extents: dict[str, int] = {}
+    for n in walk_stmts(s):
+        if isinstance(n, For):
+            extents[n.var] = max(n.extent, extents.get(n.var, 0))
+    return extents
 
 
 def rename_loops(s: Stmt, prefix: str) -> Stmt:

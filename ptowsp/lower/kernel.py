@@ -18,6 +18,8 @@ tile.  Non-dividing splits guard the innermost statement with `axis < extent`.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +44,7 @@ from ptowsp.lower.placement import global_reads, stage
 from ptowsp.lower.regions import Box
 from ptowsp.lower.tidy import tidy
 from ptowsp.schedules import LoopNest, Schedule
-from ptowsp.schedules.loopnest import SERIAL, VECTORIZED, FuseRelation, SplitRelation
+from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
 from ptowsp.te.expr import binary, unary, where
@@ -232,55 +234,112 @@ class _Lowering:
             cache, index = self.loop_buffer(self.inner, self.out.dtype, self.cache_scope)
             compute = self.nest_over(self.inner, self.store(cache, index, self.at_axes(self.body)))
             return Allocate(cache, block(compute, self.nest_over(self.inner, Store(self.out, spatial, cache[index]))))
-        reduction, path = found[0]
+        return self.lower_reduction(spatial, *found[0])
+
+    def lower_reduction(self, spatial: tuple[Expr, ...], reduction: Expr, path: Expr | None) -> Stmt:
+        """init / update / epilogue of `out = epilogue(reduce(body))`.
+
+        When every spatial loop encloses every reduction loop (and the result is
+        not cache-written per instance), the three share the spatial loops and
+        the accumulator is one element per iteration, a register for LLVM.
+        Otherwise each is a nest of its own over the spatial loops, and the
+        accumulator holds the instance's whole tile.
+        """
         kind, rbody = reduction.arg, reduction.src[0]
         acc_dtype = accumulator_dtype(kind, reduction.dtype)
-        direct = self.body is reduction and acc_dtype == self.out.dtype and self.cache_scope is None
         spatial_loops = [lp for lp in self.inner if not lp.reduce]
+        shared = self.cache_scope is None and all(not lp.reduce for lp in self.inner[: len(spatial_loops)])
+        per_tile = [] if shared else spatial_loops  # loops that index the accumulators and wrap each piece
+        piece = (lambda st: st) if shared else (lambda st: self.nest_over(spatial_loops, st))
+        reduce_loops = self.inner[len(spatial_loops):] if shared else self.inner
+        direct = self.body is reduction and acc_dtype == self.out.dtype and self.cache_scope is None
         if direct:
             acc, acc_index = self.out, spatial
         else:
-            acc, acc_index = self.loop_buffer(spatial_loops, acc_dtype, self.cache_scope)
+            acc, acc_index = self.loop_buffer(per_tile, acc_dtype, self.cache_scope)
+        identity = _identity(kind, acc_dtype)
         last = self.inner[-1] if self.inner else None
-        lane = last if last is not None and last.reduce and last.annotation == VECTORIZED else None
-        if lane is None:
-            init = self.nest_over(spatial_loops, Store(acc, acc_index, _identity(kind, acc_dtype)))
-            update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
-            stmts = [init, self.nest_over(self.inner, self._on_path(path, update))]
+        if last is not None and last.reduce and last.annotation == VECTORIZED:
+            stmt = self.lane_partials(kind, acc, acc_index, per_tile, piece, reduce_loops, rbody, path)
         else:
-            stmts = self.lane_partials(kind, acc, acc_index, spatial_loops, lane, rbody, path)
-        if direct:
-            return block(*stmts)
-        marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))  # kept apart from the axis rewrite
-        around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
-        acc_value = cast(acc[acc_index], reduction.dtype)
-        epilogue_value = substitute(around, lambda n: acc_value if n is marker else None)
-        epilogue = self.nest_over(spatial_loops, self.store(self.out, spatial, epilogue_value))
-        return Allocate(acc, block(*stmts, epilogue))
+            update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
+            stmt = block(piece(Store(acc, acc_index, identity)),
+                         self.nest_over(reduce_loops, self._on_path(path, update)))
+        if not direct:
+            marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))  # kept apart from the axis rewrite
+            around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
+            acc_value = cast(acc[acc_index], reduction.dtype)
+            epilogue_value = substitute(around, lambda n: acc_value if n is marker else None)
+            stmt = Allocate(acc, block(stmt, piece(self.store(self.out, spatial, epilogue_value))))
+        return self.nest_over(spatial_loops, stmt) if shared else stmt
 
     def _on_path(self, path: Expr | None, stmt: Stmt) -> Stmt:
         """The reduction is read only where its where-path holds."""
         return stmt if path is None else IfThen(self.at_axes(path), stmt)
 
-    def lane_partials(self, kind: str, acc: Buffer, acc_index: tuple[Expr, ...], spatial_loops: list,
-                      lane, rbody: Expr, path: Expr | None) -> list[Stmt]:
+    def lane_partials(self, kind: str, acc: Buffer, acc_index: tuple[Expr, ...], per_tile: list, piece,
+                      reduce_loops: list, rbody: Expr, path: Expr | None) -> Stmt:
         """A vectorized reduction loop: one partial result per lane, folded into acc at the end.
 
-        The partials live in a local buffer indexed by the spatial loops and the
-        lane, so the update is a plain lane-wise vector statement.  This
-        reassociates the reduction (exact for max, min and integers).
+        The partials live in a local buffer indexed by the lane (and by the
+        spatial loops when the accumulators hold a tile), so the update is a
+        plain lane-wise vector statement.  Unrolled reduction loops directly
+        around the vectorized one get partials of their own: independent
+        accumulators, so consecutive vector updates do not wait on each other.
+        This reassociates the reduction (exact for max, min and integers); all
+        partials start at the identity, so guarded lanes that never update
+        fold in harmlessly.
         """
-        loop_index = tuple(var(lp.name, lp.extent) for lp in spatial_loops)
-        lane_var = var(lane.name, lane.extent)
-        part = Buffer(f"{self.name}_lanes", (*(lp.extent for lp in spatial_loops), lane.extent), acc.dtype, LOCAL)
-        part_index = (*loop_index, lane_var)
-        init = self.nest_over([*spatial_loops, lane], Store(part, part_index, _identity(kind, acc.dtype)))
-        update = self.store(part, part_index, _combine(kind, part[part_index], self.at_axes(rbody)))
-        fold = block(Store(acc, acc_index, _identity(kind, acc.dtype)),
-                     For(lane.name, lane.extent, SERIAL, Store(acc, acc_index, _combine(kind, acc[acc_index],
-                                                                                         part[part_index]))))
-        body = block(init, self.nest_over(self.inner, self._on_path(path, update)), self.nest_over(spatial_loops, fold))
-        return [Allocate(part, body)]
+        position = len(self.inner) - 1
+        while position > 0 and self.inner[position - 1].reduce and self.inner[position - 1].annotation == UNROLLED:
+            position -= 1
+        partial_loops = self.inner[position:]
+        index = tuple(var(lp.name, lp.extent) for lp in [*per_tile, *partial_loops])
+        part = Buffer(f"{self.name}_lanes", tuple(lp.extent for lp in [*per_tile, *partial_loops]), acc.dtype, LOCAL)
+
+        def over_partials(stmt: Stmt, keep_kinds: bool) -> Stmt:  # no guards: every partial is folded
+            for lp in reversed(partial_loops):
+                stmt = For(lp.name, lp.extent, lp.annotation if keep_kinds else SERIAL, stmt)
+            return stmt
+
+        identity = _identity(kind, acc.dtype)
+        update = self.store(part, index, _combine(kind, part[index], self.at_axes(rbody)))
+        fold = _fold_tree(kind, part, index[: len(per_tile)], partial_loops, acc, acc_index) or block(
+            Store(acc, acc_index, identity),
+            over_partials(Store(acc, acc_index, _combine(kind, acc[acc_index], part[index])), False))
+        return Allocate(part, block(piece(over_partials(Store(part, index, identity), True)),
+                                    self.nest_over(reduce_loops, self._on_path(path, update)), piece(fold)))
+
+
+def _fold_tree(kind: str, part: Buffer, tile_index: tuple[Expr, ...], partial_loops: list, acc: Buffer,
+               acc_index: tuple[Expr, ...]) -> Stmt | None:
+    """Fold the partials into acc in few dependent steps: the unrolled copies into the first one
+    lane by lane, then its lanes pairwise, halving the width each step (all vector statements).
+
+    None when there are too many copies to list (the caller folds them one by one).
+    """
+    lane, copies = partial_loops[-1], [lp.extent for lp in partial_loops[:-1]]
+    if math.prod(copies) > 64:
+        return None
+    first = tuple(const(0, "int64") for _ in copies)
+
+    def at(copy: tuple[Expr, ...], offset: int, width: int) -> tuple[Expr, ...]:
+        v = var(lane.name, width)
+        return (*tile_index, *copy, v + offset if offset else v)
+
+    def combine_into_first(copy: tuple[Expr, ...], offset: int, width: int) -> Stmt:
+        into = at(first, 0, width)
+        return For(lane.name, width, VECTORIZED, Store(part, into, _combine(kind, part[into], part[at(copy, offset,
+                                                                                                       width)])))
+
+    steps = [combine_into_first(tuple(const(c, "int64") for c in combo), 0, lane.extent)
+             for combo in itertools.product(*(range(n) for n in copies)) if any(combo)]
+    width = lane.extent
+    while width > 1:
+        half = (width + 1) // 2
+        steps.append(combine_into_first(first, half, width - half))
+        width = half
+    return block(*steps, Store(acc, acc_index, part[(*tile_index, *first, const(0, "int64"))]))
 
 
 def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: Buffer) -> Stmt:

@@ -5,7 +5,7 @@ arrays in the kernel's order (inputs, then outputs).  The semantics follow the
 reference model exactly where numpy defines them:
 
 - `//` and `%` floor (integers: division by zero gives 0; floats: numpy's divmod);
-- maximum/minimum propagate NaN (llvm.maximum/minimum);
+- maximum/minimum propagate NaN and pick between equal zeros as numpy does;
 - float -> int casts saturate (NaN gives 0) instead of being undefined;
 - a float multiply feeding an add may be fused into one FMA (LLVM `contract`):
   one rounding instead of two, never a reordering of a reduction;
@@ -424,9 +424,11 @@ class KernelEmitter:
                 return emit(a, b, flags=("contract",))
             if op is Op.DIV:
                 return self.b.fdiv(a, b)
-            if op in (Op.MAX, Op.MIN, Op.POW):
-                name = {Op.MAX: "llvm.maximum", Op.MIN: "llvm.minimum", Op.POW: "llvm.pow"}[op]
-                return self.intrinsic(name, t, [a, b])
+            if op in (Op.MAX, Op.MIN):  # numpy's rule, `a` if NaN or ahead, else `b`: x86 max/min + one blend
+                ahead = self.b.fcmp_ordered(">" if op is Op.MAX else "<", a, b)
+                return self.b.select(self.b.fcmp_unordered("uno", a, a), a, self.b.select(ahead, a, b))
+            if op is Op.POW:
+                return self.intrinsic("llvm.pow", t, [a, b])
             if op in (Op.FLOORDIV, Op.MOD):
                 return self.float_divmod(a, b, t)[0 if op is Op.FLOORDIV else 1]
         else:
