@@ -38,13 +38,26 @@ def matmul_case(n: int):
     return wl, s, lambda p: p["A"] @ p["B"], 2.0 * n**3
 
 
+def row_reduction(s, task: str, cols: int, accumulators: int = 4, lanes: int = 16):
+    """A row reduction as `accumulators` independent 16-lane vector partials (vectorizing a
+    reduction loop is the schedule's permission to reassociate it)."""
+    if cols % (accumulators * lanes) == 0:
+        s.split(task, "k", accumulators * lanes).split(task, "k.inner", lanes)
+        s.unroll(task, "k.inner.outer").vectorize(task, "k.inner.inner")
+    return s
+
+
 def softmax_case(rows: int, cols: int):
+    """One pass per row with every intermediate in L1: max, exp and sum are computed at Y's row
+    loop (Halide's compute_at), so X is read from memory once and Y written once."""
     wl = zoo.softmax(rows, cols)
     s = wl.schedule()
-    for task in wl.tasks:
-        loops = s.loops(task)
-        if "j" in loops:
-            s.split(task, "j", 16).vectorize(task, "j.inner")
+    for task in ("Y_max", "Y_sum"):
+        row_reduction(s, task, cols)
+    for task in ("Y_exp", "Y"):
+        s.split(task, "j", 16).vectorize(task, "j.inner")
+    for task in ("Y_sum", "Y_exp", "Y_max"):
+        s.compute_at(task, "Y", "i")
 
     def numpy_softmax(p):  # the usual three passes with temporaries
         x = p["X"]
@@ -55,8 +68,11 @@ def softmax_case(rows: int, cols: int):
 
 
 def layernorm_case(rows: int, cols: int):
+    """mean and variance computed per row inside Y's row loop, as vector partial sums."""
     wl = zoo.layernorm(rows, cols)
     s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
+    for task in ("Y_var", "Y_mean"):
+        row_reduction(s, task, cols).compute_at(task, "Y", "i")
 
     def numpy_layernorm(p):
         x = p["X"]

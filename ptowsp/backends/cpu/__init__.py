@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+import itertools
 import time
 from collections.abc import Mapping
 
@@ -17,19 +19,20 @@ import numpy as np
 from llvmlite import ir
 
 from ptowsp.backends.cpu.codegen import KernelEmitter
-from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_object, compile_object, target_machine
-from ptowsp.lower import Buffer, Kernel, Program, lower_program
+from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine
+from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.schedules import Schedule
-from ptowsp.te import Expr
+from ptowsp.te import Expr, Tensor
+from ptowsp.workloads import ComputeTask
 from ptowsp.workloads.reference import run_opaque
 
 
 def _dump(node: object) -> str:
-    """A complete, process-independent text of a kernel part: every op, dtype and argument."""
+    """A complete, process-independent text of a compiler input: every op, dtype and argument."""
     if isinstance(node, Expr):
         return f"({node.op.name} {node.dtype} {_dump(node.arg)} {' '.join(_dump(s) for s in node.src)})"
-    if isinstance(node, Buffer):
-        return f"{node.name}:{node.dtype}{list(node.shape)}@{node.scope}"
+    if isinstance(node, (Buffer, Tensor)):  # a Tensor's owner is a process-local id: left out
+        return f"{node.name}:{node.dtype}{list(node.shape)}@{getattr(node, 'scope', 'global')}"
     if dataclasses.is_dataclass(node):
         return f"{type(node).__name__}[{' '.join(_dump(getattr(node, f.name)) for f in dataclasses.fields(node))}]"
     if isinstance(node, tuple):
@@ -37,50 +40,85 @@ def _dump(node: object) -> str:
     return repr(node)
 
 
-def describe(kernel: Kernel) -> str:
-    """Everything code generation reads from a kernel, as text (the cache key's input)."""
-    return _dump(kernel)
+def describe(schedule: Schedule) -> str:
+    """Everything compilation reads: the workload's tasks as written and the schedule's steps.
+
+    Opaque tasks run on the host, so only their interface enters.
+    """
+    wl = schedule.workload
+    tasks = [_dump(t) if isinstance(t, ComputeTask) else f"opaque {t.name} {_dump(t.inputs)} {_dump(t.outputs)}"
+             for t in map(wl.task, wl.tasks)]
+    return "\n".join([*tasks, f"outputs {wl.outputs}", schedule.to_json()])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """What running one kernel needs: its symbol, argument tensors in order, and grid."""
+
+    symbol: str
+    arguments: tuple[str, ...]  # inputs, then outputs
+    grid: tuple[int, ...]
 
 
 class CpuExecutable:
-    def __init__(self, program: Program):
-        self.program = program
+    """Compiled kernels plus the order to launch them; the lowered program is rebuilt only on demand
+    (a cached build needs just the manifest stored with the object code)."""
+
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
         start = time.perf_counter()
-        symbols = {name: f"ptowsp_{name}" for name in program.kernels}
-        key = cache_key("\n".join(describe(k) for k in program.kernels.values()))
-        data = cached_object(key)
-        self.from_cache = data is not None
+        key = cache_key(describe(schedule))
+        cached = cached_build(key)
+        self.from_cache = cached is not None
         self.module_text = ""  # the LLVM IR, when it was generated (not on a cache hit)
-        if data is None:
-            module = ir.Module(name=program.workload.name)
-            for name, kernel in program.kernels.items():
-                KernelEmitter(module, kernel, symbols[name]).emit()
-            self.module_text = str(module)
-            data = compile_object(module, key)
+        if cached is None:
+            data, manifest = self._compile(key)
+        else:
+            data, manifest = cached
         self._object = LoadedObject(data)
+        self.order: tuple[str, ...] = tuple(manifest["order"])
+        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(e["grid"]))
+                        for task, e in manifest["kernels"].items()}
         self.functions = {}
-        for name, kernel in program.kernels.items():
-            arity = len(kernel.inputs) + len(kernel.outputs)
-            signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * arity), *([ctypes.c_int64] * len(kernel.grid)))
-            self.functions[name] = signature(self._object.address(symbols[name]))
+        for task, entry in self.entries.items():
+            signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(entry.arguments)),
+                                         *([ctypes.c_int64] * len(entry.grid)))
+            self.functions[task] = signature(self._object.address(entry.symbol))
         self.compile_seconds = time.perf_counter() - start
 
+    @functools.cached_property
+    def program(self) -> Program:
+        return lower_program(self.schedule.workload, self.schedule)
+
+    def _compile(self, key: str) -> tuple[bytes, dict]:
+        program = self.program
+        module = ir.Module(name=program.workload.name)
+        kernels = {}
+        for name, kernel in program.kernels.items():
+            symbol = f"ptowsp_{name}"
+            KernelEmitter(module, kernel, symbol).emit()
+            kernels[name] = {"symbol": symbol, "arguments": [b.name for b in (*kernel.inputs, *kernel.outputs)],
+                             "grid": [extent for _, extent in kernel.grid]}
+        self.module_text = str(module)
+        manifest = {"order": list(program.order), "kernels": kernels}
+        return compile_object(module, key, manifest), manifest
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        wl = self.program.workload
+        wl = self.schedule.workload
         arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
-        for name in self.program.order:
+        for name in self.order:
             for t in wl.task(name).outputs:
                 arrays[t.name] = np.empty(t.shape, t.dtype)
-        pointers: dict[str, list[int]] = {}
-        for task, coords in self.program.launches():
-            kernel = self.program.kernels.get(task)
-            if kernel is None:  # an opaque task, on the host
-                results = run_opaque(wl.task(task), arrays)  # type: ignore[arg-type]
+        for name in self.order:
+            entry = self.entries.get(name)
+            if entry is None:  # an opaque task, on the host
+                results = run_opaque(wl.task(name), arrays)  # type: ignore[arg-type]
                 arrays.update({k: np.ascontiguousarray(v) for k, v in results.items()})
                 continue
-            if task not in pointers:  # arrays are fixed for the run: resolve once per kernel
-                pointers[task] = [arrays[b.name].ctypes.data for b in (*kernel.inputs, *kernel.outputs)]
-            self.functions[task](*pointers[task], *coords)
+            pointers = [arrays[a].ctypes.data for a in entry.arguments]  # arrays are fixed for the run
+            function = self.functions[name]
+            for coords in itertools.product(*(range(extent) for extent in entry.grid)):
+                function(*pointers, *coords)
         return {name: arrays[name] for name in wl.outputs}
 
 
@@ -95,4 +133,4 @@ class CpuBackend:
         return None
 
     def compile(self, schedule: Schedule) -> CpuExecutable:
-        return CpuExecutable(lower_program(schedule.workload, schedule))
+        return CpuExecutable(schedule)

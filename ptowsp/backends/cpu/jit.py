@@ -1,9 +1,10 @@
 """Compile LLVM modules for the host CPU, with an on-disk object cache.
 
 The host's real CPU name and features, opt level 3.  The optimised object
-code is cached under `~/.cache/ptowsp/cpu` (or $PTOWSP_CACHE_DIR), keyed by the
-lowered kernels, the CPU, the LLVM version and the code generator's own
-source, so a second build of the same kernels skips LLVM IR generation,
+code is cached under `~/.cache/ptowsp/cpu` (or $PTOWSP_CACHE_DIR) with a small
+manifest of its kernels, keyed by what was compiled (the workload and its
+schedule), the CPU, the LLVM version and the compiler's own source, so a
+second build of the same schedule skips lowering, LLVM IR generation,
 optimisation and code generation.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import pathlib
 import tempfile
@@ -42,27 +44,39 @@ def cache_dir() -> pathlib.Path:
 
 
 @functools.cache
-def _codegen_digest() -> str:
-    """Changes whenever the code generator changes, so stale objects are never reused."""
-    here = pathlib.Path(__file__).parent
-    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+def _compiler_digest() -> str:
+    """Changes whenever the compiler (lowering or code generation) changes, so stale objects are
+    never reused."""
+    package = pathlib.Path(__file__).parents[2]
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(package.rglob("*.py")))).hexdigest()
 
 
 def cache_key(description: str) -> str:
-    """Key for what is compiled: the lowered kernels as text, the host CPU, LLVM and the codegen."""
+    """Key for what is compiled: its description, the host CPU, LLVM and the compiler's source."""
     target_machine()  # initialises LLVM's native target
     parts = [description, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-             llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _codegen_digest()]
+             llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _compiler_digest()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def cached_object(key: str) -> bytes | None:
-    path = cache_dir() / f"{key}.o"
-    return path.read_bytes() if path.exists() else None
+def cached_build(key: str) -> tuple[bytes, dict] | None:
+    """The object code and manifest stored under key, if both are there."""
+    obj, manifest = cache_dir() / f"{key}.o", cache_dir() / f"{key}.json"
+    if not (obj.exists() and manifest.exists()):
+        return None
+    return obj.read_bytes(), json.loads(manifest.read_text())
 
 
-def compile_object(module: ir.Module, key: str) -> bytes:
-    """Optimise and compile the module for the host; store the object under `key`."""
+def _write_atomically(path: pathlib.Path, data: bytes) -> None:
+    """Readers never see a torn file: write aside, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, path)
+
+
+def compile_object(module: ir.Module, key: str, manifest: dict) -> bytes:
+    """Optimise and compile the module for the host; store the object and manifest under `key`."""
     module.triple = llvm.get_process_triple()
     tm = target_machine()
     parsed = llvm.parse_assembly(str(module))
@@ -73,11 +87,8 @@ def compile_object(module: ir.Module, key: str) -> bytes:
     builder = llvm.create_pass_builder(tm, options)
     builder.getModulePassManager().run(parsed, builder)
     data = tm.emit_object(parsed)
-    path = cache_dir() / f"{key}.o"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:  # atomic: never a torn file
-        tmp.write(data)
-    os.replace(tmp.name, path)
+    _write_atomically(cache_dir() / f"{key}.o", data)
+    _write_atomically(cache_dir() / f"{key}.json", json.dumps(manifest).encode())  # last: marks it complete
     return data
 
 
