@@ -19,3 +19,12 @@ def test_page_runs(page, capsys):
     code = python_blocks(ROOT / page)
     assert code.strip()
     exec(compile(code, page, "exec"), {"__name__": "__docs__"})
+
+
+def test_schedule_page_printouts_are_what_lowering_prints():
+    from tests.doc_printouts import PAGE, printouts
+
+    pairs = printouts(PAGE.read_text())
+    assert len(pairs) >= 12
+    for shown, written in pairs:
+        assert written == shown, "docs/schedules.md is stale: run .venv/bin/python -m tests.doc_printouts --write"
