@@ -52,20 +52,20 @@ def _propose(s: Schedule, task: str, rng: random.Random) -> None:
         s.parallel(task, *nest.names[: rng.randint(1, 2)])
 
 
-def _entries(s: Schedule, task: str, host: str) -> set[str | None] | None:
+def read_entries(s: Schedule, task: str, host: str) -> set[str | None] | None:
     """The loops of `host` at which reads of `task`'s result enter it (None: its own body),
     or None when some read happens outside `host`."""
     if task == host:
         return {None}
     if task in s.compute_at_locations:
         consumer, loop = s.compute_at_locations[task]
-        return {loop} if consumer == host else _entries(s, consumer, host)
+        return {loop} if consumer == host else read_entries(s, consumer, host)
     successors = list(s.workload.graph.successors(task))
     if task not in s.inlined or not successors:
         return None
     found: set[str | None] = set()
     for d in successors:
-        more = _entries(s, d, host)
+        more = read_entries(s, d, host)
         if more is None:
             return None
         found |= more
@@ -88,7 +88,7 @@ def _place(s: Schedule, task: str, rng: random.Random, compute_at: bool) -> None
             continue
         found: set[str | None] | None = set()
         for d in successors:
-            more = _entries(s, d, host)
+            more = read_entries(s, d, host)
             found = None if found is None or more is None else found | more
         loops = None if found is None else found - {None}
         if loops is not None and len(loops) <= 1:

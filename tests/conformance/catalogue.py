@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ptowsp as pw
+from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import zoo
 from tests.conformance.edge_cases import EDGE_CASES
 
@@ -145,4 +146,34 @@ def hand_schedule(wl: pw.Workload) -> pw.Schedule:
                 s.parallel(task, s.loops(task)[0])
         except pw.ScheduleError:
             pass  # a shape this heuristic does not fit keeps its earlier steps
+    return s
+
+
+def fused_schedule(wl: pw.Workload) -> pw.Schedule:
+    """Every producer computed inside the latest task that holds all its reads (at the loop where
+    they enter it, else its outermost spatial loop), and innermost reduction loops vectorized as
+    two 8-lane partials: compute_at, staging and partial reductions on every workload."""
+    s = wl.schedule()
+    computes = [t for t in wl.tasks if wl.category(t) is not pw.Category.OPAQUE]
+    for task in reversed(computes):
+        successors = list(wl.graph.successors(task))
+        if task in wl.outputs or not successors:
+            continue
+        for host in reversed(computes):
+            found = [read_entries(s, d, host) for d in successors]
+            if host in s.inlined or any(f is None for f in found):
+                continue
+            loops = set().union(*found) - {None}
+            if len(loops) <= 1:
+                try:
+                    s.compute_at(task, host, next(iter(loops)) if loops else s.spatial_loops(host)[0])
+                    break
+                except pw.ScheduleError:
+                    pass
+    for task in computes:
+        reduce = s.reduce_loops(task) if task not in s.inlined else []
+        if reduce and s.loops(task)[-1] == reduce[-1] and s.nest(task).loop(reduce[-1]).extent >= 16:
+            last = reduce[-1]
+            s.split(task, last, 16).split(task, f"{last}.inner", 8)
+            s.unroll(task, f"{last}.inner.outer").vectorize(task, f"{last}.inner.inner")
     return s

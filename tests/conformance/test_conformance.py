@@ -1,7 +1,8 @@
 """Conformance: every registered target against pw.reference, and the reference against numpy.
 
-Each catalogue workload runs under its default schedule, a hand schedule and
-seeded random legal schedules on every compiled target of this machine.  The
+Each catalogue workload runs under its default schedule, a hand schedule, a
+fused schedule (compute_at everywhere, vector partial reductions) and seeded
+random legal schedules on every compiled target of this machine.  The
 numpy target ignores loop steps, so it runs the default schedule only.
 `make fuzz` runs the same comparison over thousands of random schedules.
 """
@@ -13,7 +14,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.schedules.random_schedule import random_schedule
-from tests.conformance.catalogue import CASES, hand_schedule, random_inputs
+from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
 
 RANDOM_SCHEDULES = 8
 COMPILED = [t for t in pw.targets() if t != "numpy"]
@@ -28,14 +29,13 @@ def assert_close(got: dict, expected: dict, wl: pw.Workload, rtol: float, contex
 
 
 def schedules_for(wl: pw.Workload) -> list[pw.Schedule]:
-    # compute_at is not lowered yet: compiled targets refuse it with BuildError (tests/lower)
     randoms = [random_schedule(wl, seed) for seed in range(RANDOM_SCHEDULES)]
-    return [wl.schedule(), hand_schedule(wl), *randoms]
+    return [wl.schedule(), hand_schedule(wl), fused_schedule(wl), *randoms]
 
 
 def test_catalogue_size():
     assert len(CASES) >= 30
-    assert len(CASES) * (2 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
+    assert len(CASES) * (3 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
