@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from ptowsp.te import Expr, Op, substitute
 
@@ -42,12 +43,14 @@ def var(name: str, extent: int) -> Expr:
 class Stmt:
     """Base of statements."""
 
+    body_field: ClassVar[str | None] = None  # the field holding the one child statement, if any
+
     def children(self) -> tuple[Stmt, ...]:
-        return ()
+        return () if self.body_field is None else (getattr(self, self.body_field),)
 
     def with_children(self, children: list[Stmt]) -> Stmt:
         """The same statement over new children (in `children()` order)."""
-        return self
+        return self if self.body_field is None else replace(self, **{self.body_field: children[0]})
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,7 @@ class For(Stmt):
     kind: str
     body: Stmt
 
-    def children(self) -> tuple[Stmt, ...]:
-        return (self.body,)
-
-    def with_children(self, children: list[Stmt]) -> Stmt:
-        return replace(self, body=children[0])
+    body_field: ClassVar[str | None] = "body"
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,7 @@ class IfThen(Stmt):
     cond: Expr
     then: Stmt
 
-    def children(self) -> tuple[Stmt, ...]:
-        return (self.then,)
-
-    def with_children(self, children: list[Stmt]) -> Stmt:
-        return replace(self, then=children[0])
+    body_field: ClassVar[str | None] = "then"
 
 
 @dataclass(frozen=True)
@@ -94,11 +89,7 @@ class Allocate(Stmt):
     buffer: Buffer
     body: Stmt
 
-    def children(self) -> tuple[Stmt, ...]:
-        return (self.body,)
-
-    def with_children(self, children: list[Stmt]) -> Stmt:
-        return replace(self, body=children[0])
+    body_field: ClassVar[str | None] = "body"
 
 
 @dataclass(frozen=True)

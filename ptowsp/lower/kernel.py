@@ -4,15 +4,19 @@ The pipeline, one pass per line (`lower_task`):
 
     body = inline_producers(body)      # compute_inline: substitute producers' expressions
     axis = axis_values(nest)           # original loop variables from split/fuse relations
-    stmt = reduction_nests(...)        # Halide-style init / update / epilogue nests
-    stmt = hoist_inner_reductions(...) # reductions inside expressions become scalar loops
+    stmt = lower_reduction(...)        # Halide-style init / update / epilogue
+    stmt = hoist(...)                  # reductions inside expressions become scalar loops
+    stmt = place(...)                  # read caches and computed-at producers (placement.py)
+    stmt = tidy(stmt)                  # unit loops, index folding, unroll budget (tidy.py)
 
-A reduction `out = epilogue(sum(body, axes))` lowers to three nests that share
-the task's grid loops: init the accumulator, update it over every loop, then
-store epilogue(accumulator).  The accumulator is the output itself when the
-epilogue is the identity and the dtypes agree; otherwise a local buffer
-indexed by the task's non-grid spatial loops, so each task instance owns its
-tile.  Non-dividing splits guard the innermost statement with `axis < extent`.
+A reduction `out = epilogue(sum(body, axes))` lowers to init, update and
+epilogue.  When every spatial loop encloses every reduction loop they share
+those loops and the accumulator is one element per iteration; otherwise each
+is a nest of its own and the accumulator is a local buffer indexed by the
+task's non-grid spatial loops, so each task instance owns its tile.  The
+accumulator is the output itself when the epilogue is the identity and the
+dtypes agree.  Non-dividing splits guard the innermost statement with
+`axis < extent`.
 """
 
 from __future__ import annotations

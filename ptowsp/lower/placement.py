@@ -49,14 +49,10 @@ def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, o
 
     def redirect(n: Expr) -> Expr | None:
         if n.op is Op.LOAD and n.arg.name == tensor.name and n.arg.scope == GLOBAL:
-            return local[tuple(_minus(i, s) for i, s in zip(n.src, box.starts, strict=True))]
+            return local[tuple(i - s for i, s in zip(n.src, box.starts, strict=True))]  # tidy folds i - 0
         return None
 
     return Allocate(local, block(fill(box, local), map_exprs(body, lambda e: substitute(e, redirect))))
-
-
-def _minus(index: Expr, start: Expr) -> Expr:
-    return index if start.op is Op.CONST and start.arg == 0 else index - start
 
 
 def stage(stmt: Stmt, anchor: str | None, grid: tuple[tuple[str, int], ...], tensor: Buffer, name: str,
