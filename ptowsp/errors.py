@@ -43,3 +43,7 @@ class TaskError(PtowspError, RuntimeError):
 
 class DeadlockError(PtowspError, RuntimeError):
     """Every live virtual thread is blocked: lists them and what they wait on."""
+
+
+class RunTimeout(PtowspError, TimeoutError):
+    """A run passed its `timeout=`; every virtual thread was cancelled first."""

@@ -14,12 +14,15 @@ from typing import Protocol
 import numpy as np
 
 from ptowsp.errors import BuildError
+from ptowsp.runtime import Options, TaskTable, Trace
 from ptowsp.schedules import Schedule
 
 
 class Executable(Protocol):
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on validated, read-only inputs; return the workload's outputs."""
+    table: TaskTable  # every task instance with its regions, in launch order
+
+    def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+        """Run on validated, read-only inputs through the runtime; the workload's outputs and the trace."""
         ...
 
 

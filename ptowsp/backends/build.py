@@ -3,33 +3,51 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
 from ptowsp.backends.base import Executable, backend
 from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
+from ptowsp.runtime import Options, Trace, worker_classes
+from ptowsp.runtime.dispatch import Policy
+from ptowsp.runtime.executor import DEFAULT_WINDOW
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload, validate_inputs
 
 
 class Built:
-    """A workload compiled for one target: call `run(**inputs)` (or the object itself)."""
+    """A workload compiled for one target: call `run(**inputs)` (or the object itself).
 
-    def __init__(self, schedule: Schedule, target: str, executable: Executable):
+    Every run goes through the runtime and leaves its Trace in `trace`.
+    """
+
+    def __init__(self, schedule: Schedule, target: str, executable: Executable, options: Options):
         self.schedule = schedule
         self.workload = schedule.workload
         self.target = target
+        self.options = options
         self._executable = executable
+        self.trace: Trace | None = None
+        _check_affinity_key(options.policy, executable)
 
     @functools.cached_property
     def program(self) -> Program:
         """The lowered program (kernels and task table); the numpy target lowers only when asked."""
         return getattr(self._executable, "program", None) or lower_program(self.workload, self.schedule)
 
-    def run(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-        """Validate inputs (InputError), run, and return {output name: new array}."""
-        return self._executable.run(validate_inputs(self.workload, inputs))
+    def run(self, timeout: float | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        """Validate inputs (InputError), run, and return {output name: new array}.
+
+        `timeout` (seconds) stops the run with RunTimeout; a workload input named
+        "timeout" is passed as an input instead.
+        """
+        if "timeout" in self.workload.inputs and timeout is not None:
+            inputs["timeout"], timeout = timeout, None  # type: ignore[assignment]
+        options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
+        outputs, self.trace = self._executable.run(validate_inputs(self.workload, inputs), options)
+        return outputs
 
     __call__ = run
 
@@ -38,15 +56,37 @@ class Built:
         return self.program.source(task)
 
     def __repr__(self) -> str:
-        return f"Built({self.workload.name!r}, target={self.target!r})"
+        return f"Built({self.workload.name!r}, target={self.target!r}, workers={len(self.options.workers)})"
 
 
-def build(what: Workload | Schedule, target: str = "numpy") -> Built:
-    """Compile a schedule (or a workload with its default schedule) for a target."""
+def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:
+    if isinstance(policy, str) or not policy.key:
+        return
+    grids = {loop for inst in executable.table.instances for loop in inst.grid}
+    missing = [k for k in policy.key if k not in grids]
+    if missing:
+        raise BuildError(f"dispatch affinity key {missing[0]!r} is not a grid (parallel) loop of any task; "
+                         f"grid loops: {', '.join(sorted(grids)) or '(none)'}")
+
+
+def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Sequence[str | None] | None = None,
+          window: int = DEFAULT_WINDOW) -> Built:
+    """Compile a schedule (or a workload with its default schedule) for a target.
+
+    `workers`: how many worker threads (default: one per CPU core), or one core class
+    per worker (None runs any task; `bind(task, core=...)` restricts a task to its
+    class).  `window`: how many task instances the orchestrator keeps in flight.
+    """
     if isinstance(what, Workload):
         schedule = what.schedule()
     elif isinstance(what, Schedule):
         schedule = what
     else:
         raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
-    return Built(schedule, target, backend(target).compile(schedule))
+    if not isinstance(window, int) or window < 1:
+        raise BuildError(f"window must be an integer >= 1, got {window!r}")
+    step = schedule.dispatch_policy
+    policy = Policy(step.policy, None if step.key is None else tuple(step.key))
+    options = Options(workers=worker_classes(workers), policy=policy, window=window,
+                      prefetch=schedule.prefetch_depth, title=f"ptowsp {schedule.workload.name} on {target}")
+    return Built(schedule, target, backend(target).compile(schedule), options)

@@ -1,8 +1,8 @@
 """Lower a whole workload: one kernel per compute task plus the task table.
 
 The task table lists every task instance (a kernel and its grid coordinates)
-with the region of each tensor it reads and writes: the interval of every
-index over the instance's inner loops, clamped to the tensor.  Regions
+with the region of each tensor it reads and writes (access.py: bounds
+inference over the instance's inner loops, clamped to the tensor).  Regions
 over-approximate (guards are ignored), which keeps dependencies safe: a task
 waits for every task whose written region overlaps one of its read regions.
 """
@@ -15,12 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ptowsp.errors import BuildError
-from ptowsp.lower.ir import GLOBAL, Store, stmt_exprs, walk_stmts
+from ptowsp.lower.access import KernelAccess, kernel_access
 from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
-from ptowsp.te import Expr, Op, const, substitute, walk
-from ptowsp.te.bounds import interval
 from ptowsp.workloads import ComputeTask, Workload
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -62,9 +60,14 @@ class Program:
                 reads = tuple((t.name, _whole(t)) for t in task.inputs)
                 table.append(TaskInstance(name, (), reads, tuple((t.name, _whole(t)) for t in task.outputs)))
             else:
-                reads, writes = _access_regions(kernel, coords)
-                table.append(TaskInstance(name, coords, tuple(reads.items()), tuple(writes.items())))
+                reads, writes = self.access[name].regions(*coords)
+                table.append(TaskInstance(name, coords, reads, writes))
         return tuple(table)
+
+    @functools.cached_property
+    def access(self) -> dict[str, KernelAccess]:
+        """Per kernel: the boxes an instance reads and writes (functions of its grid coordinates), its flops."""
+        return {name: kernel_access(kernel) for name, kernel in self.kernels.items()}
 
     def source(self, task: str) -> str:
         """The lowered loop nest of a task as pseudo-code (grid loops first)."""
@@ -82,31 +85,6 @@ class Program:
 
 def _whole(tensor) -> Region:
     return tuple((0, n) for n in tensor.shape)
-
-
-def _access_regions(kernel: Kernel, coords: tuple[int, ...]) -> tuple[dict[str, Region], dict[str, Region]]:
-    """Bounding boxes of the global reads and writes of one instance."""
-    fixed = {name: const(c, "int64") for (name, _), c in zip(kernel.grid, coords, strict=True)}
-    reads: dict[str, list[tuple[int, int]]] = {}
-    writes: dict[str, list[tuple[int, int]]] = {}
-
-    def widen(table: dict[str, list[tuple[int, int]]], buffer, indices: tuple[Expr, ...]) -> None:
-        box = []
-        for index, size in zip(indices, buffer.shape, strict=True):
-            bounds = interval(substitute(index, lambda n: fixed.get(n.arg[0]) if n.op is Op.VAR else None))
-            lo, hi = (0, size - 1) if bounds is None else bounds
-            box.append((max(0, lo), min(size, hi + 1)))
-        old = table.get(buffer.name)
-        table[buffer.name] = box if old is None else [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(old, box)]
-
-    for s in walk_stmts(kernel.body):
-        if isinstance(s, Store) and s.buffer.scope == GLOBAL:
-            widen(writes, s.buffer, s.indices)
-        for e in stmt_exprs(s):
-            for n in walk(e):
-                if n.op is Op.LOAD and n.arg.scope == GLOBAL and n.arg.name not in writes:
-                    widen(reads, n.arg, n.src)
-    return ({k: tuple(v) for k, v in reads.items()}, {k: tuple(v) for k, v in writes.items()})
 
 
 def _check_unstored(wl: Workload, program_order: tuple[str, ...], kernels: dict[str, Kernel], placed: dict) -> None:

@@ -84,8 +84,8 @@ def _key(base: Expr | None) -> str:
     return "" if base is None else str(base)
 
 
-def _dimension(indices: list[Expr], inner: dict[str, int], size: int) -> tuple[Expr, int]:
-    """(start, extent) of one dimension over all accesses, clamped into [0, size)."""
+def _dimension(indices: list[Expr], inner: dict[str, int], size: int, shift: bool) -> tuple[Expr, int]:
+    """(start, extent) of one dimension over all accesses, shifted into [0, size) when `shift`."""
     forms = [_affine(i, inner) for i in indices]
     if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
         lo = min(f.offset + sum(min(0, c * (inner[v] - 1)) for v, c in f.coefs) for f in forms)  # type: ignore
@@ -98,7 +98,7 @@ def _dimension(indices: list[Expr], inner: dict[str, int], size: int) -> tuple[E
         base = None
     extent = max(1, min(hi - lo + 1, size))
     start = _plus(base, const(lo, "int64")) if lo else (base if base is not None else const(0, "int64"))
-    return _shift_inwards(start, extent, size), extent
+    return (_shift_inwards(start, extent, size) if shift else start), extent
 
 
 def _shift_inwards(start: Expr, extent: int, size: int) -> Expr:
@@ -113,7 +113,9 @@ def _shift_inwards(start: Expr, extent: int, size: int) -> Expr:
     return start
 
 
-def read_box(accesses: list[tuple[Expr, ...]], inner: dict[str, int], shape: tuple[int, ...]) -> Box:
-    """The clamped box of a tensor that index tuples read while the `inner` loops run."""
-    dims = [_dimension([a[d] for a in accesses], inner, size) for d, size in enumerate(shape)]
+def read_box(accesses: list[tuple[Expr, ...]], inner: dict[str, int], shape: tuple[int, ...],
+             shift: bool = True) -> Box:
+    """The box of a tensor that index tuples read while the `inner` loops run, shifted into the
+    tensor (constant extent; for buffers) or, with shift=False, left for the caller to clip."""
+    dims = [_dimension([a[d] for a in accesses], inner, size, shift) for d, size in enumerate(shape)]
     return Box(tuple(s for s, _ in dims), tuple(e for _, e in dims))

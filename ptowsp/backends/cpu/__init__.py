@@ -1,9 +1,9 @@
 """The `cpu` target: kernels compiled to native code with llvmlite, called through ctypes.
 
-ctypes releases the GIL during each call, so kernels can run in parallel
-once the runtime drives them from several threads.  Until then the task
-table runs here in a plain loop on one thread (`CpuExecutable.run`): the
-seam the runtime replaces.
+ctypes releases the GIL during each call, so the runtime's worker threads
+run kernels in parallel.  The manifest stored with the object code holds,
+per kernel, its symbol, arguments, grid and access boxes, so a cached build
+makes the task table without lowering again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from llvmlite import ir
 
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine
+from ptowsp.backends.host import host_instance
 from ptowsp.lower import Buffer, Program, lower_program
+from ptowsp.lower.access import KernelAccess
+from ptowsp.runtime import Instance, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.te import Expr, Tensor
 from ptowsp.workloads import ComputeTask
@@ -53,11 +56,12 @@ def describe(schedule: Schedule) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-    """What running one kernel needs: its symbol, argument tensors in order, and grid."""
+    """What running one kernel needs: its symbol, argument tensors in order, grid and access boxes."""
 
     symbol: str
     arguments: tuple[str, ...]  # inputs, then outputs
     grid: tuple[int, ...]
+    access: KernelAccess
 
 
 class CpuExecutable:
@@ -77,7 +81,8 @@ class CpuExecutable:
             data, manifest = cached
         self._object = LoadedObject(data)
         self.order: tuple[str, ...] = tuple(manifest["order"])
-        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(e["grid"]))
+        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(e["grid"]),
+                                     KernelAccess.from_json(e["access"]))
                         for task, e in manifest["kernels"].items()}
         self.functions = {}
         for task, entry in self.entries.items():
@@ -98,28 +103,60 @@ class CpuExecutable:
             symbol = f"ptowsp_{name}"
             KernelEmitter(module, kernel, symbol).emit()
             kernels[name] = {"symbol": symbol, "arguments": [b.name for b in (*kernel.inputs, *kernel.outputs)],
-                             "grid": [extent for _, extent in kernel.grid]}
+                             "grid": [extent for _, extent in kernel.grid],
+                             "access": program.access[name].to_json()}
         self.module_text = str(module)
         manifest = {"order": list(program.order), "kernels": kernels}
         return compile_object(module, key, manifest), manifest
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    @functools.cached_property
+    def table(self) -> TaskTable:
+        """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order."""
+        wl, cores = self.schedule.workload, self.schedule.cores
+        instances = []
+        for name in self.order:
+            entry = self.entries.get(name)
+            if entry is None:
+                instances.append(host_instance(wl.task(name)))
+                continue
+            access, core = entry.access, cores.get(name)
+            for coords in itertools.product(*(range(extent) for extent in entry.grid)):
+                reads, writes = access.regions(*coords)
+                instances.append(Instance(name, coords, reads, writes, core, access.grid, access.bytes, access.flops))
+        return TaskTable(instances)
+
+    def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
         wl = self.schedule.workload
         arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
         for name in self.order:
             for t in wl.task(name).outputs:
                 arrays[t.name] = np.empty(t.shape, t.dtype)
-        for name in self.order:
-            entry = self.entries.get(name)
-            if entry is None:  # an opaque task, on the host
-                results = run_opaque(wl.task(name), arrays)  # type: ignore[arg-type]
-                arrays.update({k: np.ascontiguousarray(v) for k, v in results.items()})
-                continue
-            pointers = [arrays[a].ctypes.data for a in entry.arguments]  # arrays are fixed for the run
-            function = self.functions[name]
-            for coords in itertools.product(*(range(extent) for extent in entry.grid)):
-                function(*pointers, *coords)
-        return {name: arrays[name] for name in wl.outputs}
+        trace = execute(self.table, _Launch(self, arrays), options)
+        return {name: arrays[name] for name in wl.outputs}, trace
+
+
+class _Launch:
+    """Runs instance i of the table: its kernel at its grid coordinates, or an opaque task on the host."""
+
+    load = store = None
+
+    def __init__(self, exe: CpuExecutable, arrays: dict[str, np.ndarray]):
+        self.instances = exe.table.instances
+        self.workload = exe.schedule.workload
+        self.arrays = arrays
+        # arrays are fixed for the run, so each kernel's pointer arguments are too
+        self.bound = {name: (exe.functions[name], tuple(arrays[a].ctypes.data for a in entry.arguments))
+                      for name, entry in exe.entries.items()}
+
+    def compute(self, i: int) -> None:
+        inst = self.instances[i]
+        bound = self.bound.get(inst.name)
+        if bound is None:
+            for name, value in run_opaque(self.workload.task(inst.name), self.arrays).items():
+                np.copyto(self.arrays[name], value)
+            return
+        function, pointers = bound
+        function(*pointers, *inst.coords)
 
 
 class CpuBackend:

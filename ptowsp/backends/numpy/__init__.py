@@ -1,4 +1,8 @@
-"""The `numpy` target: the reference model, ignoring loop steps (results never depend on them)."""
+"""The `numpy` target: the reference model, ignoring loop steps (results never depend on them).
+
+Each task runs whole, as one instance on the runtime, so independent tasks
+overlap (numpy releases the GIL in most loops) and every run leaves a trace.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,38 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ptowsp.backends.host import host_instance
+from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
-from ptowsp.workloads.reference import run_tasks
+from ptowsp.te import evaluate
+from ptowsp.workloads import ComputeTask
+from ptowsp.workloads.inputs import read_only
+from ptowsp.workloads.reference import run_opaque
 
 
 class NumpyExecutable:
     def __init__(self, schedule: Schedule):
+        self.schedule = schedule
         self.workload = schedule.workload
+        self.table = TaskTable([host_instance(self.workload.task(name)) for name in self.workload.tasks])
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return run_tasks(self.workload, dict(inputs))
+    def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+        values = dict(inputs)
+        tasks = [self.workload.task(inst.name) for inst in self.table.instances]
+
+        class Launch:
+            load = store = None
+
+            @staticmethod
+            def compute(i: int) -> None:
+                task = tasks[i]
+                if isinstance(task, ComputeTask):
+                    values[task.name] = read_only(evaluate(task.body, task.loop_names, task.tensor.shape, values))
+                else:
+                    values.update(run_opaque(task, values))
+
+        trace = execute(self.table, Launch, options)
+        return {name: np.array(values[name]) for name in self.workload.outputs}, trace
 
 
 class NumpyBackend:

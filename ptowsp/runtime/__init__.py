@@ -1,0 +1,13 @@
+"""The CSP runtime on trio: task tables, dispatch policies, the real-clock executor and traces.
+
+It imports nothing of te, workloads, schedules or lower: a backend hands it a
+`TaskTable` (instances with regions) and a `Launcher` (code per stage).
+"""
+
+from ptowsp.runtime import csp, dispatch
+from ptowsp.runtime.executor import Launcher, Options, execute, worker_classes
+from ptowsp.runtime.table import Instance, RegionIndex, TaskTable
+from ptowsp.runtime.trace import Event, Summary, Trace, Wait
+
+__all__ = ["Event", "Instance", "Launcher", "Options", "RegionIndex", "Summary", "TaskTable", "Trace", "Wait",
+           "csp", "dispatch", "execute", "worker_classes"]

@@ -1,0 +1,133 @@
+"""The runtime's input: task instances with the regions they read and write, and their dependencies.
+
+The runtime knows nothing of tensor expressions: an instance is a name, grid
+coordinates, boxes of named tensors, a core class and cost figures; the
+backend supplies the code that runs it.  Dependencies are exact at region
+level (DESIGN.md section 4): an instance depends on every earlier instance
+whose written box overlaps one of its read boxes.  Tensors are written once
+(each by one task, its instances writing disjoint parts), so read-after-write
+is the only hazard; a pass that reuses buffers must add the others.
+
+Overlap queries use an index per tensor and dimension: the distinct
+intervals writers cover, each with a bitset (a Python int) of the writers
+covering it.  A query ORs the bitsets of the intervals it meets in each
+dimension and ANDs the dimensions, so its cost follows the number of
+distinct intervals (the grid's extent along that dimension), not the number
+of writers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One task instance: what the runtime schedules, dispatches and traces."""
+
+    name: str
+    coords: tuple[int, ...] = ()
+    reads: tuple[tuple[str, Region], ...] = ()
+    writes: tuple[tuple[str, Region], ...] = ()
+    core: str | None = None  # core class it must run on (None: any)
+    grid: tuple[str, ...] = ()  # names of the grid loops behind `coords` (dispatch keys)
+    bytes: int = 0  # read plus written
+    flops: int = 0
+
+
+class _DimensionIndex:
+    """Distinct [start, stop) intervals along one dimension, each with a bitset of writers."""
+
+    def __init__(self) -> None:
+        self.bits: dict[tuple[int, int], int] = {}
+        self._sorted: list[tuple[int, int]] | None = []
+        self._reach: list[int] = []  # largest stop among the first k+1 sorted intervals
+
+    def add(self, interval: tuple[int, int], writer: int) -> None:
+        old = self.bits.get(interval)
+        if old is None:
+            self._sorted = None
+            self.bits[interval] = 1 << writer
+        else:
+            self.bits[interval] = old | (1 << writer)
+
+    def meeting(self, lo: int, hi: int) -> int:
+        """Bitset of writers whose interval overlaps [lo, hi)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.bits)
+            self._reach = list(itertools.accumulate((stop for _, stop in self._sorted), max))
+        ordered, reach = self._sorted, self._reach
+        found = 0
+        # intervals starting before hi, scanned downwards until none before can reach past lo
+        for k in range(bisect.bisect_left(ordered, (hi, -1)) - 1, -1, -1):
+            if reach[k] <= lo:
+                break
+            interval = ordered[k]
+            if interval[1] > lo:
+                found |= self.bits[interval]
+        return found
+
+
+@dataclass
+class RegionIndex:
+    """Written boxes of every tensor, for overlap queries (see the module docstring)."""
+
+    dims: dict[str, list[_DimensionIndex]] = field(default_factory=dict)
+
+    def add(self, tensor: str, box: Region, writer: int) -> None:
+        per_dim = self.dims.get(tensor)
+        if per_dim is None:
+            per_dim = self.dims[tensor] = [_DimensionIndex() for _ in box]
+        for index, interval in zip(per_dim, box):
+            index.add(interval, writer)
+
+    def writers(self, tensor: str, box: Region) -> int:
+        """Bitset of writers whose box of `tensor` overlaps `box`."""
+        per_dim = self.dims.get(tensor)
+        if per_dim is None:
+            return 0
+        found = -1
+        for index, (lo, hi) in zip(per_dim, box):
+            found &= index.meeting(lo, hi)
+            if not found:
+                return 0
+        return found if per_dim else 0
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+class TaskTable:
+    """Instances in an order every dependency respects, and (computed once) their predecessors."""
+
+    def __init__(self, instances: Sequence[Instance]):
+        self.instances = tuple(instances)
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    @functools.cached_property
+    def predecessors(self) -> tuple[tuple[int, ...], ...]:
+        """For each instance, the earlier instances whose writes overlap its reads."""
+        index = RegionIndex()
+        out = []
+        for i, inst in enumerate(self.instances):
+            mask = 0
+            for tensor, box in inst.reads:
+                mask |= index.writers(tensor, box)
+            out.append(tuple(_bits(mask)))
+            for tensor, box in inst.writes:
+                index.add(tensor, box, i)
+        return tuple(out)

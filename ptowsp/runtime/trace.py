@@ -1,0 +1,172 @@
+"""What a run leaves behind: one event per task instance, the waits between them, and the edges.
+
+Times are seconds of the run's clock (wall seconds on the real clock, device
+seconds on the device clock), measured from the run's start.  A `Wait` is an
+interval a virtual thread spent blocked: on a dependency (nothing ready), on
+a channel, a token queue or the task window.  `deps` holds the (producer,
+consumer) event ids that the runtime resolved, so viewers draw flow arrows
+and `summary()` finds the critical path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One task instance (or a user `span`) on one worker."""
+
+    name: str
+    coords: tuple[int, ...]
+    worker: int
+    core: str | None
+    start: float
+    end: float
+    bytes: int = 0
+    flops: int = 0
+    id: int = -1  # task instance id (-1: not a task instance)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A virtual thread blocked from start to end; `kind` says on what, `on` names it."""
+
+    worker: int
+    kind: str  # "dependency", "channel", "token", "window", "pipeline"
+    on: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures a user reads first; `str()` prints them as a small table."""
+
+    makespan: float
+    tasks: int
+    busy: dict[str, float]  # worker -> busy fraction of the makespan
+    critical_path: float  # longest chain of dependent task durations
+    overhead: float  # worker time neither in a task nor waiting for one to become ready
+    clock: str
+
+    @property
+    def overhead_per_task(self) -> float:
+        return self.overhead / self.tasks if self.tasks else 0.0
+
+    def __str__(self) -> str:
+        unit = "device s" if self.clock == "device" else "s"
+        lines = [f"makespan        {_time(self.makespan)} ({unit})",
+                 f"tasks           {self.tasks}",
+                 f"critical path   {_time(self.critical_path)}"
+                 + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
+                 f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
+        lines += [f"busy {name:<10} {fraction:6.1%}" for name, fraction in self.busy.items()]
+        return "\n".join(lines)
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+@dataclass
+class Trace:
+    """Events, waits and dependency edges of one run, with the workers they ran on."""
+
+    workers: list[tuple[str, str | None]] = field(default_factory=list)  # (name, core class) per row
+    events: list[Event] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    deps: list[tuple[int, int]] = field(default_factory=list)  # (producer id, consumer id)
+    duration: float = 0.0  # run start to run end
+    clock: str = "real"
+    title: str = "ptowsp"
+    statistics: dict = field(default_factory=dict)  # the primitives' own reports (token queues, window)
+
+    @property
+    def makespan(self) -> float:
+        return self.duration
+
+    def summary(self) -> Summary:
+        makespan = self.duration or max((e.end for e in self.events), default=0.0)
+        busy = [0.0] * len(self.workers)
+        for e in self.events:
+            busy[e.worker] += e.duration
+        idle = [0.0] * len(self.workers)
+        for w in self.waits:
+            if w.kind == "dependency":
+                idle[w.worker] += w.end - w.start
+        tasks = [e for e in self.events if e.id >= 0]
+        overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))
+        fractions = {name: (b / makespan if makespan else 0.0) for (name, _), b in zip(self.workers, busy)}
+        return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock)
+
+    def critical_path(self) -> float:
+        """Length of the longest chain of task durations along dependency edges."""
+        by_id = {e.id: e for e in self.events if e.id >= 0}
+        preds: dict[int, list[int]] = defaultdict(list)
+        for a, b in self.deps:
+            preds[b].append(a)
+        finish: dict[int, float] = {}
+        for i in sorted(by_id):  # ids follow the task table, which is in dependency order
+            finish[i] = by_id[i].duration + max((finish.get(p, 0.0) for p in preds[i]), default=0.0)
+        return max(finish.values(), default=0.0)
+
+    def to_chrome(self, path: str | Path) -> Path:
+        """Chrome trace-event JSON (Perfetto, chrome://tracing): a row per worker, arrows for dependencies."""
+        path = Path(path)
+        path.write_text(json.dumps(chrome_events(self)))
+        return path
+
+    def plot(self, path: str | Path, **options) -> Path:
+        """A Gantt chart PNG: one lane per worker, tasks coloured by name (see `gantt.plot`)."""
+        from ptowsp.runtime.gantt import plot  # matplotlib loads only when a chart is drawn
+
+        return plot(self, Path(path), **options)
+
+    def to_dict(self) -> dict:
+        return {"workers": self.workers, "events": [dataclasses.astuple(e) for e in self.events],
+                "waits": [dataclasses.astuple(w) for w in self.waits], "deps": self.deps,
+                "duration": self.duration, "clock": self.clock}
+
+
+def chrome_events(trace: Trace) -> dict:
+    """The trace as a Chrome trace-event document (times in microseconds)."""
+    us = 1e6
+    pid = 1
+    out: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": trace.title}}]
+    for tid, (name, core) in enumerate(trace.workers):
+        label = name if core is None else f"{name} ({core})"
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    by_id = {}
+    for e in trace.events:
+        args = {"coords": list(e.coords), "bytes": e.bytes, "flops": e.flops}
+        out.append({"ph": "X", "name": e.name, "cat": "task", "pid": pid, "tid": e.worker,
+                    "ts": e.start * us, "dur": max(e.duration * us, 0.001), "args": args})
+        if e.id >= 0:
+            by_id[e.id] = e
+    for w in trace.waits:
+        out.append({"ph": "X", "name": f"wait {w.kind}: {w.on}", "cat": f"wait.{w.kind}", "pid": pid,
+                    "tid": w.worker, "ts": w.start * us, "dur": max((w.end - w.start) * us, 0.001)})
+    for flow, (a, b) in enumerate(trace.deps):
+        src, dst = by_id.get(a), by_id.get(b)
+        if src is None or dst is None:
+            continue
+        # flow v1: the start binds to the producer's slice, the finish to the slice enclosing its time
+        out.append({"ph": "s", "name": "dependency", "cat": "dependency", "id": flow, "pid": pid,
+                    "tid": src.worker, "ts": (src.start + src.end) / 2 * us})
+        out.append({"ph": "f", "bp": "e", "name": "dependency", "cat": "dependency", "id": flow, "pid": pid,
+                    "tid": dst.worker, "ts": (dst.start + dst.end) / 2 * us})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"clock": trace.clock, "makespan_seconds": trace.duration}}
