@@ -7,7 +7,7 @@ pipeline order as docs/layout.md lists them.
 
 from ptowsp.errors import (
     BoundsError, BuildError, DeadlockError, DTypeError, InputError, PtowspError, ScheduleError,
-    ShapeError, TaskError, WorkloadError,
+    RunTimeout, ShapeError, TaskError, WorkloadError,
 )
 from ptowsp.te import (
     Expr, Tensor, cast, ceil, erf, exp, floor, log, maximum, minimum, reduce_axis, rsqrt, sigmoid,
@@ -21,16 +21,19 @@ from ptowsp.te import reduce_sum as sum  # noqa: A001
 from ptowsp.workloads import Category, Workload, reference, zoo
 from ptowsp.schedules import Schedule  # noqa: E402 - also registers Workload.schedule()
 from ptowsp.backends import build, targets  # noqa: E402
+from ptowsp.runtime import Trace, csp, dispatch  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     # workloads and the golden model
     "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets",
+    # runtime: custom CSP pipelines, dispatch policies, traces
+    "csp", "dispatch", "Trace",
     # expression language
     "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
     "pow", "floor", "ceil", "maximum", "minimum", "where", "cast",
     # errors
     "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",
-    "TaskError", "DeadlockError", "WorkloadError",
+    "TaskError", "DeadlockError", "WorkloadError", "RunTimeout",
 ]

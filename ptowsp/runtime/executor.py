@@ -137,6 +137,7 @@ class _Scheduler:
         self.stopped = False
         self.error: tuple[int, BaseException] | None = None
         self.window, self.free = options.window, options.window
+        self.peak = 0  # most instances in the window at once
         self.orchestrator_waiting = False
         self.window_room = trio.Event()
         self.token = token
@@ -165,6 +166,7 @@ class _Scheduler:
                     succ.append(i)
                 waiting += 1
         self.free -= 1
+        self.peak = max(self.peak, self.window - self.free)
         self.remaining[i] = waiting
         if not waiting:
             self.place(i, None)
@@ -234,15 +236,15 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, cloc
     lock, records = sched.lock, w.records
     compute, load, store = launcher.compute, launcher.load, launcher.store
     pipelined = prefetch > 0
-    slots = 1 + max(1, prefetch)  # running + pending
+    slots = 1 + max(1, prefetch)  # running + pending (with prefetch(n): n pending, loaded ahead)
     if pipelined:
         w.tokens = {name: Tokens(f"{name}@worker{w.index}", credits)
                     for name, credits in (("free", prefetch), ("loaded", 0), ("computed", 0))}
         free, loaded, computed = w.tokens["free"], w.tokens["loaded"], w.tokens["computed"]
-    inbox: deque[int] = deque()
+    inbox: deque[int] = deque()  # committed tasks: the head runs next, the rest are pending
+    prefetched = 0  # how many tasks at the head of the inbox are loaded
     finished: int | None = None
     while True:
-        fresh = []
         with lock:
             if finished is not None:
                 sched.complete(finished, w)
@@ -253,7 +255,6 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, cloc
                     if i is None:
                         break
                     inbox.append(i)
-                    fresh.append(i)
                 if inbox or sched.finished():
                     break
                 w.idle = True
@@ -263,35 +264,43 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, cloc
                 w.idle = False
             if sched.stopped or not inbox:
                 return
-        i = -1
+        running = i = inbox.popleft()
         try:
             if pipelined:
-                for i in fresh:  # the load stage runs ahead of compute by up to `prefetch` tasks
-                    free.pop_dep()
-                    if load is not None:
-                        start = clock()
-                        load(i)
-                        records.append((i, start, clock(), "load"))
-                    loaded.push_dep()
-            i = inbox.popleft()
-            if pipelined:
-                loaded.pop_dep()
+                if not prefetched:  # nothing loaded ahead (the first task, or after a dry spell)
+                    _load(running, load, free, loaded, records, clock)
+                    prefetched = 1
+                loaded.pop_dep()  # compute takes the loaded task, handing its prefetch slot back
                 free.push_dep()
+                prefetched -= 1
+                for i in list(inbox)[prefetched:]:  # the load stage runs ahead while this one computes
+                    _load(i, load, free, loaded, records, clock)
+                    prefetched += 1
+                i = running
             start = clock()
-            compute(i)
-            records.append((i, start, clock(), None))
+            compute(running)
+            records.append((running, start, clock(), None))
             if pipelined:
                 computed.push_dep()
                 computed.pop_dep()
                 if store is not None:
                     start = clock()
-                    store(i)
-                    records.append((i, start, clock(), "store"))
+                    store(running)
+                    records.append((running, start, clock(), "store"))
         except BaseException as e:  # noqa: BLE001 - any failure of task code stops the run
             with lock:
                 sched.stop((i, e))
             return
-        finished = i
+        finished = running
+
+
+def _load(i: int, load, free: Tokens, loaded: Tokens, records: list, clock) -> None:
+    free.pop_dep()  # WAR: a prefetch slot must be free
+    if load is not None:
+        start = clock()
+        load(i)
+        records.append((i, start, clock(), "load"))
+    loaded.push_dep()  # RAW: compute may use it
 
 
 async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Trace) -> _Scheduler:
@@ -362,6 +371,7 @@ class _nothing:
 def _fill_trace(trace: Trace, sched: _Scheduler, origin: float, orchestrator_waits) -> None:
     instances = sched.instances
     trace.workers = [(f"worker{w.index}", w.core) for w in sched.workers] + [("orchestrator", "host")]
+    trace.lanes = len(sched.workers)
     for w in sched.workers:
         for i, start, end, stage in w.records:
             inst = instances[i]
@@ -373,7 +383,7 @@ def _fill_trace(trace: Trace, sched: _Scheduler, origin: float, orchestrator_wai
     row = len(sched.workers)
     trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in orchestrator_waits)
     trace.deps = [(p, i) for i, ps in enumerate(sched.preds) if sched.done[i] for p in ps]
-    trace.statistics["window"] = {"capacity": sched.window, "admitted_peak": sched.window - sched.free}
+    trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(orchestrator_waits)}
 
 
 def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
@@ -398,6 +408,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     sched = holder[0]
     if sched.error is not None:
         i, error = sched.error
+        if isinstance(error, TaskError):  # already names its task (an opaque task's own checks)
+            raise error
         inst = table.instances[i]
         where = f" at grid coordinates {inst.coords}" if inst.coords else ""
         raise TaskError(f"task {inst.name!r}{where} failed: {type(error).__name__}: {error}") from error

@@ -85,6 +85,7 @@ class Trace:
     """Events, waits and dependency edges of one run, with the workers they ran on."""
 
     workers: list[tuple[str, str | None]] = field(default_factory=list)  # (name, core class) per row
+    lanes: int | None = None  # rows that are workers (the rest: orchestrator, ...); None: all
     events: list[Event] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     deps: list[tuple[int, int]] = field(default_factory=list)  # (producer id, consumer id)
@@ -99,15 +100,16 @@ class Trace:
 
     def summary(self) -> Summary:
         makespan = self.duration or max((e.end for e in self.events), default=0.0)
-        busy = [0.0] * len(self.workers)
+        rows = len(self.workers) if self.lanes is None else self.lanes
+        busy, idle = [0.0] * rows, [0.0] * rows
         for e in self.events:
-            busy[e.worker] += e.duration
-        idle = [0.0] * len(self.workers)
+            if e.worker < rows:
+                busy[e.worker] += e.duration
         for w in self.waits:
-            if w.kind == "dependency":
+            if w.kind == "dependency" and w.worker < rows:
                 idle[w.worker] += w.end - w.start
         tasks = [e for e in self.events if e.id >= 0]
-        overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))
+        overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))  # bookkeeping, start-up
         fractions = {name: (b / makespan if makespan else 0.0) for (name, _), b in zip(self.workers, busy)}
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock)
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules import handlers
 from ptowsp.schedules import steps as st
-from ptowsp.schedules.loopnest import LoopNest, StepError
+from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError
 from ptowsp.te import Expr, outermost_reductions
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -38,6 +38,11 @@ def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
     return [(a.arg[0], a.arg[1]) for a in found[0][0].src[1:]]
 
 
+def _original(wl: Workload, name: str) -> tuple[list[tuple[str, int]], list]:
+    task = wl.task(name)
+    return list(zip(task.loop_names, task.tensor.shape, strict=True)), schedulable_reduce_axes(task.body)
+
+
 class Schedule:
     """A workload's schedule: create with `wl.schedule()`; every step returns the schedule."""
 
@@ -48,8 +53,7 @@ class Schedule:
         for name in workload.tasks:
             task = workload.task(name)
             if isinstance(task, ComputeTask):
-                spatial = list(zip(task.loop_names, task.tensor.shape, strict=True))
-                self._nests[name] = LoopNest.of(spatial, schedulable_reduce_axes(task.body))
+                self._nests[name] = LoopNest.of(*_original(workload, name))
         self._inlined: set[str] = set()
         self._compute_at: dict[str, tuple[str, str]] = {}
         self._cache_reads: list[tuple[str, str, str, str | None]] = []  # task, tensor, scope, loop
@@ -88,6 +92,31 @@ class Schedule:
         """These outermost spatial loops form the task grid: one task instance per point."""
         return self._make(st.Parallel, task=task, loops=list(loops))
 
+    def parallelize(self, tasks: int = 8) -> Schedule:
+        """Shortcut: give every task left untouched a task grid of about `tasks` row blocks.
+
+        Expands to, per task whose loops no step has changed yet and that is stored
+        (not inlined, not computed at another): `split(task, L, ceil(E / tasks))` and
+        `parallel(task, "L.outer")`, L being the outermost spatial loop of extent E
+        (or `parallel(task, L)` when E <= tasks).  The steps are recorded one by one.
+        """
+        if not isinstance(tasks, int) or tasks < 1:
+            raise ScheduleError(f"parallelize(tasks={tasks!r}): tasks must be an integer >= 1")
+        for name, nest in list(self._nests.items()):
+            if name in self._inlined or name in self._compute_at or any(lp.annotation == PARALLEL for lp in nest.loops):
+                continue
+            if nest.names != LoopNest.of(*_original(self.workload, name)).names:
+                continue
+            spatial = [lp for lp in nest.loops if not lp.reduce]
+            if not spatial:
+                continue
+            loop = spatial[0]
+            if loop.extent <= tasks:
+                self.parallel(name, loop.name)
+            else:
+                self.split(name, loop.name, -(-loop.extent // tasks)).parallel(name, f"{loop.name}.outer")
+        return self
+
     # -- placement and storage --------------------------------------------------------
     def compute_inline(self, task: str) -> Schedule:
         """Substitute an injective task's expression into every consumer (Halide's inline)."""
@@ -115,8 +144,14 @@ class Schedule:
         """Fuse every pair the category rules allow (carried out by the graph pass)."""
         return self._make(st.FuseByCategory)
 
-    def dispatch(self, policy: str, key: Sequence[str] | None = None) -> Schedule:
-        """Dispatch policy: round_robin, work_stealing, locality, or affinity with key = grid loops."""
+    def dispatch(self, policy: str | object, key: Sequence[str] | None = None) -> Schedule:
+        """Dispatch policy: round_robin, work_stealing, locality, or affinity with key = grid loops.
+
+        `policy` may also be a `pw.dispatch` object (`pw.dispatch.affinity("i.outer")`): any
+        object with `policy` and `key` attributes is recorded as its name and key.
+        """
+        if not isinstance(policy, str) and hasattr(policy, "policy"):
+            policy, key = policy.policy, getattr(policy, "key", None) if key is None else key
         return self._make(st.Dispatch, policy=policy, key=None if key is None else list(key))
 
     def prefetch(self, depth: int) -> Schedule:

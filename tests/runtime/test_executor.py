@@ -1,0 +1,232 @@
+"""The real-clock executor on synthetic task tables: dependencies, policies, prefetch, window, faults."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import threading
+import time
+
+import pytest
+
+import ptowsp as pw
+from ptowsp.runtime import Instance, Options, TaskTable, execute
+
+
+class Launch:
+    """Sleeps `seconds[name]` per instance (or calls `action`), counting instances in flight."""
+
+    load = store = None
+
+    def __init__(self, table, seconds=None, action=None):
+        self.table, self.seconds, self.action = table, seconds or {}, action
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def compute(self, i):
+        with self.lock:
+            self.in_flight += 1
+        try:
+            inst = self.table.instances[i]
+            if self.action is not None:
+                self.action(inst)
+            time.sleep(self.seconds.get(inst.name, 0.0))
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def tiles(name, count, reads=None, core=None, grid=("t",)):
+    """`count` instances of task `name`, tile t writing [t, t+1) of tensor name and reading that of `reads`."""
+    return [Instance(name, (t,), ((reads, ((t, t + 1),)),) if reads else (), ((name, ((t, t + 1),)),), core, grid)
+            for t in range(count)]
+
+
+def run(table, launch=None, **options):
+    options.setdefault("workers", (None, None))
+    return execute(table, launch or Launch(table), Options(**options))
+
+
+def by_task(trace):
+    return {(e.name, e.coords): e for e in trace.events if e.id >= 0}
+
+
+def test_a_consumer_tile_starts_before_its_producer_operator_finishes():
+    table = TaskTable(tiles("P", 4) + tiles("C", 4, reads="P"))
+    assert table.predecessors[4:] == ((0,), (1,), (2,), (3,))  # tile t of C needs tile t of P only
+    trace = run(table, Launch(table, action=lambda inst: time.sleep(0.2 if inst.coords == (3,) else 0.01)),
+                policy="work_stealing")
+    events = by_task(trace)
+    producer_done = max(events["P", (t,)].end for t in range(4))
+    assert events["C", (0,)].start < producer_done  # tile-level pipelining, no operator barrier
+    for t in range(4):
+        assert events["C", (t,)].start >= events["P", (t,)].end  # but never before its own producer
+    assert sorted(trace.deps) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def test_round_robin_deals_tasks_in_turn():
+    table = TaskTable(tiles("T", 8))
+
+    def slow_first(inst):
+        time.sleep(0.3 if inst.coords == (0,) else 0.01)
+
+    rr = by_task(run(table, Launch(table, action=slow_first), policy="round_robin"))
+    assert [rr["T", (t,)].worker for t in range(8)] == [0, 1] * 4
+    assert rr["T", (4,)].start >= rr["T", (0,)].end  # queued behind the slow task on worker 0
+
+
+
+def test_work_stealing_spreads_what_one_worker_made_ready():
+    # P's eight consumers all become ready on the worker that ran P; the idle one steals
+    table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
+    events = by_task(run(table, Launch(table, {"C": 0.02}), policy="work_stealing"))
+    maker = events["P", ()].worker
+    thief = [t for t in range(8) if events["C", (t,)].worker != maker]
+    assert len(thief) >= 2
+    assert max(e.end for e in events.values()) < events["P", ()].end + 8 * 0.02  # faster than one worker
+
+
+def test_affinity_keys_on_grid_coordinates():
+    table = TaskTable([Instance("T", (i, j), (), (("T", ((i, i + 1), (j, j + 1))),), grid=("i", "j"))
+                       for i in range(4) for j in range(4)])
+    events = by_task(run(table, policy=pw.dispatch.affinity("i")))
+    for (_, (i, _j)), e in events.items():
+        assert e.worker == i % 2
+
+
+def test_locality_keeps_a_chain_on_the_worker_that_ran_its_producers():
+    chains = []
+    for c in range(2):
+        chains += [Instance(f"c{c}", (k,), ((f"c{c}", ((k - 1, k),)),) if k else (), ((f"c{c}", ((k, k + 1),)),))
+                   for k in range(10)]
+    table = TaskTable(chains)
+    launch = Launch(table, {"c0": 0.005, "c1": 0.005})
+    events = by_task(run(table, launch, policy="locality"))
+    for c in range(2):
+        assert len({events[f"c{c}", (k,)].worker for k in range(10)}) == 1
+
+
+def test_bound_tasks_run_only_on_workers_of_their_core_class():
+    table = TaskTable(tiles("M", 6, core="cube") + tiles("V", 6, reads="M", core="vector"))
+    trace = run(table, workers=("cube", "vector"), policy="work_stealing")
+    assert trace.workers[:2] == [("worker0", "cube"), ("worker1", "vector")]
+    assert {e.worker for e in trace.events if e.name == "M"} == {0}
+    assert {e.worker for e in trace.events if e.name == "V"} == {1}
+    with pytest.raises(pw.BuildError, match="task 'M' is bound to core class 'cube', but no worker has it"):
+        run(table, workers=("vector", "vector"))
+
+
+def test_prefetch_tokens_let_loads_run_at_most_n_tasks_ahead():
+    table = TaskTable(tiles("T", 20))
+    log: dict[str, list] = {}
+
+    class Staged(Launch):
+        def _log(self, stage, i):
+            log.setdefault(threading.current_thread().name, []).append((stage, i))
+
+        def load(self, i):
+            self._log("load", i)
+
+        def compute(self, i):
+            self._log("compute", i)
+
+        def store(self, i):
+            self._log("store", i)
+
+    trace = run(table, Staged(table), prefetch=3)
+    assert sum(len(v) for v in log.values()) == 60
+    for entries in log.values():
+        loads = computes = 0
+        seen = {}
+        for stage, i in entries:
+            seen.setdefault(i, []).append(stage)
+            if stage == "load":
+                loads += 1
+            elif stage == "compute":
+                computes += 1
+                assert loads - computes <= 3  # n credits: at most n prefetched beyond the one computing
+        assert all(stages == ["load", "compute", "store"] for stages in seen.values())
+    queues = {name: q for name, q in trace.statistics.items() if name.startswith(("free", "loaded", "computed"))}
+    assert len(queues) == 6  # three queues per worker
+    for name, q in queues.items():
+        assert q.pushes == q.pops and q.tokens == q.credits == (3 if name.startswith("free") else 0)
+        if name.startswith("free"):
+            assert q.max_tokens == 3
+    assert sum(1 for e in trace.events if e.name == "T load") == 20
+
+
+def test_the_task_window_bounds_admission():
+    table = TaskTable(tiles("T", 60))
+    trace = run(table, Launch(table, {"T": 0.001}), window=4)
+    window = trace.statistics["window"]
+    assert window["capacity"] == 4 and window["peak"] == 4
+    assert window["waits"] > 0  # the orchestrator blocked on a full window
+    assert any(w.kind == "window" for w in trace.waits)
+    assert len(trace.events) == 60
+
+
+def test_a_failing_task_raises_task_error_and_stops_every_thread():
+    table = TaskTable(tiles("T", 200))
+
+    def fail_once(inst):
+        if inst.coords == (3,):
+            raise ZeroDivisionError("division by zero in a tile")
+
+    launch = Launch(table, {"T": 0.05}, action=fail_once)
+    start = time.perf_counter()
+    with pytest.raises(pw.TaskError, match=r"task 'T' at grid coordinates \(3,\) failed: ZeroDivisionError") as info:
+        run(table, launch)
+    assert time.perf_counter() - start < 1.0
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert launch.in_flight == 0  # no worker still running a task
+
+
+def test_timeout_cancels_the_run():
+    table = TaskTable(tiles("T", 100))
+    launch = Launch(table, {"T": 0.05})
+    start = time.perf_counter()
+    with pytest.raises(pw.RunTimeout, match="within 0.2 s"):
+        run(table, launch, timeout=0.2)
+    assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
+
+
+def test_ctrl_c_cancels_cleanly():
+    table = TaskTable(tiles("T", 100))
+
+    def interrupt(inst):
+        if inst.coords == (2,):
+            _thread.interrupt_main()  # what Ctrl-C does: SIGINT to the main thread
+
+    launch = Launch(table, {"T": 0.05}, action=interrupt)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run(table, launch)
+    assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
+
+
+def test_chrome_trace_has_one_event_per_task_and_an_arrow_per_dependency(tmp_path):
+    table = TaskTable(tiles("P", 5) + tiles("C", 5, reads="P"))
+    trace = run(table)
+    doc = json.loads(trace.to_chrome(tmp_path / "trace.json").read_text())
+    tasks = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "task"]
+    assert sorted((e["name"], tuple(e["args"]["coords"])) for e in tasks) == sorted(
+        (inst.name, inst.coords) for inst in table.instances)
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert threads[0] == "worker0" and threads[1] == "worker1"
+    starts = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    finishes = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    assert len(starts) == len(finishes) == 5 and {e["id"] for e in starts} == {e["id"] for e in finishes}
+    for e in doc["traceEvents"]:
+        assert e["ph"] == "M" or (e["ts"] >= 0 and isinstance(e["tid"], int))
+
+
+def test_summary_and_gantt(tmp_path):
+    table = TaskTable(tiles("P", 50) + tiles("C", 50, reads="P"))
+    trace = run(table, Launch(table, {"P": 0.001, "C": 0.001}))
+    summary = trace.summary()
+    assert summary.tasks == 100 and set(summary.busy) == {"worker0", "worker1"}
+    assert 0.002 <= summary.critical_path <= summary.makespan
+    assert 0 < summary.busy["worker0"] <= 1 and summary.overhead >= 0
+    assert "makespan" in str(summary) and "critical path" in str(summary)
+    png = trace.plot(tmp_path / "gantt.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
