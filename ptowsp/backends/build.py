@@ -23,6 +23,8 @@ class Built:
     Every run goes through the runtime and leaves its Trace in `trace`.
     """
 
+    last_run: Built | None = None  # the program that ran last in this process (`ptowsp trace` reads it)
+
     def __init__(self, schedule: Schedule, target: str, executable: Executable, options: Options):
         self.schedule = schedule
         self.workload = schedule.workload
@@ -47,6 +49,7 @@ class Built:
             inputs["timeout"], timeout = timeout, None  # type: ignore[assignment]
         options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
         outputs, self.trace = self._executable.run(validate_inputs(self.workload, inputs), options)
+        Built.last_run = self
         return outputs
 
     __call__ = run

@@ -7,7 +7,8 @@ Virtual threads (trio tasks) with their roles:
   waits, when the window is full, until workers retire a quarter of it
   (backpressure, woken once per batch rather than per task);
 - one **worker** per core owns an OS thread for the whole run, so compiled
-  kernels run in parallel outside the GIL.  Its inbox has two slots, the
+  kernels run in parallel outside the GIL (the trio loop and the threads
+  live on between runs: service.py).  Its inbox has two slots, the
   running task and a pending one it is committed to next (with `prefetch(n)`:
   n pending tasks, whose inputs a load stage fetches ahead);
 - the **scheduler** (the AICPU role) is the policy and the ready queues.  On
@@ -28,6 +29,7 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -41,6 +43,7 @@ import trio
 from ptowsp.errors import BuildError, PtowspError, RunTimeout, TaskError
 from ptowsp.runtime.csp import raise_first
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
+from ptowsp.runtime.service import PoolThread, service
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Event, Trace, Wait
 
@@ -331,9 +334,8 @@ async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Tr
             else:
                 await trio.lowlevel.checkpoint()
 
-    async def worker(w: _Worker) -> None:
-        await trio.to_thread.run_sync(_work, sched, w, launcher, options.prefetch, clock,
-                                      thread_name=f"ptowsp worker{w.index}")
+    async def worker(w: _Worker, thread: PoolThread) -> None:
+        await thread.run(functools.partial(_work, sched, w, launcher, options.prefetch, clock))
 
     async def watchdog() -> None:
         try:
@@ -343,9 +345,10 @@ async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Tr
                 sched.stop()
 
     async def workers(nursery: trio.Nursery) -> None:
-        async with trio.open_nursery() as inner:
-            for w in sched.workers:
-                inner.start_soon(worker, w, name=f"worker{w.index}")
+        with service().threads(len(sched.workers)) as threads:
+            async with trio.open_nursery() as inner:
+                for w, thread in zip(sched.workers, threads, strict=True):
+                    inner.start_soon(worker, w, thread, name=f"worker{w.index}")
         nursery.cancel_scope.cancel()  # all workers returned: stop the orchestrator and watchdog
 
     try:
@@ -400,7 +403,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
         holder.append(await _run(table, launcher, options, trace))
 
     try:
-        trio.run(main)
+        service().call(main)
     except BaseExceptionGroup as group:
         raise_first(group)
     except trio.TooSlowError:

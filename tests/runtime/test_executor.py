@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import _thread
 import json
+import os
+import signal
 import threading
 import time
 
@@ -195,7 +196,7 @@ def test_ctrl_c_cancels_cleanly():
 
     def interrupt(inst):
         if inst.coords == (2,):
-            _thread.interrupt_main()  # what Ctrl-C does: SIGINT to the main thread
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
 
     launch = Launch(table, {"T": 0.05}, action=interrupt)
     start = time.perf_counter()
