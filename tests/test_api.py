@@ -10,7 +10,7 @@ CORE_API = [
     "Workload", "Category", "reference", "Schedule", "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt",
     "rsqrt", "tanh", "sigmoid", "abs", "erf", "pow", "floor", "ceil", "maximum", "minimum", "where",
     "cast", "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError",
-    "InputError", "TaskError", "DeadlockError",
+    "InputError", "TaskError", "DeadlockError", "csp", "dispatch", "Trace", "build", "targets",
 ]
 
 

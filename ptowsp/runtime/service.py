@@ -15,13 +15,17 @@ per process, parked when idle, and reused:
   wait is shielded from cancellation, so a job never returns while its
   thread still runs (callers stop the thread's work by a flag it polls).
 
-Both threads are daemons: an interpreter exit never waits on parked threads.
+Pool thread k is pinned to the k-th CPU the process may use: a worker is a
+core, and on this VM unpinned worker threads made the same kernels up to 2x
+slower from run to run (docs/runtime.md).  All these threads are daemons:
+an interpreter exit never waits on parked threads.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -37,12 +41,16 @@ class PoolThread:
     """An OS thread that runs the functions put in its inbox, one at a time."""
 
     def __init__(self, index: int, token: trio.lowlevel.TrioToken):
+        self.index = index
         self.token = token
         self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=f"ptowsp pool{index}", daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
+        if hasattr(os, "sched_setaffinity"):
+            cores = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, {cores[self.index % len(cores)]})  # one worker per core
         while True:
             self.inbox.get()()
 

@@ -1,0 +1,232 @@
+"""The CSP runtime: per-task overhead beside dask and a thread pool, and parallel speed-up on 2 cores.
+
+Part 1 runs a graph of 100 chains x 100 empty tasks (10,000 tasks) on 2
+workers: ptowsp's executor (dependencies from the task table's regions,
+analysed once per table as a build does, and again per run for comparison),
+`dask.threaded.get` with 2 workers (when dask is importable: it is not a
+ptowsp dependency; `pip install dask` to compare), and
+`concurrent.futures.ThreadPoolExecutor(2)` where each task's completion
+submits its successor.  A per-task `trio.to_thread.run_sync` hop is timed
+too: it is why the runtime hands tasks to worker threads directly.
+
+Part 2 runs matmul, softmax, layernorm and an elementwise chain with tiled
+schedules on 1 and 2 workers, beside numpy with 2 BLAS threads.  Medians of
+`--repeat` runs in alternating blocks (timing.side_by_side); every result is
+checked against numpy first.  Targets (issue 4): overhead <= 25 us per task
+and <= 0.4x dask's; 2 workers >= 1.7x 1 worker; matmul >= 50% of numpy's
+GFLOP/s, softmax >= 5x, layernorm >= 10x, elementwise >= 5x faster than numpy.
+
+    .venv/bin/python benchmarks/runtime.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "2"  # before numpy loads: numpy's matmul on both cores
+os.environ["OMP_NUM_THREADS"] = "2"
+# OpenBLAS threads spin ~0.1 s after each call by default, taking the cores from whatever runs next
+# (our workers, in the alternating blocks); this makes them sleep at once.  numpy's own time is unchanged.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import argparse  # noqa: E402
+import concurrent.futures  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import trio  # noqa: E402
+from cpu_kernels import exp_chain_case, matmul_case, row_reduction  # noqa: E402
+from timing import side_by_side  # noqa: E402
+
+import ptowsp as pw  # noqa: E402
+from ptowsp.runtime import Instance, Options, TaskTable, execute  # noqa: E402
+from ptowsp.workloads import zoo  # noqa: E402
+
+CHAINS, LENGTH, WORKERS = 100, 100, 2
+
+
+def chain_instances() -> list[Instance]:
+    """Step k of chain c writes element k of tensor c and reads element k-1: 100 independent chains."""
+    return [Instance("step", (c, k), ((f"chain{c}", ((k - 1, k),)),) if k else (), ((f"chain{c}", ((k, k + 1),)),),
+                     grid=("c", "k")) for k in range(LENGTH) for c in range(CHAINS)]
+
+
+class Empty:
+    load = store = None
+
+    @staticmethod
+    def compute(i: int) -> None:
+        return None
+
+
+def ptowsp_cached(table: TaskTable) -> None:
+    execute(table, Empty, Options(workers=(None,) * WORKERS, policy="work_stealing"))
+
+
+def ptowsp_fresh(instances: list[Instance]) -> None:
+    execute(TaskTable(instances), Empty, Options(workers=(None,) * WORKERS, policy="work_stealing"))
+
+
+def dask_graph() -> dict:
+    def noop(*_):
+        return None
+
+    graph = {}
+    for c in range(CHAINS):
+        for k in range(LENGTH):
+            graph[(f"chain{c}", k)] = (noop, (f"chain{c}", k - 1)) if k else (noop,)
+    return graph
+
+
+def thread_pool_chains(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    done = threading.Event()
+    remaining = [CHAINS * LENGTH]
+    lock = threading.Lock()
+
+    def step(c: int, k: int) -> None:
+        return None
+
+    def submit(c: int, k: int) -> None:
+        pool.submit(step, c, k).add_done_callback(lambda _f: finished(c, k))
+
+    def finished(c: int, k: int) -> None:
+        with lock:
+            remaining[0] -= 1
+            if not remaining[0]:
+                done.set()
+        if k + 1 < LENGTH:
+            submit(c, k + 1)
+
+    for c in range(CHAINS):
+        submit(c, 0)
+    done.wait()
+
+
+def trio_hops(count: int) -> float:
+    async def main() -> None:
+        for _ in range(count):
+            await trio.to_thread.run_sync(Empty.compute, 0)
+
+    start = time.perf_counter()
+    trio.run(main)
+    return (time.perf_counter() - start) / count
+
+
+def median_of(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def overhead_table(repeat: int) -> None:
+    tasks = CHAINS * LENGTH
+    instances = chain_instances()
+    table = TaskTable(instances)
+    table.predecessors  # noqa: B018 - analysed once, as a build does
+    rows = [("ptowsp executor (table analysed once)", lambda: ptowsp_cached(table)),
+            ("ptowsp executor (+ dependency analysis)", lambda: ptowsp_fresh(instances))]
+    try:
+        import dask.threaded
+
+        graph, keys = dask_graph(), [(f"chain{c}", LENGTH - 1) for c in range(CHAINS)]
+        rows.append(("dask.threaded.get, 2 workers", lambda: dask.threaded.get(graph, keys, num_workers=WORKERS)))
+    except ImportError:
+        print("dask is not installed: its row is left out (pip install dask to compare)")
+    pool = concurrent.futures.ThreadPoolExecutor(WORKERS)
+    rows.append(("ThreadPoolExecutor(2), chained submits", lambda: thread_pool_chains(pool)))
+    results = {name: median_of(fn, repeat) / tasks for name, fn in rows}
+    pool.shutdown()
+    dask_cost = next((v for k, v in results.items() if k.startswith("dask")), None)
+    print(f"\n{CHAINS} chains x {LENGTH} empty tasks on {WORKERS} workers, median of {repeat}")
+    print(f"{'runtime':44} {'us/task':>8} {'vs dask':>8}")
+    for name, seconds in results.items():
+        ratio = f"{seconds / dask_cost:7.2f}x" if dask_cost else "       -"
+        print(f"{name:44} {seconds * 1e6:8.1f} {ratio}")
+    print(f"{'(a trio.to_thread.run_sync hop per task)':44} {trio_hops(2000) * 1e6:8.1f}")
+    print("target: ptowsp <= 25 us per task and <= 0.4x dask")
+
+
+def rows_parallel(wl, s, task: str, rows: int, blocks: int, producers: tuple[str, ...]):
+    """Split `task`'s rows into `blocks` grid tasks and compute its producers per row, inside the block."""
+    s.split(task, "i", rows // blocks).parallel(task, "i.outer")
+    for producer in producers:
+        s.compute_at(producer, task, "i.inner")
+    return s
+
+
+def softmax_case(rows: int, cols: int, blocks: int):
+    wl = zoo.softmax(rows, cols)
+    s = wl.schedule()
+    for task in ("Y_max", "Y_sum"):
+        row_reduction(s, task, cols)
+    for task in ("Y_exp", "Y"):
+        s.split(task, "j", 16).vectorize(task, "j.inner")
+    rows_parallel(wl, s, "Y", rows, blocks, ("Y_sum", "Y_exp", "Y_max"))
+
+    def numpy_softmax(p):
+        x = p["X"]
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return wl, s, numpy_softmax, None
+
+
+def layernorm_case(rows: int, cols: int, blocks: int):
+    wl = zoo.layernorm(rows, cols)
+    s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
+    for task in ("Y_var", "Y_mean"):
+        row_reduction(s, task, cols)
+    rows_parallel(wl, s, "Y", rows, blocks, ("Y_var", "Y_mean"))
+
+    def numpy_layernorm(p):
+        x = p["X"]
+        mu = x.mean(axis=1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * p["gamma"] + p["beta"]
+
+    return wl, s, numpy_layernorm, None
+
+
+def speedup_table(repeat: int, blocks: int) -> None:
+    wl, s, mm, flops = matmul_case(1024)
+    cases = [("matmul 1024^3 f32", (wl, s.parallel("C", "j.outer"), mm, flops), ">= 50% GFLOP/s"),
+             ("softmax 4096x1024", softmax_case(4096, 1024, blocks), ">= 5x"),
+             ("layernorm 4096x1024", layernorm_case(4096, 1024, blocks), ">= 10x")]
+    wl, s, fn, _ = exp_chain_case(16 * 2**20)
+    cases.append(("exp(x*a+b)*c 16M", (wl, s.split("y", "i.outer", 2**20 // blocks)
+                                       .parallel("y", "i.outer.outer"), fn, None), ">= 5x"))
+    print(f"\nparallel speed-up, median of {repeat} per block, 3 alternating blocks; numpy with 2 BLAS threads")
+    print(f"{'kernel':22} {'numpy':>9} {'1 worker':>9} {'2 workers':>9} {'2w/1w':>6} {'vs numpy':>9}  target")
+    for name, (wl, schedule, numpy_fn, flops), target in cases:
+        rng = np.random.default_rng(0)
+        inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
+        one, two = (pw.build(schedule, target="cpu", workers=n) for n in (1, 2))
+        expected = numpy_fn(inputs)
+        scale = max(1.0, float(np.max(np.abs(expected))))
+        for prog in (one, two):
+            if not np.allclose(prog.run(**inputs)[wl.outputs[0]], expected, rtol=1e-3, atol=1e-3 * scale):
+                raise SystemExit(f"{name}: WRONG RESULT on {prog}")
+        theirs, t1, t2 = side_by_side([lambda: numpy_fn(inputs), lambda: one.run(**inputs),  # noqa: B023
+                                       lambda: two.run(**inputs)], repeat)  # noqa: B023
+        versus = f"{flops / t2 / 1e9:.0f}/{flops / theirs / 1e9:.0f} GF" if flops else f"{theirs / t2:.2f}x"
+        print(f"{name:22} {theirs * 1e3:7.2f}ms {t1 * 1e3:7.2f}ms {t2 * 1e3:7.2f}ms {t1 / t2:5.2f}x {versus:>9}  "
+              f"{target}, 2w/1w >= 1.7x  ({len(two._executable.table)} tasks)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--blocks", type=int, default=16, help="row blocks (tasks) per kernel in part 2")
+    args = parser.parse_args()
+    speedup_table(args.repeat, args.blocks)
+    overhead_table(args.repeat)
+
+
+if __name__ == "__main__":
+    main()
