@@ -109,10 +109,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             os.environ["PTOWSP_CACHE_DIR"] = cache
             start = time.perf_counter()
-            pw.build(schedule, target="cpu")
+            pw.build(schedule, target="cpu", workers=1)
             cold = time.perf_counter() - start
             start = time.perf_counter()
-            prog = pw.build(schedule, target="cpu")
+            prog = pw.build(schedule, target="cpu", workers=1)
             cached = time.perf_counter() - start
         out = prog.run(**inputs)[wl.outputs[0]]
         expected = numpy_fn(inputs)
