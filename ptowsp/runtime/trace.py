@@ -63,8 +63,8 @@ class Summary:
         return self.overhead / self.tasks if self.tasks else 0.0
 
     def __str__(self) -> str:
-        unit = "device s" if self.clock == "device" else "s"
-        lines = [f"makespan        {_time(self.makespan)} ({unit})",
+        clock = " (device clock)" if self.clock == "device" else ""
+        lines = [f"makespan        {_time(self.makespan)}{clock}",
                  f"tasks           {self.tasks}",
                  f"critical path   {_time(self.critical_path)}"
                  + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
