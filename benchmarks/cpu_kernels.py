@@ -47,7 +47,19 @@ def row_reduction(s, task: str, cols: int, accumulators: int = 4, lanes: int = 1
     return s
 
 
-def softmax_case(rows: int, cols: int):
+def per_row(s, task: str, rows: int, producers: tuple[str, ...], blocks: int | None):
+    """Compute the producers inside `task`'s row loop; with `blocks`, split the rows into that many
+    grid tasks first (the runtime benchmark's parallel schedules)."""
+    row = "i"
+    if blocks is not None:
+        s.split(task, "i", rows // blocks).parallel(task, "i.outer")
+        row = "i.inner"
+    for producer in producers:
+        s.compute_at(producer, task, row)
+    return s
+
+
+def softmax_case(rows: int, cols: int, blocks: int | None = None):
     """One pass per row with every intermediate in L1: max, exp and sum are computed at Y's row
     loop (Halide's compute_at), so X is read from memory once and Y written once."""
     wl = zoo.softmax(rows, cols)
@@ -56,8 +68,7 @@ def softmax_case(rows: int, cols: int):
         row_reduction(s, task, cols)
     for task in ("Y_exp", "Y"):
         s.split(task, "j", 16).vectorize(task, "j.inner")
-    for task in ("Y_sum", "Y_exp", "Y_max"):
-        s.compute_at(task, "Y", "i")
+    per_row(s, "Y", rows, ("Y_sum", "Y_exp", "Y_max"), blocks)
 
     def numpy_softmax(p):  # the usual three passes with temporaries
         x = p["X"]
@@ -67,12 +78,13 @@ def softmax_case(rows: int, cols: int):
     return wl, s, numpy_softmax, None
 
 
-def layernorm_case(rows: int, cols: int):
+def layernorm_case(rows: int, cols: int, blocks: int | None = None):
     """mean and variance computed per row inside Y's row loop, as vector partial sums."""
     wl = zoo.layernorm(rows, cols)
     s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
     for task in ("Y_var", "Y_mean"):
-        row_reduction(s, task, cols).compute_at(task, "Y", "i")
+        row_reduction(s, task, cols)
+    per_row(s, "Y", rows, ("Y_var", "Y_mean"), blocks)
 
     def numpy_layernorm(p):
         x = p["X"]

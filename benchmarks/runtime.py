@@ -31,18 +31,16 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import argparse  # noqa: E402
 import concurrent.futures  # noqa: E402
-import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
-from cpu_kernels import exp_chain_case, matmul_case, row_reduction  # noqa: E402
-from timing import side_by_side  # noqa: E402
+from cpu_kernels import exp_chain_case, layernorm_case, matmul_case, softmax_case  # noqa: E402
+from timing import median_seconds, side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
 from ptowsp.runtime import Instance, Options, TaskTable, execute  # noqa: E402
-from ptowsp.workloads import zoo  # noqa: E402
 
 CHAINS, LENGTH, WORKERS = 100, 100, 2
 
@@ -114,16 +112,6 @@ def trio_hops(count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-def median_of(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def overhead_table(repeat: int) -> None:
     tasks = CHAINS * LENGTH
     instances = chain_instances()
@@ -140,7 +128,7 @@ def overhead_table(repeat: int) -> None:
         print("dask is not installed: its row is left out (pip install dask to compare)")
     pool = concurrent.futures.ThreadPoolExecutor(WORKERS)
     rows.append(("ThreadPoolExecutor(2), chained submits", lambda: thread_pool_chains(pool)))
-    results = {name: median_of(fn, repeat) / tasks for name, fn in rows}
+    results = {name: median_seconds(fn, repeat) / tasks for name, fn in rows}
     pool.shutdown()
     dask_cost = next((v for k, v in results.items() if k.startswith("dask")), None)
     print(f"\n{CHAINS} chains x {LENGTH} empty tasks on {WORKERS} workers, median of {repeat}")
@@ -150,47 +138,6 @@ def overhead_table(repeat: int) -> None:
         print(f"{name:44} {seconds * 1e6:8.1f} {ratio}")
     print(f"{'(a trio.to_thread.run_sync hop per task)':44} {trio_hops(2000) * 1e6:8.1f}")
     print("target: ptowsp <= 25 us per task and <= 0.4x dask")
-
-
-def rows_parallel(wl, s, task: str, rows: int, blocks: int, producers: tuple[str, ...]):
-    """Split `task`'s rows into `blocks` grid tasks and compute its producers per row, inside the block."""
-    s.split(task, "i", rows // blocks).parallel(task, "i.outer")
-    for producer in producers:
-        s.compute_at(producer, task, "i.inner")
-    return s
-
-
-def softmax_case(rows: int, cols: int, blocks: int):
-    wl = zoo.softmax(rows, cols)
-    s = wl.schedule()
-    for task in ("Y_max", "Y_sum"):
-        row_reduction(s, task, cols)
-    for task in ("Y_exp", "Y"):
-        s.split(task, "j", 16).vectorize(task, "j.inner")
-    rows_parallel(wl, s, "Y", rows, blocks, ("Y_sum", "Y_exp", "Y_max"))
-
-    def numpy_softmax(p):
-        x = p["X"]
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    return wl, s, numpy_softmax, None
-
-
-def layernorm_case(rows: int, cols: int, blocks: int):
-    wl = zoo.layernorm(rows, cols)
-    s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
-    for task in ("Y_var", "Y_mean"):
-        row_reduction(s, task, cols)
-    rows_parallel(wl, s, "Y", rows, blocks, ("Y_var", "Y_mean"))
-
-    def numpy_layernorm(p):
-        x = p["X"]
-        mu = x.mean(axis=1, keepdims=True)
-        var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-5) * p["gamma"] + p["beta"]
-
-    return wl, s, numpy_layernorm, None
 
 
 def speedup_table(repeat: int, blocks: int) -> None:

@@ -29,6 +29,7 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -352,7 +353,7 @@ async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Tr
         nursery.cancel_scope.cancel()  # all workers returned: stop the orchestrator and watchdog
 
     try:
-        with trio.fail_after(options.timeout) if options.timeout is not None else _nothing():
+        with trio.fail_after(options.timeout) if options.timeout is not None else contextlib.nullcontext():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watchdog, name="watchdog")
                 nursery.start_soon(orchestrator, name="orchestrator")
@@ -361,14 +362,6 @@ async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Tr
         trace.duration = clock() - origin
         _fill_trace(trace, sched, origin, orchestrator_waits)
     return sched
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _fill_trace(trace: Trace, sched: _Scheduler, origin: float, orchestrator_waits) -> None:

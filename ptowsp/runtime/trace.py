@@ -10,7 +10,6 @@ and `summary()` finds the critical path.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -135,11 +134,6 @@ class Trace:
         from ptowsp.runtime.gantt import plot  # matplotlib loads only when a chart is drawn
 
         return plot(self, Path(path), **options)
-
-    def to_dict(self) -> dict:
-        return {"workers": self.workers, "events": [dataclasses.astuple(e) for e in self.events],
-                "waits": [dataclasses.astuple(w) for w in self.waits], "deps": self.deps,
-                "duration": self.duration, "clock": self.clock}
 
 
 def chrome_events(trace: Trace) -> dict:
