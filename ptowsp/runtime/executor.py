@@ -1,23 +1,31 @@
 """Run a task table on the real clock: orchestrator, scheduler and workers (DESIGN.md section 5).
 
-Virtual threads (trio tasks) with their roles:
+The roles of DESIGN.md section 5, each a sequential process over shared
+state guarded by one lock (`_Scheduler`):
 
-- the **orchestrator** enumerates instances in table order into a bounded
-  task window: it admits an instance by counting its unfinished producers and
-  waits, when the window is full, until workers retire a quarter of it
-  (backpressure, woken once per batch rather than per task);
 - one **worker** per core owns an OS thread for the whole run, so compiled
-  kernels run in parallel outside the GIL (the trio loop and the threads
-  live on between runs: service.py).  Its inbox has two slots, the
-  running task and a pending one it is committed to next (with `prefetch(n)`:
-  n pending tasks, whose inputs a load stage fetches ahead);
-- the **scheduler** (the AICPU role) is the policy and the ready queues.  On
-  the real clock its code runs in the worker thread that completes a task, a
-  direct handoff: a hop to a trio thread and back costs more than a small
-  tile (docs/runtime.md has the figures), so none happens per task;
-- a **watchdog** turns trio cancellation (an error elsewhere, `timeout`,
-  Ctrl-C) into a stop flag the worker threads check between tasks, so every
-  thread has returned when `execute` does.
+  kernels run in parallel outside the GIL.  Worker 0 is the caller's own
+  thread; the others are pool threads that live on between runs
+  (service.py).  A worker's inbox has two slots, the running task and a
+  pending one it is committed to next (with `prefetch(n)`: n pending tasks,
+  whose inputs a load stage fetches ahead);
+- the **orchestrator** enumerates instances in table order into a bounded
+  task window, admitting an instance by counting its unfinished producers.
+  When the window is full it waits until workers retire a quarter of it
+  (backpressure, resumed once per batch rather than per task);
+- the **scheduler** (the AICPU role) is the policy and the ready queues.
+
+On the real clock the orchestrator and scheduler run no thread of their
+own: a worker that visits the scheduler (to complete a task and take the
+next) plays both roles there, a direct handoff.  Every hop between threads
+costs a wake-up (0.05-0.1 ms on this VM, more than a small tile), so a run
+pays one at its start (waking the pool threads; the caller starts work at
+once) and at most one at its end, and none per task.  The device clock
+(trio's virtual time) runs the same roles as trio tasks, where hops are free.
+
+Stops (a task's exception, `timeout`, Ctrl-C in the caller) set a flag the
+workers check between tasks; `execute` returns once no worker can run task
+code any more.
 
 With `prefetch(n)` a worker runs load -> compute -> store as a pipeline whose
 stages exchange tokens (`Tokens`, the counters behind `csp.DepQueue`): load
@@ -29,7 +37,6 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
@@ -39,16 +46,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import trio
-
 from ptowsp.errors import BuildError, PtowspError, RunTimeout, TaskError
-from ptowsp.runtime.csp import raise_first
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
-from ptowsp.runtime.service import PoolThread, service
+from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Event, Trace, Wait
 
 DEFAULT_WINDOW = 1024
+ADMIT_BATCH = 64  # instances the orchestrator admits per turn, so workers start before a big table is in
 
 
 class Launcher(Protocol):
@@ -117,19 +122,26 @@ class _Worker:
     core: str | None
     wakeup: threading.Condition
     queue: deque = field(default_factory=deque)
-    idle: bool = False
+    idle: bool = False  # parked with nothing to run
+    returned: bool = False
     records: list = field(default_factory=list)  # (instance, start, end, stage)
     waits: list = field(default_factory=list)  # (start, end)
     tokens: dict[str, Tokens] = field(default_factory=dict)
 
 
-class _Scheduler:
-    """Ready queues, dependency counts and the window: every method runs under `lock`."""
+class _Stop(Exception):
+    """Why a run stopped without a task failing: the timeout, or an interrupt in the caller."""
 
-    def __init__(self, table: TaskTable, options: Options, placer: Placer, token: trio.lowlevel.TrioToken):
+
+class _Scheduler:
+    """Window, dependency counts and ready queues: every method runs under `lock`."""
+
+    def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float]):
         self.table, self.instances, self.preds = table, table.instances, table.predecessors
+        self.clock = clock
         self.lock = threading.Lock()
         self.workers = [_Worker(i, c, threading.Condition(self.lock)) for i, c in enumerate(options.workers)]
+        self.settled = threading.Condition(self.lock)  # a helper parked or returned
         self.placer = placer
         self.needs_producers = isinstance(placer, Locality)
         n = len(self.instances)
@@ -141,10 +153,10 @@ class _Scheduler:
         self.stopped = False
         self.error: tuple[int, BaseException] | None = None
         self.window, self.free = options.window, options.window
+        self.next = 0  # the next instance the orchestrator admits
         self.peak = 0  # most instances in the window at once
-        self.orchestrator_waiting = False
-        self.window_room = trio.Event()
-        self.token = token
+        self.full_since: float | None = None  # when the orchestrator found the window full
+        self.window_waits: list[tuple[float, float]] = []
         self.eligible = self._eligibility()
 
     def _eligibility(self) -> dict[str | None, list[int]]:
@@ -158,7 +170,24 @@ class _Scheduler:
                                  f"(worker classes: {classes})")
         return out
 
-    # -- orchestrator side ------------------------------------------------------------
+    # -- orchestrator ---------------------------------------------------------------------
+    def orchestrate(self) -> None:
+        """The orchestrator's turn: admit the next batch, or keep waiting for a quarter of the window."""
+        n = len(self.instances)
+        if self.next == n:
+            return
+        if self.full_since is not None:
+            if self.free * 4 < self.window:
+                return
+            self.window_waits.append((self.full_since, self.clock()))
+            self.full_since = None
+        stop = self.next + min(self.free, n - self.next, ADMIT_BATCH)
+        for i in range(self.next, stop):
+            self.admit(i)
+        self.next = stop
+        if self.free == 0 and stop < n:
+            self.full_since = self.clock()
+
     def admit(self, i: int) -> None:
         waiting = 0
         for p in self.preds[i]:
@@ -175,7 +204,7 @@ class _Scheduler:
         if not waiting:
             self.place(i, None)
 
-    # -- worker side --------------------------------------------------------------------
+    # -- scheduler ------------------------------------------------------------------------
     def place(self, i: int, maker: int | None) -> None:
         inst = self.instances[i]
         eligible = self.eligible[inst.core]
@@ -217,9 +246,6 @@ class _Scheduler:
         self.free += 1
         if self.completed == len(self.instances):
             self._wake_all()
-        if self.orchestrator_waiting and self.free * 4 >= self.window:
-            self.orchestrator_waiting = False
-            self.token.run_sync_soon(self.window_room.set)
 
     def finished(self) -> bool:
         return self.stopped or self.completed == len(self.instances)
@@ -234,10 +260,14 @@ class _Scheduler:
         for w in self.workers:
             w.wakeup.notify()
 
+    def quiet(self) -> bool:
+        """No helper can run task code any more: each has returned or is parked idle."""
+        return all(w.returned or w.idle for w in self.workers[1:])
 
-def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, clock: Callable[[], float]) -> None:
-    """A worker's OS thread: take tasks into the inbox, run their stages, complete them."""
-    lock, records = sched.lock, w.records
+
+def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadline: float | None = None) -> None:
+    """A worker: take tasks into the inbox, run their stages, complete them (and orchestrate on the way)."""
+    lock, records, clock = sched.lock, w.records, sched.clock
     compute, load, store = launcher.compute, launcher.load, launcher.store
     pipelined = prefetch > 0
     slots = 1 + max(1, prefetch)  # running + pending (with prefetch(n): n pending, loaded ahead)
@@ -254,6 +284,10 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, cloc
                 sched.complete(finished, w)
                 finished = None
             while not sched.stopped:
+                if deadline is not None and clock() >= deadline:
+                    sched.stop((-1, _Stop("timeout")))
+                    break
+                sched.orchestrate()
                 while len(inbox) < slots:
                     i = sched.take(w)
                     if i is None:
@@ -262,10 +296,13 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, cloc
                 if inbox or sched.finished():
                     break
                 w.idle = True
+                sched.settled.notify()
                 start = clock()
-                w.wakeup.wait()
-                w.waits.append((start, clock()))
+                w.wakeup.wait(None if deadline is None else max(0.0, deadline - start))
                 w.idle = False
+                if sched.finished():
+                    break
+                w.waits.append((start, clock()))
             if sched.stopped or not inbox:
                 return
         running = i = inbox.popleft()
@@ -307,64 +344,64 @@ def _load(i: int, load, free: Tokens, loaded: Tokens, records: list, clock) -> N
     loaded.push_dep()  # RAW: compute may use it
 
 
-async def _run(table: TaskTable, launcher: Launcher, options: Options, trace: Trace) -> _Scheduler:
+def _helper(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> None:
+    """A pool thread's part of the run: worker w, then a word to the caller that it is done."""
+    try:
+        _work(sched, w, launcher, prefetch)
+    except BaseException as e:  # noqa: BLE001 - a bug in the runtime itself: stop the run, report it
+        with sched.lock:
+            sched.stop((-1, e))
+    finally:
+        with sched.lock:
+            w.returned = True
+            sched.settled.notify()
+
+
+def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
+    """Run every instance of `table` once, in dependency order, and return the run's Trace.
+
+    Raises TaskError (naming the task and its grid coordinates, the original exception
+    chained) when task code raises, RunTimeout after `options.timeout` seconds, and
+    KeyboardInterrupt on Ctrl-C; in each case no worker runs task code any more.
+    """
     clock = time.perf_counter
-    sched = _Scheduler(table, options, placer(options.policy), trio.lowlevel.current_trio_token())
+    sched = _Scheduler(table, options, placer(options.policy), clock)
+    trace = Trace(title=options.title)
     origin = clock()
-    orchestrator_waits: list[tuple[float, float]] = []
-
-    async def orchestrator() -> None:
-        n, batch = len(table), 64
-        i = 0
-        while i < n:
-            with sched.lock:
-                if sched.stopped:
-                    return
-                room = min(sched.free, n - i, batch)
-                if room == 0:
-                    sched.orchestrator_waiting = True
-                    sched.window_room = trio.Event()
-                for _ in range(room):
-                    sched.admit(i)
-                    i += 1
-                event = sched.window_room
-            if room == 0:
-                start = clock()
-                await event.wait()
-                orchestrator_waits.append((start, clock()))
-            else:
-                await trio.lowlevel.checkpoint()
-
-    async def worker(w: _Worker, thread: PoolThread) -> None:
-        await thread.run(functools.partial(_work, sched, w, launcher, options.prefetch, clock))
-
-    async def watchdog() -> None:
+    deadline = None if options.timeout is None else origin + options.timeout
+    with pool().threads(len(sched.workers) - 1) as threads, pinned():
+        with sched.lock:
+            sched.orchestrate()  # the first batch is in before the helpers wake
+        for w, thread in zip(sched.workers[1:], threads, strict=True):
+            thread.start(functools.partial(_helper, sched, w, launcher, options.prefetch))
         try:
-            await trio.sleep_forever()
+            _work(sched, sched.workers[0], launcher, options.prefetch, deadline)
+        except BaseException as e:  # noqa: BLE001 - Ctrl-C in the caller's thread, between tasks
+            with sched.lock:
+                sched.stop((-1, e))
         finally:
             with sched.lock:
-                sched.stop()
-
-    async def workers(nursery: trio.Nursery) -> None:
-        with service().threads(len(sched.workers)) as threads:
-            async with trio.open_nursery() as inner:
-                for w, thread in zip(sched.workers, threads, strict=True):
-                    inner.start_soon(worker, w, thread, name=f"worker{w.index}")
-        nursery.cancel_scope.cancel()  # all workers returned: stop the orchestrator and watchdog
-
-    try:
-        with trio.fail_after(options.timeout) if options.timeout is not None else contextlib.nullcontext():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watchdog, name="watchdog")
-                nursery.start_soon(orchestrator, name="orchestrator")
-                nursery.start_soon(workers, nursery, name="workers")
-    finally:
-        trace.duration = clock() - origin
-        _fill_trace(trace, sched, origin, orchestrator_waits)
-    return sched
+                while not sched.quiet():
+                    sched.settled.wait()
+    trace.duration = clock() - origin
+    _fill_trace(trace, sched, origin)
+    if sched.error is not None:
+        _raise(table, sched.error, options)
+    return trace
 
 
-def _fill_trace(trace: Trace, sched: _Scheduler, origin: float, orchestrator_waits) -> None:
+def _raise(table: TaskTable, failure: tuple[int, BaseException], options: Options) -> None:
+    i, error = failure
+    if isinstance(error, _Stop):
+        raise RunTimeout(f"the run did not finish within {options.timeout} s")
+    if isinstance(error, TaskError) or not isinstance(error, Exception) or i < 0:
+        raise error  # names its task already (an opaque task's own checks), Ctrl-C, or a runtime bug
+    inst = table.instances[i]
+    where = f" at grid coordinates {inst.coords}" if inst.coords else ""
+    raise TaskError(f"task {inst.name!r}{where} failed: {type(error).__name__}: {error}") from error
+
+
+def _fill_trace(trace: Trace, sched: _Scheduler, origin: float) -> None:
     instances = sched.instances
     trace.workers = [(f"worker{w.index}", w.core) for w in sched.workers] + [("orchestrator", "host")]
     trace.lanes = len(sched.workers)
@@ -377,36 +414,6 @@ def _fill_trace(trace: Trace, sched: _Scheduler, origin: float, orchestrator_wai
         trace.waits.extend(Wait(w.index, "dependency", "ready queue", s - origin, e - origin) for s, e in w.waits)
         trace.statistics.update({t.name: t for t in w.tokens.values()})
     row = len(sched.workers)
-    trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in orchestrator_waits)
+    trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in sched.window_waits)
     trace.deps = [(p, i) for i, ps in enumerate(sched.preds) if sched.done[i] for p in ps]
-    trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(orchestrator_waits)}
-
-
-def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
-    """Run every instance of `table` once, in dependency order, and return the run's Trace.
-
-    Raises TaskError (naming the task and its grid coordinates, the original exception
-    chained) when task code raises, RunTimeout after `options.timeout` seconds, and
-    KeyboardInterrupt on Ctrl-C; in each case every worker thread has returned.
-    """
-    trace = Trace(title=options.title)
-    holder: list[_Scheduler] = []
-
-    async def main() -> None:
-        holder.append(await _run(table, launcher, options, trace))
-
-    try:
-        service().call(main)
-    except BaseExceptionGroup as group:
-        raise_first(group)
-    except trio.TooSlowError:
-        raise RunTimeout(f"the run did not finish within {options.timeout} s") from None
-    sched = holder[0]
-    if sched.error is not None:
-        i, error = sched.error
-        if isinstance(error, TaskError):  # already names its task (an opaque task's own checks)
-            raise error
-        inst = table.instances[i]
-        where = f" at grid coordinates {inst.coords}" if inst.coords else ""
-        raise TaskError(f"task {inst.name!r}{where} failed: {type(error).__name__}: {error}") from error
-    return trace
+    trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(sched.window_waits)}
