@@ -25,16 +25,25 @@ import numpy as np  # noqa: E402
 from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
+from ptowsp.backends.cpu.jit import vector_bytes  # noqa: E402
 from ptowsp.workloads import zoo  # noqa: E402
 
 
-def matmul_case(n: int):
-    """An 8x32 register tile (2 x 16 lanes, 16 accumulators), k blocked by 256 so a
-    256x32 panel of B (32 KB) stays in L1 while every row tile of A streams past it."""
+def matmul_case(n: int, blocks: int = 16):
+    """Rows in `blocks` blocks (a block of A stays in L2 while every column panel passes it;
+    the grid loop when run in parallel); within one, a 4 x (2 vectors) register tile (8
+    accumulators: enough FMAs in flight to hide their latency, few enough for AVX2's 16
+    registers), k blocked by 256, and the 256 x (2 vectors) panel of B copied to a contiguous
+    buffer per k block (cache_read): read in place, its rows lie 4 KB apart and all map to
+    the same L1 set."""
+    lanes = vector_bytes() // 4
     wl = zoo.matmul(n, n, n)
-    s = (wl.schedule().tile("C", i=8, j=32).split("C", "k", 256).split("C", "j.inner", 16)
-         .reorder("C", "j.outer", "k.outer", "i.outer", "k.inner", "i.inner", "j.inner.outer", "j.inner.inner")
-         .unroll("C", "i.inner").unroll("C", "j.inner.outer").vectorize("C", "j.inner.inner"))
+    s = (wl.schedule().tile("C", i=4, j=2 * lanes).split("C", "k", 256).split("C", "j.inner", lanes)
+         .split("C", "i.outer", n // 4 // blocks)
+         .reorder("C", "i.outer.outer", "j.outer", "k.outer", "i.outer.inner", "k.inner", "i.inner",
+                  "j.inner.outer", "j.inner.inner")
+         .unroll("C", "i.inner").unroll("C", "j.inner.outer").vectorize("C", "j.inner.inner")
+         .cache_read("C", "B", "local", loop="k.outer"))
     return wl, s, lambda p: p["A"] @ p["B"], 2.0 * n**3
 
 

@@ -95,7 +95,7 @@ class Options:
     """How a table runs: worker core classes, dispatch policy, window, prefetch depth and timeout."""
 
     workers: tuple[str | None, ...] = ()
-    policy: Policy | str = "round_robin"
+    policy: Policy | str = "work_stealing"
     window: int = DEFAULT_WINDOW
     prefetch: int = 0
     timeout: float | None = None

@@ -210,7 +210,7 @@ class Schedule:
 
     @property
     def dispatch_policy(self) -> st.Dispatch:
-        return self._dispatch or st.Dispatch(policy="round_robin")
+        return self._dispatch or st.Dispatch(policy="work_stealing")
 
     @property
     def prefetch_depth(self) -> int:

@@ -33,6 +33,14 @@ def new_target_machine() -> llvm.TargetMachine:
 
 
 @functools.cache
+def vector_bytes() -> int:
+    """The width of the host's widest SIMD registers (64: AVX-512, 32: AVX, else 16): what a
+    schedule's vector and register-tile sizes should be multiples of."""
+    features = llvm.get_host_cpu_features()
+    return 64 if features.get("avx512f") else 32 if features.get("avx") else 16
+
+
+@functools.cache
 def target_machine() -> llvm.TargetMachine:
     """The machine code generation uses (an MCJIT engine owns its own: see LoadedObject)."""
     return new_target_machine()
