@@ -52,7 +52,7 @@ from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
 from ptowsp.te.expr import binary, unary, where
-from ptowsp.workloads import ComputeTask, Workload
+from ptowsp.workloads import ComputeTask, Workload, inline_producers
 
 _IDENTITY_OP = {"sum": Op.ADD, "max": Op.MAX, "min": Op.MIN}
 
@@ -70,23 +70,6 @@ class Kernel:
 
 def buffer_of(tensor) -> Buffer:
     return Buffer(tensor.name, tensor.shape, tensor.dtype)
-
-
-def inline_producers(body: Expr, wl: Workload, inlined: frozenset[str]) -> Expr:
-    """Replace reads of inlined tasks by their expressions at the read's indices."""
-    if not inlined:
-        return body
-
-    def replace(e: Expr) -> Expr | None:
-        if e.op is not Op.LOAD or e.arg.name not in inlined:
-            return None
-        producer = wl.task(e.arg.name)
-        assert isinstance(producer, ComputeTask)
-        at = {name: index for name, index in zip(producer.loop_names, e.src, strict=True)}
-        inner = inline_producers(producer.body, wl, inlined)
-        return substitute(inner, lambda n: at[n.arg[0]] if n.op is Op.VAR else None)
-
-    return substitute(body, replace)
 
 
 def to_buffers(body: Expr) -> Expr:

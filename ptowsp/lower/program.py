@@ -19,6 +19,7 @@ from ptowsp.lower.access import KernelAccess, kernel_access
 from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes import fusion
 from ptowsp.workloads import ComputeTask, Workload
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -103,6 +104,7 @@ def lower_program(wl: Workload, schedule: Schedule) -> Program:
     """Kernels for every compute task that is not inlined or computed at another, and the task table."""
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
+    schedule = fusion.plan(schedule).schedule  # fusion as compute_inline / compute_at steps
     placed = schedule.compute_at_locations
     order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed)
     kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}

@@ -13,19 +13,11 @@ import networkx as nx
 
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
+from ptowsp.schedules.passes.fusion import check_pair
 from ptowsp.workloads import Category
 
 if TYPE_CHECKING:
     from ptowsp.schedules.schedule import Schedule
-
-FUSION_RULES = {
-    (Category.INJECTIVE, Category.INJECTIVE): "injective chains fuse",
-    (Category.INJECTIVE, Category.REDUCTION): "injective producers fuse into a reduction",
-    (Category.INJECTIVE, Category.COMPLEX_OUT_FUSABLE): "injective producers fuse into a reduction",
-    (Category.COMPLEX_OUT_FUSABLE, Category.INJECTIVE):
-        "injective consumers fuse into a complex-out-fusable producer as an epilogue",
-}
-
 
 def _compute(s: Schedule, task: str) -> LoopNest:
     """The nest of a compute task that still has loops of its own."""
@@ -199,14 +191,9 @@ def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
     for name in (step.producer, step.consumer):
         if name not in wl.tasks:
             raise StepError(f"workload {wl.name!r} has no task {name!r}")
-    a, b = wl.category(step.producer), wl.category(step.consumer)
-    if Category.OPAQUE in (a, b):
-        raise StepError("opaque tasks never fuse")
-    if step.consumer not in _consumers(s, step.producer):
-        raise StepError(f"{step.consumer!r} does not read {step.producer!r}; only a producer and its consumer fuse")
-    if (a, b) not in FUSION_RULES:
-        rules = "; ".join(sorted(set(FUSION_RULES.values())))
-        raise StepError(f"a {a.value} producer cannot fuse into a {b.value} consumer (rules: {rules})")
+    reason = check_pair(s, step.producer, step.consumer)
+    if reason:
+        raise StepError(reason)
     if (step.producer, step.consumer) in s._fused_tasks:
         raise StepError("these tasks are already fused")
     s._fused_tasks.append((step.producer, step.consumer))

@@ -22,6 +22,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.schedules import handlers
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError
+from ptowsp.schedules.passes import fusion
 from ptowsp.te import Expr, outermost_reductions
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -143,6 +144,11 @@ class Schedule:
     def fuse_by_category(self) -> Schedule:
         """Fuse every pair the category rules allow (carried out by the graph pass)."""
         return self._make(st.FuseByCategory)
+
+    def explain(self) -> str:
+        """What fusion makes of this schedule: each fused pair with its rule, each pair left
+        unfused with the reason, and the loop steps dropped from tasks folded into others."""
+        return fusion.plan(self).explain()
 
     def dispatch(self, policy: str | object, key: Sequence[str] | None = None) -> Schedule:
         """Dispatch policy: round_robin, work_stealing, locality, or affinity with key = grid loops.

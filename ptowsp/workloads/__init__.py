@@ -1,9 +1,11 @@
 """Workloads: the task graph, task categories, input validation, the numpy reference, the zoo."""
 
 from ptowsp.workloads import zoo
+from ptowsp.workloads.inline import inline_producers
 from ptowsp.workloads.inputs import validate_inputs
 from ptowsp.workloads.reference import reference
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 from ptowsp.workloads.workload import Workload
 
-__all__ = ["Category", "ComputeTask", "OpaqueTask", "Task", "Workload", "reference", "validate_inputs", "zoo"]
+__all__ = ["Category", "ComputeTask", "OpaqueTask", "Task", "Workload", "inline_producers", "reference",
+           "validate_inputs", "zoo"]

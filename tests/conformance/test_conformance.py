@@ -1,8 +1,10 @@
 """Conformance: every registered target against pw.reference, and the reference against numpy.
 
 Each catalogue workload runs under its default schedule, a hand schedule, a
-fused schedule (compute_at everywhere, vector partial reductions) and seeded
-random legal schedules on every compiled target of this machine.  The
+fused schedule (compute_at everywhere, vector partial reductions), category
+fusion (`fuse_by_category()`) on top of the default, the hand and a random
+schedule, and seeded random legal schedules on every compiled target of
+this machine.  The
 numpy target ignores loop steps, so it runs the default schedule only.
 `make fuzz` runs the same comparison over thousands of random schedules.
 """
@@ -30,12 +32,14 @@ def assert_close(got: dict, expected: dict, wl: pw.Workload, rtol: float, contex
 
 def schedules_for(wl: pw.Workload) -> list[pw.Schedule]:
     randoms = [random_schedule(wl, seed) for seed in range(RANDOM_SCHEDULES)]
-    return [wl.schedule(), hand_schedule(wl), fused_schedule(wl), *randoms]
+    by_category = [wl.schedule().fuse_by_category(), hand_schedule(wl).fuse_by_category(),
+                   random_schedule(wl, RANDOM_SCHEDULES).fuse_by_category()]
+    return [wl.schedule(), hand_schedule(wl), fused_schedule(wl), *by_category, *randoms]
 
 
 def test_catalogue_size():
     assert len(CASES) >= 30
-    assert len(CASES) * (3 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
+    assert len(CASES) * (6 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -54,7 +58,9 @@ def test_reference_matches_the_numpy_formula(case):
 def test_numpy_target(case):
     wl = case.make()
     inputs = random_inputs(wl)
-    assert_close(pw.build(wl, target="numpy").run(**inputs), pw.reference(wl, **inputs), wl, 0)
+    expected = pw.reference(wl, **inputs)
+    assert_close(pw.build(wl, target="numpy").run(**inputs), expected, wl, 0)
+    assert_close(pw.build(wl.schedule().fuse_by_category(), target="numpy").run(**inputs), expected, wl, 0)
 
 
 @pytest.mark.parametrize("target", COMPILED)

@@ -1,0 +1,1 @@
+"""Graph passes between the schedule and lowering: category fusion (fusion.py)."""

@@ -1,0 +1,279 @@
+"""Category-based task fusion (DESIGN.md section 4), carried out by rewriting the schedule.
+
+A fusion is expressed with the placement steps lowering already knows, so a
+fused task is lowered, bounds-checked and compiled like any other:
+
+- **inline**: an injective producer is substituted into its consumers
+  (compute_inline).  Rules: injective chains fuse; injective producers fuse
+  into a reduction (or a complex-out-fusable task).  A producer with several
+  consumers is recomputed in each when fused explicitly (`fuse_tasks`);
+  `fuse_by_category` keeps it materialised instead, so no work is repeated.
+- **epilogue**: an injective consumer E of a complex-out-fusable producer P
+  (matmul, conv) takes P's spatial loop schedule (tiling, order, task grid,
+  vectorisation), and P is computed per output tile inside it (compute_at at
+  the last of P's loops outside its reduction).  P's result then lives in a
+  tile-sized local buffer: the intermediate tensor is never written to memory.
+
+The anchor keeps its loop schedule; loop steps given to the folded task are
+dropped, and `explain()` lists them.  Each fusion is checked by building the
+rewritten schedule: a category fusion that would make it illegal is left
+out with the reason, an explicit one raises ScheduleError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ptowsp.errors import ScheduleError
+from ptowsp.schedules import steps as st
+from ptowsp.te import Op, walk
+from ptowsp.workloads import Category, ComputeTask, inline_producers
+
+if TYPE_CHECKING:
+    from ptowsp.schedules.schedule import Schedule
+
+FUSION_RULES = {
+    (Category.INJECTIVE, Category.INJECTIVE): "injective chains fuse",
+    (Category.INJECTIVE, Category.REDUCTION): "injective producers fuse into a reduction",
+    (Category.INJECTIVE, Category.COMPLEX_OUT_FUSABLE): "injective producers fuse into a reduction",
+    (Category.COMPLEX_OUT_FUSABLE, Category.INJECTIVE):
+        "injective consumers fuse into a complex-out-fusable producer as an epilogue",
+}
+LOOP_STEPS = frozenset({"split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel"})
+_TASK_STEPS = LOOP_STEPS | {"cache_read", "cache_write", "bind"}
+
+
+@dataclass(frozen=True)
+class Fusion:
+    producer: str
+    consumer: str  # the task the producer's result is folded into (after inlining)
+    kind: str  # "inline" or "epilogue"
+    rule: str
+    explicit: bool
+
+    @property
+    def folded(self) -> str:
+        """The task that loses its own loop schedule."""
+        return self.producer if self.kind == "inline" else self.consumer
+
+
+@dataclass
+class FusionPlan:
+    fusions: list[Fusion] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # producer, consumer, reason
+    dropped: list[str] = field(default_factory=list)  # calls of steps the rewrite dropped
+    schedule: Schedule | None = None  # the rewritten schedule lowering uses
+
+    def explain(self) -> str:
+        lines = []
+        for f in self.fusions:
+            how = (f"inlined into {f.consumer}" if f.kind == "inline"
+                   else f"computed per output tile inside {f.consumer} (epilogue)")
+            lines.append(f"fused {f.producer} -> {f.consumer}: {how}; rule: {f.rule}")
+        lines += [f"not fused {p} -> {c}: {reason.split(' (the rules:')[0]}" for p, c, reason in self.refused]
+        lines += [f"dropped {call}: the task was folded into another" for call in self.dropped]
+        return "\n".join(lines) or "nothing to fuse"
+
+
+def check_pair(s: Schedule, producer: str, consumer: str) -> str | None:
+    """Why `producer` cannot fuse into its consumer `consumer` by the category rules (None: it can)."""
+    wl = s.workload
+    a, b = wl.category(producer), wl.category(consumer)
+    if Category.OPAQUE in (a, b):
+        return "opaque tasks never fuse"
+    if consumer not in wl.graph.successors(producer):
+        return f"{consumer!r} does not read {producer!r}; only a producer and its consumer fuse"
+    if (a, b) not in FUSION_RULES:
+        rules = "; ".join(sorted(set(FUSION_RULES.values())))
+        return f"no rule fuses {_a(a.value)} producer into {_a(b.value)} consumer (the rules: {rules})"
+    if producer in wl.outputs:
+        return f"{producer!r} is an output of the workload, so it must be stored"
+    return None
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def plan(s: Schedule) -> FusionPlan:
+    """Decide the fusions the schedule asks for and build the rewritten schedule."""
+    wl = s.workload
+    requests = [(p, c, True) for p, c in s.fused_tasks]
+    if s.fuse_all_by_category:
+        asked = set(s.fused_tasks)
+        requests += [(p, c, False) for p in wl.tasks for c in wl.graph.successors(p) if (p, c) not in asked]
+    out = FusionPlan()
+    inlined = set(s.inlined)
+    injective = [r for r in requests if wl.category(r[0]) is Category.INJECTIVE]
+    into_contraction = [r for r in injective if wl.category(r[1]) is Category.COMPLEX_OUT_FUSABLE]
+    for p, c, explicit in [r for r in injective if r not in into_contraction]:  # first: an epilogue looks through them
+        if _inline(s, out, p, c, explicit, inlined):
+            inlined.add(p)
+    for p, c, explicit in requests:
+        if wl.category(p) is not Category.INJECTIVE:
+            reason = check_pair(s, p, c)
+            consumer = c
+            if reason is None:
+                consumer, reason = _epilogue_consumer(s, p, inlined)
+            fusion = None if reason else Fusion(p, consumer, "epilogue", FUSION_RULES[wl.category(p),
+                                                                                      wl.category(c)], explicit)
+            _try(s, out, fusion, p, c, reason, explicit)
+    for p, c, explicit in into_contraction:  # last, and only on request: see _inline
+        if _inline(s, out, p, c, explicit, inlined):
+            inlined.add(p)
+    out.schedule = rewrite(s, out.fusions, out.dropped) if out.fusions else s
+    return out
+
+
+def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inlined: set[str]) -> bool:
+    """Fuse injective p into its consumer c by inlining, if the rules and the schedule allow it."""
+    wl = s.workload
+    if p in inlined:
+        return False  # inlined already (by the user, or for another consumer)
+    if any(f.kind == "epilogue" and p == f.consumer for f in out.fusions):
+        anchor = next(f.producer for f in out.fusions if f.kind == "epilogue" and f.consumer == p)
+        reason = f"{p!r} already holds the epilogue of {anchor!r}"
+    else:
+        reason = check_pair(s, p, c) or _inline_problem(s, p, explicit)
+    if reason is None and not explicit and wl.category(c) is Category.COMPLEX_OUT_FUSABLE:
+        reason = (f"inlined into the contraction {c!r}, {p!r} would be recomputed at every step of its reduction; "
+                  "fuse_by_category leaves it stored (fuse_tasks inlines it on request)")
+    fusion = None if reason else Fusion(p, c, "inline", FUSION_RULES[wl.category(p), wl.category(c)], explicit)
+    return _try(s, out, fusion, p, c, reason, explicit)
+
+
+def _try(s: Schedule, out: FusionPlan, fusion: Fusion | None, p: str, c: str, reason: str | None,
+         explicit: bool) -> bool:
+    """Accept the fusion if the rewritten schedule stays legal; otherwise refuse it (or raise, if explicit)."""
+    if fusion is not None:
+        try:
+            rewrite(s, [*out.fusions, fusion], [])
+        except ScheduleError as e:
+            reason = f"fusing would make the schedule illegal: {e}"
+        else:
+            out.fusions.append(fusion)
+            return True
+    if explicit:
+        raise ScheduleError(f"fuse_tasks({p!r}, {c!r}): {reason}")
+    out.refused.append((p, c, reason or "no rule"))
+    return False
+
+
+def _inline_problem(s: Schedule, producer: str, explicit: bool) -> str | None:
+    consumers = list(s.workload.graph.successors(producer))
+    if not explicit and len(consumers) > 1:
+        return (f"{producer!r} has {len(consumers)} consumers ({', '.join(consumers)}); fuse_by_category keeps it "
+                "materialised rather than recompute it in each (fuse_tasks recomputes it)")
+    if producer in s.compute_at_locations:
+        return f"{producer!r} is already placed by compute_at"
+    return None
+
+
+def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str]) -> tuple[str, str | None]:
+    """The one task that reads `producer` (looking through inlined tasks), if it can take it as an epilogue."""
+    wl = s.workload
+    readers, frontier = set(), list(wl.graph.successors(producer))
+    while frontier:
+        task = frontier.pop()
+        if task in inlined:
+            frontier += wl.graph.successors(task)
+        else:
+            readers.add(task)
+    if len(readers) != 1:
+        return "", f"{producer!r} is read by {len(readers)} tasks ({', '.join(sorted(readers))}); an epilogue needs one"
+    (consumer,) = readers
+    task = wl.task(consumer)
+    if not isinstance(task, ComputeTask) or wl.category(consumer) is not Category.INJECTIVE:
+        return consumer, f"{consumer!r} is {wl.category(consumer).value}, not injective"
+    if consumer in s.inlined or consumer in s.compute_at_locations or producer in s.compute_at_locations:
+        return consumer, "a compute_inline or compute_at step already places one of them"
+    body = inline_producers(task.body, wl, inlined)
+    own = tuple(task.loop_names)
+    for node in walk(body):
+        if node.op is Op.LOAD and node.arg.name == producer:
+            if tuple(i.arg[0] if i.op is Op.VAR else None for i in node.src) != own:
+                return consumer, (f"{consumer!r} reads {producer!r} at other indices than its own coordinates; "
+                                  "an epilogue reads the producer element by element")
+    if _tile_loop(s, producer) is None:
+        return consumer, f"{producer!r} has no spatial loop outside its reduction to compute its tiles at"
+    return consumer, None
+
+
+def _tile_loop(s: Schedule, producer: str) -> str | None:
+    """The innermost loop of the producer outside its first reduction loop: one iteration is one output tile."""
+    last = None
+    for loop in s.nest(producer).loops:
+        if loop.reduce:
+            return last
+        last = loop.name
+    return last
+
+
+def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
+    """The schedule with the fusions carried out as compute_inline / compute_at steps."""
+    from ptowsp.schedules.schedule import Schedule
+
+    wl = s.workload
+    folded = {f.folded for f in fusions}
+    anchors = {f.producer: f for f in fusions if f.kind == "epilogue"}
+    out = Schedule(wl)
+    for step in s.steps:
+        task = getattr(step, "task", None)
+        if step.kind in ("fuse_tasks", "fuse_by_category"):
+            continue
+        if (task in folded and step.kind in _TASK_STEPS) or (task in anchors and step.kind == "parallel"):
+            dropped.append(step.call())
+            continue
+        out._apply(step)
+    for f in fusions:
+        if f.kind == "inline":
+            if f.producer not in out.inlined:
+                out._apply(st.ComputeInline(task=f.producer))
+            continue
+        names = dict(zip(wl.task(f.producer).loop_names, wl.task(f.consumer).loop_names, strict=True))
+        reduce_roots = {r for r, _ in _reduce_axes(s, f.producer)}
+        for step in s.steps:
+            if getattr(step, "task", None) == f.producer and step.kind in LOOP_STEPS:
+                moved = _translate(step, f.consumer, names, reduce_roots)
+                if moved is not None:
+                    out._apply(moved)
+        tile = _tile_loop(s, f.producer)
+        out._apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
+    return out
+
+
+def _reduce_axes(s: Schedule, task: str) -> list[tuple[str, int]]:
+    from ptowsp.schedules.schedule import schedulable_reduce_axes
+
+    return schedulable_reduce_axes(s.workload.task(task).body)
+
+
+def _rename(loop: str, names: dict[str, str]) -> str:
+    return ".".join(names.get(part, part) for part in loop.split("."))
+
+
+def _translate(step: st._Step, task: str, names: dict[str, str], reduce_roots: set[str]) -> st._Step | None:
+    """A loop step of the anchor, applied to its epilogue: spatial loops renamed, reduction loops left out."""
+    def spatial(loop: str) -> bool:
+        return loop.split(".")[0] not in reduce_roots
+
+    fields = step.model_dump()
+    fields["task"] = task
+    if step.kind == "tile":
+        fields["factors"] = {_rename(k, names): v for k, v in step.factors.items() if spatial(k)}
+        if not fields["factors"]:
+            return None
+    elif step.kind in ("reorder", "parallel"):
+        fields["loops"] = [_rename(k, names) for k in step.loops if spatial(k)]
+        if len(fields["loops"]) < (1 if step.kind == "parallel" else 2):
+            return None
+    elif step.kind == "fuse":
+        if not spatial(step.outer):
+            return None
+        fields["outer"], fields["inner"] = _rename(step.outer, names), _rename(step.inner, names)
+    else:
+        if not spatial(step.loop):
+            return None
+        fields["loop"] = _rename(step.loop, names)
+    return type(step)(**fields)

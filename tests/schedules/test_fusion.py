@@ -1,0 +1,131 @@
+"""Category fusion: each rule firing (and what it leaves unstored), each forbidden fusion refused with its reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.workloads import zoo
+from tests.conformance.catalogue import random_inputs
+
+
+def built(schedule: pw.Schedule) -> pw.Built:
+    """Build for cpu and check the result against the reference on the way."""
+    wl = schedule.workload
+    prog = pw.build(schedule, target="cpu", workers=2)
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)
+    for name, value in prog.run(**inputs).items():
+        scale = max(1.0, float(np.max(np.abs(expected[name]))))
+        np.testing.assert_allclose(value, expected[name], rtol=1e-4, atol=1e-4 * scale)
+    return prog
+
+
+def stored(prog: pw.Built) -> set[str]:
+    """Tasks that still run as kernels of their own (and so write their tensor to memory)."""
+    return set(prog.program.order)
+
+
+def exp_then_sum() -> pw.Workload:
+    wl = pw.Workload("exp_sum")
+    x = wl.input("x", (64, 32))
+    e = wl.compute("e", (64, 32), lambda i, j: pw.exp(x[i, j]))
+    k = pw.reduce_axis(32, "k")
+    wl.output(wl.compute("s", (64,), lambda i: pw.sum(e[i, k], k)))
+    return wl
+
+
+def test_an_injective_chain_fuses_into_its_last_task():
+    s = zoo.elementwise_chain().schedule().fuse_by_category()
+    assert "fused T1 -> T2: inlined into T2; rule: injective chains fuse" in s.explain()
+    assert stored(built(s)) == {"Y"}
+
+
+def test_an_injective_producer_fuses_into_a_reduction():
+    s = exp_then_sum().schedule().fuse_by_category()
+    assert "fused e -> s: inlined into s; rule: injective producers fuse into a reduction" in s.explain()
+    assert stored(built(s)) == {"s"}
+
+
+def test_an_injective_consumer_fuses_into_a_matmul_as_an_epilogue_keeping_the_anchors_tiling():
+    wl = zoo.mlp()
+    s = (wl.schedule().tile("Y_mm", i=4, j=16).split("Y_mm", "k", 64)
+         .reorder("Y_mm", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner")
+         .parallel("Y_mm", "i.outer").vectorize("Y_mm", "j.inner").split("Y", "i", 2).fuse_by_category())
+    text = s.explain()
+    assert "fused Y_mm -> Y: computed per output tile inside Y (epilogue)" in text
+    assert "fused H -> G" in text  # through H_bias, inlined into G first
+    assert "dropped split('Y', 'i', 2)" in text  # the folded task's own loop steps give way
+    prog = built(s)
+    assert stored(prog) == {"G", "Y"}
+    source = prog.source("Y")
+    assert "local Y_mm" in source and "i.outer" in source  # a tile-sized buffer, in the anchor's loops
+    assert prog.program.kernels["Y"].grid  # the anchor's parallel loop is the fused task's grid
+
+
+def two_matmuls(relu_first: bool = False) -> pw.Workload:
+    wl = pw.Workload("two_matmuls")
+    a, b, e = wl.input("A", (16, 24)), wl.input("B", (24, 8)), wl.input("E", (8, 12))
+    if relu_first:
+        a = wl.compute("R", (16, 24), lambda i, j: pw.maximum(a[i, j], 0.0))
+    k, m = pw.reduce_axis(24, "k"), pw.reduce_axis(8, "m")
+    c = wl.compute("C", (16, 8), lambda i, j: pw.sum(a[i, k] * b[k, j], k))
+    wl.output(wl.compute("D", (16, 12), lambda i, j: pw.sum(c[i, m] * e[m, j], m)))
+    return wl
+
+
+def test_an_injective_producer_is_inlined_into_a_contraction_only_on_request():
+    wl = two_matmuls(relu_first=True)
+    assert "inlined into the contraction 'C', 'R' would be recomputed" in wl.schedule().fuse_by_category().explain()
+    assert stored(built(wl.schedule().fuse_tasks("R", "C"))) == {"C", "D"}
+
+
+def test_a_producer_with_several_consumers_stays_stored_unless_fused_explicitly():
+    wl = zoo.softmax(16, 32)
+    assert "'Y_exp' has 2 consumers (Y_sum, Y); fuse_by_category keeps it materialised" in (
+        wl.schedule().fuse_by_category().explain())
+    prog = built(wl.schedule().fuse_tasks("Y_exp", "Y_sum"))  # recomputed in both consumers
+    assert "Y_exp" not in stored(prog)
+
+
+@pytest.mark.parametrize("producer, consumer, reason", [
+    ("Y_max", "Y_exp", "no rule fuses a reduction producer into an injective consumer"),
+    ("Y_max", "Y", "'Y' does not read 'Y_max'"),
+])
+def test_forbidden_fusions_are_refused_with_the_rule(producer, consumer, reason):
+    wl = zoo.softmax(16, 32)
+    with pytest.raises(pw.ScheduleError, match=reason):
+        wl.schedule().fuse_tasks(producer, consumer)
+
+
+def test_a_matmul_cannot_fuse_into_a_matmul():
+    with pytest.raises(pw.ScheduleError, match="no rule fuses a complex_out_fusable producer into a complex_out"):
+        two_matmuls().schedule().fuse_tasks("C", "D")
+
+
+def test_opaque_tasks_and_outputs_never_fuse():
+    wl = pw.Workload("opaque_chain")
+    x = wl.input("x", (4, 5))
+    y = wl.compute("y", (4, 5), lambda i, j: x[i, j] * 2.0)
+    z = wl.opaque("sort", lambda a: np.sort(a, axis=1), inputs=[y], outputs=[("z", (4, 5))])
+    wl.output(y, z)
+    with pytest.raises(pw.ScheduleError, match="opaque tasks never fuse"):
+        wl.schedule().fuse_tasks("y", "sort")
+    chain = zoo.elementwise_chain()
+    chain.output(chain.tensor("T2"))
+    with pytest.raises(pw.ScheduleError, match="'T2' is an output of the workload"):
+        chain.schedule().fuse_tasks("T2", "T3")
+
+
+def test_an_epilogue_that_reads_the_producer_transposed_is_left_unfused():
+    wl = pw.Workload("matmul_transposed")
+    a, b = wl.input("A", (32, 32)), wl.input("B", (32, 32))
+    k = pw.reduce_axis(32, "k")
+    c = wl.compute("C", (32, 32), lambda i, j: pw.sum(a[i, k] * b[k, j], k))
+    wl.output(wl.compute("D", (32, 32), lambda i, j: c[j, i] + 1.0))
+    s = wl.schedule().fuse_by_category()
+    assert "reads 'C' at other indices than its own coordinates" in s.explain()
+    assert stored(built(s)) == {"C", "D"}
+    with pytest.raises(pw.ScheduleError, match="other indices"):
+        built(wl.schedule().fuse_tasks("C", "D"))
