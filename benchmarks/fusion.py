@@ -65,7 +65,7 @@ def main() -> None:
                 scale = max(1.0, float(np.max(np.abs(expected[out]))))
                 if not np.allclose(value, expected[out], rtol=1e-4, atol=1e-4 * scale):
                     raise SystemExit(f"{name}: WRONG RESULT for {out}")
-        unfused, fused = side_by_side([lambda p=p: p.run(**inputs) for p in progs], args.repeat)
+        unfused, fused = side_by_side([lambda p=p, i=inputs: p.run(**i) for p in progs], args.repeat)
         tasks = "/".join(str(len(p.trace.events)) for p in progs)
         memory = "/".join(f"{intermediate_bytes(p) / 2**20:.2f}" for p in progs)
         print(f"{name:36} {tasks:>11} {memory + ' MiB':>17} {unfused * 1e3:7.2f}ms {fused * 1e3:7.2f}ms "

@@ -14,7 +14,8 @@ def python_blocks(path: pathlib.Path) -> str:
     return "\n".join(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S))
 
 
-@pytest.mark.parametrize("page", ["docs/tutorial.md", "README.md", "docs/schedules.md", "docs/runtime.md"])
+@pytest.mark.parametrize("page", ["docs/tutorial.md", "README.md", "docs/schedules.md", "docs/runtime.md",
+                                  "docs/fusion.md"])
 def test_page_runs(page, capsys):
     code = python_blocks(ROOT / page)
     assert code.strip()
