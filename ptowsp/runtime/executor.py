@@ -137,7 +137,7 @@ class _Scheduler:
     """Window, dependency counts and ready queues: every method runs under `lock`."""
 
     def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float]):
-        self.table, self.instances, self.preds = table, table.instances, table.predecessors
+        self.instances, self.preds = table.instances, table.predecessors
         self.clock = clock
         self.lock = threading.Lock()
         self.workers = [_Worker(i, c, threading.Condition(self.lock)) for i, c in enumerate(options.workers)]

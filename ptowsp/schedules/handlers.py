@@ -19,6 +19,7 @@ from ptowsp.workloads import Category
 if TYPE_CHECKING:
     from ptowsp.schedules.schedule import Schedule
 
+
 def _compute(s: Schedule, task: str) -> LoopNest:
     """The nest of a compute task that still has loops of its own."""
     wl = s.workload

@@ -50,7 +50,6 @@ class Fusion:
     consumer: str  # the task the producer's result is folded into (after inlining)
     kind: str  # "inline" or "epilogue"
     rule: str
-    explicit: bool
 
     @property
     def folded(self) -> str:
@@ -111,14 +110,13 @@ def plan(s: Schedule) -> FusionPlan:
         if _inline(s, out, p, c, explicit, inlined):
             inlined.add(p)
     for p, c, explicit in requests:
-        if wl.category(p) is not Category.INJECTIVE:
-            reason = check_pair(s, p, c)
-            consumer = c
-            if reason is None:
-                consumer, reason = _epilogue_consumer(s, p, inlined)
-            fusion = None if reason else Fusion(p, consumer, "epilogue", FUSION_RULES[wl.category(p),
-                                                                                      wl.category(c)], explicit)
-            _try(s, out, fusion, p, c, reason, explicit)
+        if wl.category(p) is Category.INJECTIVE:
+            continue
+        consumer, reason = c, check_pair(s, p, c)
+        if reason is None:
+            consumer, reason = _epilogue_consumer(s, p, inlined)
+        fusion = None if reason else Fusion(p, consumer, "epilogue", FUSION_RULES[wl.category(p), wl.category(c)])
+        _try(s, out, fusion, p, c, reason, explicit)
     for p, c, explicit in into_contraction:  # last, and only on request: see _inline
         if _inline(s, out, p, c, explicit, inlined):
             inlined.add(p)
@@ -139,7 +137,7 @@ def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inline
     if reason is None and not explicit and wl.category(c) is Category.COMPLEX_OUT_FUSABLE:
         reason = (f"inlined into the contraction {c!r}, {p!r} would be recomputed at every step of its reduction; "
                   "fuse_by_category leaves it stored (fuse_tasks inlines it on request)")
-    fusion = None if reason else Fusion(p, c, "inline", FUSION_RULES[wl.category(p), wl.category(c)], explicit)
+    fusion = None if reason else Fusion(p, c, "inline", FUSION_RULES[wl.category(p), wl.category(c)])
     return _try(s, out, fusion, p, c, reason, explicit)
 
 
@@ -232,7 +230,7 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
                 out._apply(st.ComputeInline(task=f.producer))
             continue
         names = dict(zip(wl.task(f.producer).loop_names, wl.task(f.consumer).loop_names, strict=True))
-        reduce_roots = {r for r, _ in _reduce_axes(s, f.producer)}
+        reduce_roots = {part for lp in s.nest(f.producer).loops if lp.reduce for part in lp.name.split(".")}
         for step in s.steps:
             if getattr(step, "task", None) == f.producer and step.kind in LOOP_STEPS:
                 moved = _translate(step, f.consumer, names, reduce_roots)
@@ -241,12 +239,6 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
         tile = _tile_loop(s, f.producer)
         out._apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
     return out
-
-
-def _reduce_axes(s: Schedule, task: str) -> list[tuple[str, int]]:
-    from ptowsp.schedules.schedule import schedulable_reduce_axes
-
-    return schedulable_reduce_axes(s.workload.task(task).body)
 
 
 def _rename(loop: str, names: dict[str, str]) -> str:
