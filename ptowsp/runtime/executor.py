@@ -37,12 +37,15 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import os
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -129,6 +132,9 @@ class _Worker:
     tokens: dict[str, Tokens] = field(default_factory=dict)
 
 
+_POLL = 0.1  # seconds: how long an idle worker 0 sleeps before it checks for Ctrl-C again
+
+
 class _Stop(Exception):
     """Why a run stopped without a task failing: the timeout, or an interrupt in the caller."""
 
@@ -151,6 +157,7 @@ class _Scheduler:
         self.ran_on = [-1] * n
         self.completed = 0
         self.stopped = False
+        self.interrupted = False  # Ctrl-C arrived (set by the signal handler, without the lock)
         self.error: tuple[int, BaseException] | None = None
         self.window, self.free = options.window, options.window
         self.next = 0  # the next instance the orchestrator admits
@@ -284,6 +291,9 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, dead
                 sched.complete(finished, w)
                 finished = None
             while not sched.stopped:
+                if sched.interrupted and w.index == 0:
+                    sched.stop((-1, KeyboardInterrupt()))
+                    break
                 if deadline is not None and clock() >= deadline:
                     sched.stop((-1, _Stop("timeout")))
                     break
@@ -298,7 +308,8 @@ def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, dead
                 w.idle = True
                 sched.settled.notify()
                 start = clock()
-                w.wakeup.wait(None if deadline is None else max(0.0, deadline - start))
+                # worker 0 (the only one with a deadline) looks at the clock and the Ctrl-C flag now and then
+                w.wakeup.wait(None if w.index else max(0.0, min(_POLL, (deadline or math.inf) - start)))
                 w.idle = False
                 if sched.finished():
                     break
@@ -369,7 +380,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     trace = Trace(title=options.title)
     origin = clock()
     deadline = None if options.timeout is None else origin + options.timeout
-    with pool().threads(len(sched.workers) - 1) as threads, pinned():
+    with pool().threads(len(sched.workers) - 1) as threads, pinned(), _interrupts(sched):
         with sched.lock:
             sched.orchestrate()  # the first batch is in before the helpers wake
         for w, thread in zip(sched.workers[1:], threads, strict=True):
@@ -388,6 +399,30 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     if sched.error is not None:
         _raise(table, sched.error, options)
     return trace
+
+
+@contextlib.contextmanager
+def _interrupts(sched: _Scheduler) -> Iterator[None]:
+    """Ctrl-C also sets a flag worker 0 checks between tasks.
+
+    Python raises KeyboardInterrupt at whatever bytecode the main thread runs;
+    inside a finalizer (a __del__ run by the garbage collector) it is printed
+    and lost, and the run would go on.  The flag makes the stop certain.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # not ours to handle: another thread, or the program installed its own handler
+        return
+
+    def handler(signum, frame):
+        sched.interrupted = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _raise(table: TaskTable, failure: tuple[int, BaseException], options: Options) -> None:

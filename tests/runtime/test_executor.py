@@ -212,6 +212,26 @@ def test_ctrl_c_cancels_cleanly():
     assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
 
 
+def test_ctrl_c_swallowed_by_task_code_still_stops_the_run():
+    """A KeyboardInterrupt lost on the way (raised inside a finalizer, say) still stops the run."""
+    table = TaskTable(tiles("T", 100))
+    started = []
+
+    def interrupt_and_swallow(inst):
+        started.append(inst.coords)
+        if len(started) == 3:
+            try:
+                signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass
+
+    launch = Launch(table, {"T": 0.05}, action=interrupt_and_swallow)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run(table, launch)
+    assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
+
+
 def test_chrome_trace_has_one_event_per_task_and_an_arrow_per_dependency(tmp_path):
     table = TaskTable(tiles("P", 5) + tiles("C", 5, reads="P"))
     trace = run(table)
