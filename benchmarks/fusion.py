@@ -1,13 +1,15 @@
-"""Category fusion: unfused vs fuse_by_category() on the cpu target with 2 workers.
+"""Fusion and the default schedule: unfused vs fused on the cpu target with 2 workers.
 
-Per workload: task instances per run, bytes of intermediate tensors stored
-(each intermediate in its own buffer: memory planning, which would share
-buffers by liveness, is not built yet), and the median run time of both,
-side by side in alternating blocks (timing.side_by_side).  Both schedules
-give every task a parallel grid with `parallelize(8)`; the fused one then
-fuses by category (an epilogue takes its anchor's grid).  Every result is
-checked against pw.reference first.  Target (issue 5): fused >= 1.3x faster
-on each workload, with lower peak intermediate memory.
+Three schedules per workload, all from schedules/passes/default.py so the
+loops are alike: unfused (every task stored, each with its register tile or
+vector loop and its own task grid), category fusion on top of that
+(`fuse_by_category()`), and the default schedule `pw.build(wl)` runs
+(fusion plus grouping: intermediates computed inside the task that reads
+them).  Per workload: task instances per run, intermediate bytes (unfused
+without sharing, then the memory plan's arena of each), and the median run
+time of each, side by side in alternating blocks (timing.side_by_side).
+Every result is checked against pw.reference first.  Target (issue 5):
+fused >= 1.3x faster on each workload, with lower peak intermediate memory.
 
     .venv/bin/python benchmarks/fusion.py [--repeat 5]
 """
@@ -15,12 +17,13 @@ on each workload, with lower peak intermediate memory.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 from timing import side_by_side
 
 import ptowsp as pw
+from ptowsp.backends.cpu.jit import vector_bytes
+from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import zoo
 from ptowsp.workloads.zoo import layers
 
@@ -41,36 +44,40 @@ WORKLOADS = {
 }
 
 
-def intermediate_bytes(prog: pw.Built) -> int:
-    wl = prog.workload
-    stored = [t.name for name in prog.program.order for t in wl.task(name).outputs]
-    return sum(math.prod(wl.tensor(n).shape) * np.dtype(wl.tensor(n).dtype).itemsize
-               for n in stored if n not in wl.outputs)
+def schedules(wl: pw.Workload) -> dict[str, pw.Schedule]:
+    """Unfused (every task stored, each with the default loops and grid), category fusion on top
+    of that, and the full default schedule (fusion plus grouping: what `pw.build(wl)` runs)."""
+    return {"unfused": default_schedule(wl, vector_bytes=vector_bytes(), workers=2, fuse=False),
+            "category": default_schedule(wl, vector_bytes=vector_bytes(), workers=2, fuse=False).fuse_by_category(),
+            "default": default_schedule(wl, vector_bytes=vector_bytes(), workers=2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'workload':36} {'tasks':>11} {'intermediates':>17} {'unfused':>9} {'fused':>9} {'speed-up':>8}")
+    print(f"{'workload':36} {'tasks':>10} {'intermediates MiB':>23} {'unfused':>9} {'category':>9} {'default':>9} "
+          f"{'speed-up':>9}")
     for name, make in WORKLOADS.items():
         wl = make()
         rng = np.random.default_rng(0)
         inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
         expected = pw.reference(wl, **inputs)
-        progs = [pw.build(wl.schedule().parallelize(8), "cpu", workers=2),
-                 pw.build(wl.schedule().parallelize(8).fuse_by_category(), "cpu", workers=2)]
+        progs = [pw.build(s, "cpu", workers=2) for s in schedules(wl).values()]
         for prog in progs:
             for out, value in prog.run(**inputs).items():
                 scale = max(1.0, float(np.max(np.abs(expected[out]))))
                 if not np.allclose(value, expected[out], rtol=1e-4, atol=1e-4 * scale):
                     raise SystemExit(f"{name}: WRONG RESULT for {out}")
-        unfused, fused = side_by_side([lambda p=p, i=inputs: p.run(**i) for p in progs], args.repeat)
+        times = side_by_side([lambda p=p, i=inputs: p.run(**i) for p in progs], args.repeat)
         tasks = "/".join(str(len(p.trace.events)) for p in progs)
-        memory = "/".join(f"{intermediate_bytes(p) / 2**20:.2f}" for p in progs)
-        print(f"{name:36} {tasks:>11} {memory + ' MiB':>17} {unfused * 1e3:7.2f}ms {fused * 1e3:7.2f}ms "
-              f"{unfused / fused:7.2f}x")
-    print("tasks and intermediates: unfused/fused; target: fused >= 1.3x faster, less intermediate memory")
+        plans = [p.memory_plan for p in progs]
+        memory = f"{plans[0].unshared_bytes / 2**20:.2f} | " + "/".join(f"{m.arena_bytes / 2**20:.2f}" for m in plans)
+        print(f"{name:36} {tasks:>10} {memory:>23} " + " ".join(f"{t * 1e3:7.3f}ms" for t in times)
+              + f" {times[0] / times[2]:8.2f}x")
+    print("columns: unfused / category fusion only / default schedule (fusion + grouping, what pw.build(wl) runs)")
+    print("intermediates: unfused without sharing | planned arena of each; speed-up = unfused / default; "
+          "target: >= 1.3x, less intermediate memory")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ class Executable(Protocol):
 
 class Backend(Protocol):
     name: str
+    vector_bytes: int  # SIMD width the default schedule tiles for
 
     def unavailable_reason(self) -> str | None:
         """None when this machine can run the target, else why not."""

@@ -14,6 +14,8 @@ from ptowsp.runtime import Options, Trace, worker_classes
 from ptowsp.runtime.dispatch import Policy
 from ptowsp.runtime.executor import DEFAULT_WINDOW
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.passes.memory import MemoryPlan
 from ptowsp.workloads import Workload, validate_inputs
 
 
@@ -38,6 +40,12 @@ class Built:
     def program(self) -> Program:
         """The lowered program (kernels and task table); the numpy target lowers only when asked."""
         return getattr(self._executable, "program", None) or lower_program(self.workload, self.schedule)
+
+    @property
+    def memory_plan(self) -> MemoryPlan | None:
+        """Where the stored intermediates live (offsets in one arena, peak before and after
+        sharing); None on targets that keep every tensor in its own array (numpy)."""
+        return getattr(self._executable, "memory_plan", None)
 
     def run(self, timeout: float | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Validate inputs (InputError), run, and return {output name: new array}.
@@ -74,14 +82,16 @@ def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:
 
 def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Sequence[str | None] | None = None,
           window: int = DEFAULT_WINDOW) -> Built:
-    """Compile a schedule (or a workload with its default schedule) for a target.
+    """Compile a schedule, or a workload with its default schedule (schedules/passes/default.py:
+    fusion, grouping, tiling and a task grid for this target and number of workers).
 
     `workers`: how many worker threads (default: one per CPU core), or one core class
     per worker (None runs any task; `bind(task, core=...)` restricts a task to its
     class).  `window`: how many task instances the orchestrator keeps in flight.
     """
     if isinstance(what, Workload):
-        schedule = what.schedule()
+        width = backend(target).vector_bytes
+        schedule = default_schedule(what, vector_bytes=width, workers=len(worker_classes(workers)))
     elif isinstance(what, Schedule):
         schedule = what
     else:

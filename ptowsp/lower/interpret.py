@@ -76,7 +76,7 @@ class Interpreter:
 def interpret(program: Program, **inputs: np.ndarray) -> dict[str, np.ndarray]:
     """Run every task instance of the program in table order; return the outputs."""
     wl = program.workload
-    arrays: dict[str, np.ndarray] = dict(validate_inputs(wl, inputs))
+    arrays: dict[str, np.ndarray] = {**program.constants, **validate_inputs(wl, inputs)}
     for name in program.order:
         for t in wl.task(name).outputs:
             arrays[t.name] = np.zeros(t.shape, t.dtype)

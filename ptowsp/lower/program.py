@@ -12,14 +12,16 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ptowsp.errors import BuildError
 from ptowsp.lower.access import KernelAccess, kernel_access
 from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fusion
+from ptowsp.schedules.passes import fold, fusion
 from ptowsp.workloads import ComputeTask, Workload
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -40,7 +42,9 @@ class Program:
     workload: Workload
     schedule: Schedule
     kernels: dict[str, Kernel]
-    order: tuple[str, ...]  # tasks to run, in topological order (inlined tasks vanish)
+    order: tuple[str, ...]  # tasks to run, in topological order (inlined and folded tasks vanish)
+    # tensors known at build time: the workload's constants and the results of folded tasks
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
     def launches(self) -> Iterator[tuple[str, tuple[int, ...]]]:
         """(task, grid coordinates) of every task instance, in table order; cheap."""
@@ -73,6 +77,11 @@ class Program:
     def source(self, task: str) -> str:
         """The lowered loop nest of a task as pseudo-code (grid loops first)."""
         if task not in self.kernels:
+            if task in self.workload.constants:
+                raise BuildError(f"{task!r} is a constant of the workload, not a task: it has no loop nest")
+            if task in self.constants:
+                raise BuildError(f"task {task!r} has no kernel: it depends only on constants and was folded "
+                                 "at build time (its result is in program.constants)")
             placed = self.schedule.compute_at_locations.get(task)
             kind = ("inlined into its consumers" if task in self.schedule.inlined else
                     f"computed inside {placed[0]!r} at loop {placed[1]}" if placed else "opaque host code")
@@ -88,26 +97,29 @@ def _whole(tensor) -> Region:
     return tuple((0, n) for n in tensor.shape)
 
 
-def _check_unstored(wl: Workload, program_order: tuple[str, ...], kernels: dict[str, Kernel], placed: dict) -> None:
-    """A task computed at a consumer's loop is never stored: nothing else may read it."""
+def _check_unstored(wl: Workload, program_order: tuple[str, ...], kernels: dict[str, Kernel], placed: dict,
+                    known: dict[str, np.ndarray]) -> None:
+    """A task computed at a consumer's loop is never stored: nothing else may read it (unless its value
+    is known at build time: a folded task is available whatever the schedule does with it)."""
     for name in program_order:
         task = wl.task(name)
         reads = [b.name for b in kernels[name].inputs] if name in kernels else [t.name for t in task.inputs]
         for tensor in reads:
-            if tensor in placed:
+            if tensor in placed and tensor not in known:
                 consumer, loop = placed[tensor]
                 raise BuildError(f"task {name!r} reads {tensor!r}, which is computed at {consumer!r} loop {loop} "
                                  "and never stored; compute it at the root or at a loop of each reader")
 
 
 def lower_program(wl: Workload, schedule: Schedule) -> Program:
-    """Kernels for every compute task that is not inlined or computed at another, and the task table."""
+    """Kernels for every compute task that is not inlined, computed at another or folded, and the task table."""
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
     schedule = fusion.plan(schedule).schedule  # fusion as compute_inline / compute_at steps
+    known = {**wl.constants, **fold.fold_constants(wl)}  # constant folding: evaluated once, here
     placed = schedule.compute_at_locations
-    order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed)
+    order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed and t not in known)
     kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}
-    _check_unstored(wl, order, kernels, placed)
-    return Program(wl, schedule, kernels, order)
+    _check_unstored(wl, order, kernels, placed, known)
+    return Program(wl, schedule, kernels, order, known)
 

@@ -6,7 +6,10 @@ backend supplies the code that runs it.  Dependencies are exact at region
 level (DESIGN.md section 4): an instance depends on every earlier instance
 whose written box overlaps one of its read boxes.  Tensors are written once
 (each by one task, its instances writing disjoint parts), so read-after-write
-is the only hazard; a pass that reuses buffers must add the others.
+is the only hazard between tensors of their own.  When the memory plan lets
+a tensor take over the bytes of dead ones, `after` names them: every write
+of the tensor then waits for every access of those (write-after-read and
+write-after-write on the shared bytes).
 
 Overlap queries use an index per tensor and dimension: the distinct
 intervals writers cover, each with a bitset (a Python int) of the writers
@@ -21,7 +24,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -112,22 +115,32 @@ def _bits(mask: int) -> list[int]:
 class TaskTable:
     """Instances in an order every dependency respects, and (computed once) their predecessors."""
 
-    def __init__(self, instances: Sequence[Instance]):
+    def __init__(self, instances: Sequence[Instance], after: Mapping[str, Sequence[str]] | None = None):
         self.instances = tuple(instances)
+        self.after = dict(after or {})  # tensor -> tensors whose every access precedes its writes
 
     def __len__(self) -> int:
         return len(self.instances)
 
     @functools.cached_property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
-        """For each instance, the earlier instances whose writes overlap its reads."""
+        """For each instance, the earlier instances whose writes overlap its reads (and, for a
+        tensor in shared bytes, every earlier access of the tensors it takes over)."""
         index = RegionIndex()
+        shared = {t for older in self.after.values() for t in older}
+        accessed: dict[str, int] = {}  # shared tensor -> bitset of instances reading or writing it
         out = []
         for i, inst in enumerate(self.instances):
             mask = 0
             for tensor, box in inst.reads:
                 mask |= index.writers(tensor, box)
+            for tensor, _ in inst.writes:
+                for older in self.after.get(tensor, ()):
+                    mask |= accessed.get(older, 0)
             out.append(tuple(_bits(mask)))
             for tensor, box in inst.writes:
                 index.add(tensor, box, i)
+            for tensor, _ in (*inst.reads, *inst.writes):
+                if tensor in shared:
+                    accessed[tensor] = accessed.get(tensor, 0) | (1 << i)
         return tuple(out)

@@ -56,6 +56,7 @@ class Summary:
     critical_path: float  # longest chain of dependent task durations
     overhead: float  # worker time neither in a task nor waiting for one to become ready
     clock: str
+    memory: dict[str, int] | None = None  # intermediate bytes: "planned" (the arena) and "unshared"
 
     @property
     def overhead_per_task(self) -> float:
@@ -69,6 +70,9 @@ class Summary:
                  + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
                  f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
         lines += [f"busy {name:<10} {fraction:6.1%}" for name, fraction in self.busy.items()]
+        if self.memory is not None:
+            lines.append(f"intermediates   {self.memory['planned'] / 2**20:.2f} MiB planned, "
+                         f"{self.memory['unshared'] / 2**20:.2f} MiB unshared")
         return "\n".join(lines)
 
 
@@ -92,6 +96,7 @@ class Trace:
     clock: str = "real"
     title: str = "ptowsp"
     statistics: dict = field(default_factory=dict)  # the primitives' own reports (token queues, window)
+    memory: dict[str, int] | None = None  # the backend's memory plan: "planned" and "unshared" bytes
 
     @property
     def makespan(self) -> float:
@@ -110,7 +115,7 @@ class Trace:
         tasks = [e for e in self.events if e.id >= 0]
         overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))  # bookkeeping, start-up
         fractions = {name: (b / makespan if makespan else 0.0) for (name, _), b in zip(self.workers, busy)}
-        return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock)
+        return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory)
 
     def critical_path(self) -> float:
         """Length of the longest chain of task durations along dependency edges."""

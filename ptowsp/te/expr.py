@@ -192,6 +192,10 @@ class Tensor:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
     def __getitem__(self, index: object) -> Expr:
         items = index if isinstance(index, tuple) else (index,)
         if len(items) != self.ndim:

@@ -21,6 +21,11 @@ def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.n
     """Check every input is present with its declared shape and dtype; return read-only views."""
     if not wl.outputs:
         raise WorkloadError(f"workload {wl.name!r} declares no outputs; call wl.output(tensor) first")
+    declared = wl.constants
+    constants = [name for name in given if name in declared]
+    if constants:
+        raise InputError(f"{constants[0]!r} is a constant of workload {wl.name!r} (its value was given to "
+                         "wl.constant) and is not passed at run time")
     unexpected = sorted(set(given) - set(wl.inputs))
     if unexpected:
         known = ", ".join(wl.inputs) or "(none)"

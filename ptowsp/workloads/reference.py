@@ -21,8 +21,8 @@ def reference(wl: Workload, **inputs: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The reference on already validated, read-only inputs (the numpy target runs this)."""
-    values = dict(values)
+    """The reference on already validated, read-only inputs; the workload's constants are added here."""
+    values = {**wl.constants, **values}
     last_reader = {t.name: task for task in wl.tasks for t in wl.task(task).inputs}
     for name in wl.tasks:
         task = wl.task(name)

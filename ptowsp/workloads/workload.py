@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
-from ptowsp.errors import PtowspError, ShapeError, WorkloadError
+from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, walk
 from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
@@ -48,6 +49,30 @@ def normalize_shape(shape: object, what: str) -> tuple[int, ...]:
     return items
 
 
+def _constant_array(what: str, value: object, dtype: object) -> np.ndarray:
+    """A private copy of a constant's value in a supported dtype, or DTypeError / ShapeError naming it."""
+    try:
+        found = np.asarray(value)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"{what}: the value is not a rectangular array: {e}") from None
+    if dtype is None:
+        if isinstance(value, np.ndarray):
+            dtype = found.dtype
+        else:  # Python data: floats take the workload default, as wl.input does
+            dtype = "float32" if found.dtype.kind == "f" else found.dtype
+    try:
+        name = dtypes.normalize(dtype)
+    except DTypeError as e:
+        raise DTypeError(f"{what}: {e}; pass dtype= or convert the array") from None
+    if found.dtype.kind not in "biuf" or not np.can_cast(found.dtype, name, casting="same_kind"):
+        raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
+                         "convert it explicitly")
+    array = np.array(found, dtype=name, order="C")  # always a copy: the caller's array stays theirs
+    if array.dtype.kind in "iu" and not np.array_equal(array, found):
+        raise DTypeError(f"{what}: some values do not fit {name}")
+    return array
+
+
 @contextlib.contextmanager
 def _blame(task: str) -> Iterator[None]:
     """Prefix errors raised while defining a task with the task's name."""
@@ -74,8 +99,10 @@ class Workload:
         self.name = name
         self._id = next(_workload_ids)
         self._tensors: dict[str, Tensor] = {}
-        self._producers: dict[str, str] = {}  # tensor name -> task name (inputs absent)
+        self._producers: dict[str, str] = {}  # tensor name -> task name (inputs, constants absent)
         self._inputs: list[str] = []
+        self._constants: dict[str, np.ndarray] = {}  # name -> private read-only copy
+        self._constant_digests: dict[str, str] = {}  # name -> digest of its bytes, for the fingerprint
         self._tasks: dict[str, Task] = {}
         self._outputs: list[str] = []
         self._graph = nx.DiGraph()
@@ -89,6 +116,30 @@ class Workload:
         self._tensors[name] = tensor
         self._inputs.append(name)
         self._graph.add_node(name, kind="input", tensor=tensor)
+        return tensor
+
+    def constant(self, name: str, array: object, dtype: str | None = None) -> Tensor:
+        """Declare a constant input: its value (weights, a table) is given now, not passed at run time.
+
+        The workload keeps a private read-only copy, so later changes to
+        `array` change nothing.  dtype: given, or the array's own (which must
+        be supported); Python data without one is float32 when it holds
+        floats (the workload default), else numpy's choice (int64, bool).
+        Tasks reading only constants are evaluated once at build time.
+        """
+        self._claim(name, "constant")
+        what = f"constant {name!r}"
+        value = _constant_array(what, array, dtype)
+        if value.ndim == 0:
+            raise ShapeError(f"{what}: a constant needs at least one dimension, got a scalar; "
+                             "use a shape-(1,) array and index it with [0]")
+        shape = normalize_shape(value.shape, what)
+        tensor = Tensor(name, shape, value.dtype.name, self._id)
+        value.flags.writeable = False
+        self._tensors[name] = tensor
+        self._constants[name] = value
+        self._constant_digests[name] = hashlib.sha256(value.tobytes()).hexdigest()[:16]
+        self._graph.add_node(name, kind="constant", tensor=tensor)
         return tensor
 
     def compute(self, name: str, shape: Sequence[int] | int, fn: Callable[..., object]) -> Tensor:
@@ -152,6 +203,9 @@ class Workload:
             if not isinstance(t, Tensor):
                 raise WorkloadError(f"wl.output takes tensors returned by compute or opaque, got {t!r}")
             self._own(t, "an output")
+            if t.name in self._constants:
+                raise WorkloadError(f"{t.name} is a constant, not the result of a task; only task results can be "
+                                    "outputs")
             if t.name not in self._producers:
                 raise WorkloadError(f"{t.name} is an input, not the result of a task; only task results can be outputs")
             if t.name not in self._outputs:
@@ -166,7 +220,8 @@ class Workload:
     # -- queries ----------------------------------------------------------------
     @property
     def fingerprint(self) -> str:
-        """A digest of the definition (inputs, tasks as written, outputs) that schedules and records key on."""
+        """A digest of the definition (inputs, constants with their values' digests, tasks as written, outputs)
+        that schedules and records key on."""
         return hashlib.sha256(str(self).encode()).hexdigest()
 
     @property
@@ -179,6 +234,11 @@ class Workload:
         return list(self._inputs)
 
     @property
+    def constants(self) -> dict[str, np.ndarray]:
+        """{name: read-only array} of the constants, in declaration order (not among `inputs`)."""
+        return dict(self._constants)
+
+    @property
     def outputs(self) -> list[str]:
         return list(self._outputs)
 
@@ -186,7 +246,7 @@ class Workload:
     def graph(self) -> nx.DiGraph:
         """A frozen copy of the task graph over task and input names.
 
-        Nodes carry `kind` ("input", "compute", "opaque"); task nodes carry
+        Nodes carry `kind` ("input", "constant", "compute", "opaque"); task nodes carry
         `category`; each edge carries the `tensors` that flow along it.
         """
         return nx.freeze(self._graph.copy())
@@ -205,13 +265,15 @@ class Workload:
         return self._tensors[name]
 
     def producer(self, tensor: str) -> str | None:
-        """The task that writes `tensor`, or None for an input."""
+        """The task that writes `tensor`, or None for an input or a constant."""
         self.tensor(tensor)
         return self._producers.get(tensor)
 
     def __str__(self) -> str:
         lines = [f"workload {self.name}"]
         lines += [f"  input {t.name}{list(t.shape)} {t.dtype}" for t in map(self.tensor, self._inputs)]
+        lines += [f"  constant {t.name}{list(t.shape)} {t.dtype} sha256:{self._constant_digests[t.name]}"
+                  for t in map(self.tensor, self._constants)]
         for task in self._tasks.values():
             lines.append(f"  {task}    # {task.category.value}")
         lines.append(f"  output {', '.join(self._outputs) or '(none)'}")

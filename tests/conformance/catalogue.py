@@ -16,6 +16,7 @@ import numpy as np
 import ptowsp as pw
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import zoo
+from ptowsp.workloads.zoo import layers
 from tests.conformance.edge_cases import EDGE_CASES
 
 
@@ -97,6 +98,29 @@ def _block(p, heads, eps=1e-5):
     return h + f @ p["W2"] + p["b2"]
 
 
+_WEIGHTS = {name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+            for seed, (name, shape) in enumerate({"W1": (24, 40), "b1": (40,), "W2": (40, 8), "s": (8,),
+                                                  "b2": (8,)}.items())}
+
+
+def _constant_mlp() -> pw.Workload:
+    """An mlp whose weights are constants; its rescaled weight Ws = W2 * s reads only constants, so it
+    is folded at build time (and, as an output, returned from the folded value)."""
+    wl = pw.Workload("mlp_constants")
+    x = wl.input("X", (16, 24))
+    w1, b1, w2, s, b2 = (wl.constant(name, value) for name, value in _WEIGHTS.items())
+    ws = wl.compute("Ws", (40, 8), lambda k, j: w2[k, j] * s[j])
+    g = layers.gelu(wl, "G", layers.bias_add(wl, "H_bias", layers.matmul(wl, "H", x, w1), b1))
+    wl.output(layers.bias_add(wl, "Y", layers.matmul(wl, "Y_mm", g, ws), b2), ws)
+    return wl
+
+
+def _constant_mlp_formula(p):
+    w = {name: value.astype(np.float64) for name, value in _WEIGHTS.items()}
+    ws = w["W2"] * w["s"]
+    return {"Y": _gelu(p["X"] @ w["W1"] + w["b1"]) @ ws + w["b2"], "Ws": ws}
+
+
 CASES = [
     Case("matmul", lambda: zoo.matmul(64, 48, 80), lambda p: {"C": p["A"] @ p["B"]}),
     Case("matmul_int32", lambda: zoo.matmul(16, 8, 12, dtype="int32"), lambda p: {"C": p["A"] @ p["B"]}, 0),
@@ -120,6 +144,7 @@ CASES = [
     Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
     Case("matmul_prime", lambda: zoo.matmul(13, 7, 11), lambda p: {"C": p["A"] @ p["B"]}),
     Case("softmax_prime", lambda: zoo.softmax(7, 13), lambda p: {"Y": _softmax(p["X"])}),
+    Case("mlp_constants", _constant_mlp, _constant_mlp_formula),
 ]
 CASES += [
     Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p),

@@ -1,11 +1,13 @@
 """Conformance: every registered target against pw.reference, and the reference against numpy.
 
-Each catalogue workload runs under its default schedule, a hand schedule, a
-fused schedule (compute_at everywhere, vector partial reductions), category
-fusion (`fuse_by_category()`) on top of the default, the hand and a random
-schedule, and seeded random legal schedules on every compiled target of
-this machine.  The
-numpy target ignores loop steps, so it runs the default schedule only.
+Each catalogue workload runs under the empty schedule, the default schedule
+(`pw.build(wl, target)`: fusion, grouping, tiling, a task grid; also with
+fusion off and for one worker), a hand schedule, a fused schedule
+(compute_at everywhere, vector partial reductions), category fusion
+(`fuse_by_category()`) on top of the empty, the hand and a random schedule,
+and seeded random legal schedules on every compiled target of this machine.
+The numpy target ignores loop steps, so it runs the default and the
+category-fused schedule only.
 `make fuzz` runs the same comparison over thousands of random schedules.
 """
 
@@ -15,6 +17,8 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.backends.base import backend
+from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.random_schedule import random_schedule
 from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
 
@@ -30,16 +34,18 @@ def assert_close(got: dict, expected: dict, wl: pw.Workload, rtol: float, contex
         np.testing.assert_allclose(value, expected[name], rtol=rtol, atol=rtol * scale, err_msg=f"{name} {context}")
 
 
-def schedules_for(wl: pw.Workload) -> list[pw.Schedule]:
+def schedules_for(wl: pw.Workload, target: str) -> list[pw.Schedule]:
     randoms = [random_schedule(wl, seed) for seed in range(RANDOM_SCHEDULES)]
     by_category = [wl.schedule().fuse_by_category(), hand_schedule(wl).fuse_by_category(),
                    random_schedule(wl, RANDOM_SCHEDULES).fuse_by_category()]
-    return [wl.schedule(), hand_schedule(wl), fused_schedule(wl), *by_category, *randoms]
+    width = backend(target).vector_bytes
+    defaults = [default_schedule(wl, vector_bytes=width, workers=w, fuse=f) for w, f in ((1, True), (2, False))]
+    return [wl.schedule(), *defaults, hand_schedule(wl), fused_schedule(wl), *by_category, *randoms]
 
 
 def test_catalogue_size():
     assert len(CASES) >= 30
-    assert len(CASES) * (6 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
+    assert len(CASES) * (9 + RANDOM_SCHEDULES) * max(1, len(COMPILED)) >= 300
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -69,6 +75,9 @@ def test_compiled_targets_match_the_reference(case, target):
     wl = case.make()
     inputs = random_inputs(wl)
     expected = pw.reference(wl, **inputs)
-    for schedule in schedules_for(wl):
+    rtol = max(case.rtol, 1e-5)
+    default = pw.build(wl, target=target)  # the default schedule for this target and machine
+    assert_close(default.run(**inputs), expected, wl, rtol, context=f"on {target} under\n{default.schedule}")
+    for schedule in schedules_for(wl, target):
         got = pw.build(schedule, target=target).run(**inputs)
-        assert_close(got, expected, wl, max(case.rtol, 1e-5), context=f"on {target} under\n{schedule}")
+        assert_close(got, expected, wl, rtol, context=f"on {target} under\n{schedule}")

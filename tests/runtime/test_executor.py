@@ -195,7 +195,16 @@ def test_timeout_cancels_the_run():
     assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
 
 
-def test_ctrl_c_cancels_cleanly():
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler, whatever this process inherited: a shell starts background
+    jobs with SIGINT ignored, and Python then installs no handler (Ctrl-C would do nothing)."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
+def test_ctrl_c_cancels_cleanly(ctrl_c):
     table = TaskTable(tiles("T", 100))
 
     started = []
@@ -212,7 +221,7 @@ def test_ctrl_c_cancels_cleanly():
     assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
 
 
-def test_ctrl_c_swallowed_by_task_code_still_stops_the_run():
+def test_ctrl_c_swallowed_by_task_code_still_stops_the_run(ctrl_c):
     """A KeyboardInterrupt lost on the way (raised inside a finalizer, say) still stops the run."""
     table = TaskTable(tiles("T", 100))
     started = []

@@ -19,12 +19,14 @@ import numpy as np
 from llvmlite import ir
 
 from ptowsp.backends.cpu.codegen import KernelEmitter
-from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine
+from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.host import host_instance
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Instance, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes import fold
+from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
 from ptowsp.workloads import ComputeTask
 from ptowsp.workloads.reference import run_opaque
@@ -80,6 +82,11 @@ class CpuExecutable:
         else:
             data, manifest = cached
         self._object = LoadedObject(data)
+        wl = schedule.workload
+        # tensors known at build time, passed to kernels like inputs (from fold, not self.program:
+        # a cached build is not lowered)
+        self.folded = fold.fold_constants(wl)
+        self.constants = {**wl.constants, **self.folded}
         self.order: tuple[str, ...] = tuple(manifest["order"])
         self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(e["grid"]),
                                      KernelAccess.from_json(e["access"]))
@@ -89,7 +96,20 @@ class CpuExecutable:
             signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(entry.arguments)),
                                          *([ctypes.c_int64] * len(entry.grid)))
             self.functions[task] = signature(self._object.address(entry.symbol))
+        self.memory_plan = self._plan_memory()
         self.compile_seconds = time.perf_counter() - start
+
+    def _plan_memory(self) -> MemoryPlan:
+        """Offsets in one arena for the intermediates the tasks store (not inputs, constants, outputs)."""
+        wl = self.schedule.workload
+        steps, sizes = [], {}
+        for name in self.order:
+            task, entry = wl.task(name), self.entries.get(name)
+            writes = [t.name for t in task.outputs]
+            reads = [t.name for t in task.inputs] if entry is None else [a for a in entry.arguments if a not in writes]
+            steps.append((reads, writes))
+            sizes.update({t.name: t.nbytes for t in task.outputs if t.name not in wl.outputs})
+        return plan_memory(steps, sizes)
 
     @functools.cached_property
     def program(self) -> Program:
@@ -123,16 +143,25 @@ class CpuExecutable:
             for coords in itertools.product(*(range(extent) for extent in entry.grid)):
                 reads, writes = access.regions(*coords)
                 instances.append(Instance(name, coords, reads, writes, core, access.grid, access.bytes, access.flops))
-        return TaskTable(instances)
+        return TaskTable(instances, after=self.memory_plan.reuses)
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
         wl = self.schedule.workload
-        arrays = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
+        arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
+        plan = self.memory_plan
+        arena = np.empty(plan.arena_bytes + ALIGN, np.uint8)
+        base = -arena.ctypes.data % ALIGN
         for name in self.order:
             for t in wl.task(name).outputs:
-                arrays[t.name] = np.empty(t.shape, t.dtype)
+                if t.name in plan.offsets:
+                    at = base + plan.offsets[t.name]
+                    arrays[t.name] = arena[at:at + t.nbytes].view(t.dtype).reshape(t.shape)
+                else:
+                    arrays[t.name] = np.empty(t.shape, t.dtype)
         trace = execute(self.table, _Launch(self, arrays), options)
-        return {name: arrays[name] for name in wl.outputs}, trace
+        trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
+        # a folded output is shared by every run: each gets its own writable copy
+        return {name: np.array(arrays[name]) if name in self.folded else arrays[name] for name in wl.outputs}, trace
 
 
 class _Launch:
@@ -161,6 +190,10 @@ class _Launch:
 
 class CpuBackend:
     name = "cpu"
+
+    @property
+    def vector_bytes(self) -> int:
+        return vector_bytes()
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -22,13 +22,15 @@ out with the reason, an explicit one raises ScheduleError.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules import steps as st
+from ptowsp.schedules.passes import fold
 from ptowsp.te import Op, walk
-from ptowsp.workloads import Category, ComputeTask, inline_producers
+from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 if TYPE_CHECKING:
     from ptowsp.schedules.schedule import Schedule
@@ -81,6 +83,9 @@ def check_pair(s: Schedule, producer: str, consumer: str) -> str | None:
     a, b = wl.category(producer), wl.category(consumer)
     if Category.OPAQUE in (a, b):
         return "opaque tasks never fuse"
+    folded = [t for t in (producer, consumer) if t in fold.foldable(wl)]
+    if folded:
+        return f"{folded[0]!r} depends only on constants and is folded at build time"
     if consumer not in wl.graph.successors(producer):
         return f"{consumer!r} does not read {producer!r}; only a producer and its consumer fuse"
     if (a, b) not in FUSION_RULES:
@@ -168,19 +173,26 @@ def _inline_problem(s: Schedule, producer: str, explicit: bool) -> str | None:
     return None
 
 
+def readers(wl: Workload, task: str, inlined: Collection[str]) -> set[str]:
+    """Tasks that read `task`'s result, looking through inlined tasks."""
+    found, frontier = set(), list(wl.graph.successors(task))
+    while frontier:
+        t = frontier.pop()
+        if t in inlined:
+            frontier += wl.graph.successors(t)
+        else:
+            found.add(t)
+    return found
+
+
 def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str]) -> tuple[str, str | None]:
     """The one task that reads `producer` (looking through inlined tasks), if it can take it as an epilogue."""
     wl = s.workload
-    readers, frontier = set(), list(wl.graph.successors(producer))
-    while frontier:
-        task = frontier.pop()
-        if task in inlined:
-            frontier += wl.graph.successors(task)
-        else:
-            readers.add(task)
-    if len(readers) != 1:
-        return "", f"{producer!r} is read by {len(readers)} tasks ({', '.join(sorted(readers))}); an epilogue needs one"
-    (consumer,) = readers
+    found = readers(wl, producer, inlined)
+    if len(found) != 1:
+        return "", (f"{producer!r} is read by {len(found)} tasks ({', '.join(sorted(found))}); "
+                    "an epilogue needs one")
+    (consumer,) = found
     task = wl.task(consumer)
     if not isinstance(task, ComputeTask) or wl.category(consumer) is not Category.INJECTIVE:
         return consumer, f"{consumer!r} is {wl.category(consumer).value}, not injective"

@@ -1,0 +1,286 @@
+"""The default schedule: what `pw.build(wl)` runs when the user writes no schedule.
+
+Three decisions, each from the workload's structure alone (no measurement;
+the AutoScheduler is the tool that measures):
+
+1. **Fusion** by category (fusion.py): injective chains inline, epilogues
+   join their complex-out-fusable producer.
+2. **Grouping** (Halide's compute_at): a stored intermediate X whose readers
+   all belong to one group, and which they read at their own leading loop
+   variables (`M[i]` in `E[i, j]`, `P[b, h, i, r]` in `O[b, h, i, j]`), is
+   computed inside that group's root at the loop of those variables.  Each
+   element is computed exactly once, but it lives in a small local buffer
+   instead of memory, and the group runs as one task.  A contraction goes at
+   the outermost such loop (a block of rows, computed with its own register
+   tiling); anything else at the innermost (one row, kept in L1).
+3. **Loops per category**: a contraction `C[.., i, j] = sum(A[.., i, k] *
+   B[.., k, j], k)` gets a 4 x (2 vectors) register tile with k blocked by
+   256 and B's panel packed per block (cache_read); a reduction over a
+   contiguous last axis gets vector partial sums; everything else vectorises
+   its innermost loop when the vector width divides it.  The leading loops
+   of every group root form the task grid: about `TASKS_PER_WORKER` tasks per
+   worker, fewer when a task would do less than `MIN_TASK_WORK` (the
+   runtime's per-task cost, about 10 us, would dominate).
+
+Loop steps that do not fit (extents the tile does not divide) are simply not
+taken: the default never makes a guarded tail.  docs/schedules.md shows the
+schedules it writes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.schedule import Schedule
+from ptowsp.te import Expr, Op, walk
+from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
+
+MIN_TASK_WORK = 1 << 15  # element operations per task instance
+TASKS_PER_WORKER = 4
+REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns)
+K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1
+
+
+@dataclass(frozen=True)
+class _Group:
+    root: str  # the stored task X is computed inside
+    depth: int  # how many leading loop variables of the root index X
+    before: tuple[str, ...] = ()  # readers placed inside the root: X goes at or outside their loops
+
+
+def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, fuse: bool = True) -> Schedule:
+    """The schedule `pw.build(wl, target)` uses; `fuse=False` leaves every task stored on its own."""
+    s = Schedule(wl)
+    folded = fold.foldable(wl)
+    plan = fusion.plan(Schedule(wl).fuse_by_category()) if fuse else fusion.FusionPlan()
+    inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
+    anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
+    stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
+    groups = _groups(wl, stored, inlined, anchors) if fuse else {}
+    owners = set(anchors.values())  # epilogues take their anchor's loops: they get none of their own
+    roots = [t for t in stored if t not in groups and t not in owners]
+    tiles = {task: _inner_loops(s, task, vector_bytes) for task in stored if task not in owners}
+    for root in roots:
+        members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
+        work = sum(_work(wl, t) for t in [root, *members])
+        depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
+        _grid(s, root, _target(work, workers), depth)
+    for task, rows in tiles.items():
+        if rows is not None:
+            _rows_inside_panel(s, task, *rows)
+    if fuse:
+        s = fusion.plan(s.fuse_by_category()).schedule
+    for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
+        group = groups[x]
+        loop = _placement(s, group, outermost=wl.category(x) is Category.COMPLEX_OUT_FUSABLE)
+        if loop is None:
+            _grid(s, x, _target(_work(wl, x), workers), len(wl.task(x).loop_names))
+        else:
+            s.compute_at(x, group.root, loop)
+    return s
+
+
+# -- grouping -----------------------------------------------------------------------------
+def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str]) -> dict[str, _Group]:
+    """Which stored tasks go inside which group root, latest first (readers decide before producers)."""
+    out: dict[str, _Group] = {}
+    fixed = set(anchors) | set(anchors.values()) | set(wl.outputs)  # epilogue groups and outputs stay roots
+    for x in reversed(stored):
+        if x in fixed:
+            continue
+        found: set[str] = set()
+        depth, before = len(wl.task(x).loop_names), []
+        for reader in fusion.readers(wl, x, inlined):
+            task = wl.task(reader)
+            if not isinstance(task, ComputeTask):
+                found.add("")  # an opaque reader needs x stored
+                continue
+            lead = _leading_match(inline_producers(task.body, wl, inlined), x, task.loop_names)
+            if reader in out:
+                root, lead = out[reader].root, min(lead, out[reader].depth)
+                before.append(reader)
+            elif reader in anchors:  # computed at its epilogue's tile loop, whose variables it shares
+                root = anchors[reader]
+                before.append(reader)
+            else:
+                root = reader
+            found.add(root)
+            depth = min(depth, lead)
+        if len(found) == 1 and "" not in found and depth >= 1:
+            out[x] = _Group(found.pop(), depth, tuple(before))
+    return out
+
+
+def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> int:
+    """How many leading indices of every read of `tensor` are the reader's own leading loop variables."""
+    depth = len(loops)
+    for node in walk(body):
+        if node.op is Op.LOAD and node.arg.name == tensor:
+            same = 0
+            for index, loop in zip(node.src, loops):
+                if index.op is not Op.VAR or index.arg[0] != loop:
+                    break
+                same += 1
+            depth = min(depth, same)
+    return depth
+
+
+def _placement(s: Schedule, group: _Group, outermost: bool) -> str | None:
+    """The loop of the root to compute a group member at: it and every loop outside it iterate
+    only the root's first `depth` variables, it is at or inside the task grid, and at or outside
+    the loop of the member's readers placed in the same root."""
+    nest = s.nest(group.root)
+    prefix = set(s.workload.task(group.root).loop_names[:group.depth])
+    placed = s.compute_at_locations
+    limit = min((nest.index(placed[r][1]) + 1 for r in group.before if r in placed), default=len(nest.loops))
+    last_grid = max((n for n, lp in enumerate(nest.loops) if lp.annotation == PARALLEL), default=0)
+    legal = []
+    for n, lp in enumerate(nest.loops[:limit]):
+        if lp.reduce or _variable(lp.name) not in prefix or lp.annotation not in (SERIAL, PARALLEL):
+            break
+        if n >= last_grid:
+            legal.append(lp.name)
+    if not legal:
+        return None
+    return legal[0] if outermost else legal[-1]
+
+
+def _variable(loop: str) -> str:
+    """The original loop variable a loop iterates (the default schedule never fuses loops)."""
+    return loop.split(".")[0]
+
+
+# -- loops per category ---------------------------------------------------------------------
+def _inner_loops(s: Schedule, task: str, vector_bytes: int) -> tuple[str, str] | None:
+    """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits.
+
+    For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
+    """
+    wl = s.workload
+    lanes = max(1, vector_bytes // np.dtype(wl.task(task).tensor.dtype).itemsize)
+    nest = s.nest(task)
+    spatial = [lp for lp in nest.loops if not lp.reduce]
+    reduce = [lp for lp in nest.loops if lp.reduce]
+    if len(reduce) == 1:
+        tiled = _contraction(s, task, spatial, reduce[0], lanes)
+        if tiled is not None:
+            return tiled
+    if len(reduce) == 1 and _contiguous(wl.task(task).body, reduce[0].name):
+        k = reduce[0]
+        if k.extent % (4 * lanes) == 0:
+            s.split(task, k.name, 4 * lanes).split(task, f"{k.name}.inner", lanes)
+            s.unroll(task, f"{k.name}.inner.outer").vectorize(task, f"{k.name}.inner.inner")
+        elif k.extent % lanes == 0 and k.extent > lanes:
+            s.split(task, k.name, lanes).vectorize(task, f"{k.name}.inner")
+        return None
+    if not spatial or lanes == 1:
+        return None
+    j = spatial[-1]
+    if j.extent % lanes or j.extent <= lanes:
+        return None
+    s.split(task, j.name, lanes)
+    if reduce:
+        s.reorder(task, *[lp.name for lp in spatial[:-1]], f"{j.name}.outer", *[lp.name for lp in reduce],
+                  f"{j.name}.inner")
+    s.vectorize(task, f"{j.name}.inner")
+    return None
+
+
+def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int) -> tuple[str, str] | None:
+    """The register-tiled matmul schedule, when the task is one and the tile divides it."""
+    if len(spatial) < 2:
+        return None
+    i, j = spatial[-2], spatial[-1]
+    body = s.workload.task(task).body
+    panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
+    if not panels or i.extent % REGISTER_ROWS or j.extent % (2 * lanes) or lanes == 1:
+        return None
+    s.tile(task, {i.name: REGISTER_ROWS, j.name: 2 * lanes}).split(task, f"{j.name}.inner", lanes)
+    block = max(d for d in range(1, min(k.extent, K_BLOCK) + 1) if k.extent % d == 0)
+    s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
+    outer = [lp.name for lp in spatial[:-2]]
+    s.reorder(task, *outer, f"{i.name}.outer", f"{j.name}.outer", f"{k.name}.outer", f"{k.name}.inner",
+              f"{i.name}.inner", f"{j.name}.inner.outer", f"{j.name}.inner.inner")
+    s.unroll(task, f"{i.name}.inner").unroll(task, f"{j.name}.inner.outer").vectorize(task, f"{j.name}.inner.inner")
+    panel_loop = f"{k.name}.outer"
+    if panels[0] in {t.name for t in s.workload.task(task).inputs}:
+        s.cache_read(task, panels[0], "local", loop=panel_loop)
+    return f"{i.name}.outer", panel_loop
+
+
+def _rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> None:
+    """Move the row tiles a task instance runs inside the panel loop, so each packed panel of B
+    serves all of them (rows in the grid stay outermost)."""
+    names = s.loops(task)
+    inner = f"{rows}.inner" if f"{rows}.inner" in names else rows
+    if s.nest(task).loop(inner).annotation != SERIAL:
+        return  # the row tiles are the grid
+    order = [n for n in names if n != inner]
+    order.insert(order.index(panel_loop) + 1, inner)
+    s.reorder(task, *order)
+
+
+def _indexes(load: Expr, k: str, j: str, i: str) -> bool:
+    """A load `B[.., k, j]`: the contraction's panel operand (its rows k, its contiguous columns j)."""
+    names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in load.src]
+    return len(names) >= 2 and names[-2:] == [k, j] and i not in names
+
+
+def _contiguous(body: Expr, axis: str) -> bool:
+    """Every load in the body that uses reduce axis `axis` has it as its last, unscaled index."""
+    for node in walk(body):
+        if node.op is Op.LOAD:
+            used = [x for x in node.src if any(v.op is Op.RVAR and v.arg[0] == axis for v in walk(x))]
+            if used and (len(used) > 1 or not (node.src[-1].op is Op.RVAR and node.src[-1].arg[0] == axis)):
+                return False
+    return True
+
+
+# -- the task grid ----------------------------------------------------------------------------
+def _work(wl: Workload, task: str) -> int:
+    t = wl.task(task)
+    assert isinstance(t, ComputeTask)
+    reduce = [n.arg[1] for n in walk(t.body) if n.op is Op.RVAR]
+    return math.prod(t.tensor.shape) * max(1, max(reduce, default=1))
+
+
+def _target(work: int, workers: int) -> int:
+    return max(1, min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers))
+
+
+def _grid(s: Schedule, task: str, target: int, depth: int) -> None:
+    """Make the leading loops (over the first `depth` variables) a grid of about `target` instances.
+
+    A loop that would overshoot is split, by a factor that divides it where one comes close.
+    """
+    if target <= 1:
+        return
+    allowed = set(s.workload.task(task).loop_names[:depth])
+    chosen, count = [], 1
+    for lp in s.nest(task).loops:
+        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or count >= target:
+            break
+        want = -(-target // count)
+        if lp.extent <= want:
+            chosen.append(lp.name)
+            count *= lp.extent
+            continue
+        blocks = _blocks(lp.extent, want)
+        if blocks > 1:
+            s.split(task, lp.name, -(-lp.extent // blocks))
+            chosen.append(f"{lp.name}.outer")
+        break
+    if chosen:
+        s.parallel(task, *chosen)
+
+
+def _blocks(extent: int, want: int) -> int:
+    """How many blocks to cut `extent` into: a divisor near `want` (equal blocks, no tail) if one is close."""
+    divisors = [d for d in range(max(1, want // 2), min(extent, 2 * want) + 1) if extent % d == 0]
+    return min(divisors, key=lambda d: abs(d - want)) if divisors else want
+

@@ -1,0 +1,71 @@
+"""Constant folding: compute tasks that read only constants are evaluated once, at build time.
+
+As TVM's FoldConstant and Halide's compile-time simplification do, whatever
+depends only on values known when the program is built (`wl.constant`
+weights, tables, and tasks over them, such as a rescaled weight matrix) is
+computed then, with the reference evaluator, instead of on every run: a
+folded task gets no kernel and no task instance, and its result is handed
+to the kernels that read it like a constant.  Only compute tasks fold:
+opaque host code may be impure (random, clocks, I/O), so it always runs.
+
+Workloads are append-only (tasks and constants are added, never changed),
+so both the foldable set and the folded values are cached per workload
+object and extended when tasks are added; building several schedules of
+one workload evaluates each folded task once.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ptowsp.errors import BuildError
+from ptowsp.te import evaluate
+from ptowsp.workloads import ComputeTask, Workload
+
+# per workload object: how many tasks were examined, and the foldable ones among them
+_foldable: weakref.WeakKeyDictionary[Workload, tuple[int, frozenset[str]]] = weakref.WeakKeyDictionary()
+# per workload object: folded values computed so far
+_values: weakref.WeakKeyDictionary[Workload, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
+def foldable(wl: Workload) -> frozenset[str]:
+    """Compute tasks whose every input is a constant or the result of a foldable task (structural, cheap)."""
+    tasks = wl.tasks
+    seen, found = _foldable.get(wl, (0, frozenset()))
+    if seen == len(tasks):
+        return found
+    known = set(wl.constants) | found
+    folded = set(found)
+    for name in tasks[seen:]:  # a task's foldability depends only on earlier tensors, so it never changes
+        task = wl.task(name)
+        if isinstance(task, ComputeTask) and all(t.name in known for t in task.inputs):
+            folded.add(name)
+            known.add(name)
+    result = frozenset(folded)
+    _foldable[wl] = (len(tasks), result)
+    return result
+
+
+def fold_constants(wl: Workload) -> dict[str, np.ndarray]:
+    """{folded task: its read-only result}, in task order; evaluated once per workload object.
+
+    A task that fails to evaluate raises BuildError naming it.
+    """
+    folded = foldable(wl)
+    done = _values.setdefault(wl, {})
+    values = {**wl.constants, **done}
+    for name in wl.tasks:
+        if name not in folded or name in done:
+            continue
+        task = wl.task(name)
+        assert isinstance(task, ComputeTask)
+        try:
+            result = evaluate(task.body, task.loop_names, task.tensor.shape, values)
+        except Exception as e:
+            raise BuildError(f"constant folding: task {name!r} (which reads only constants) failed at build "
+                             f"time: {type(e).__name__}: {e}") from e
+        result.flags.writeable = False
+        done[name] = values[name] = result
+    return {name: done[name] for name in wl.tasks if name in folded}

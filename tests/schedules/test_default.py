@@ -1,0 +1,87 @@
+"""The default schedule: fused, grouped, tiled and parallel without a line of schedule from the user."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.backends.cpu.jit import vector_bytes
+from ptowsp.schedules.loopnest import PARALLEL, VECTORIZED
+from ptowsp.schedules.passes.default import MIN_TASK_WORK, TASKS_PER_WORKER, default_schedule
+from ptowsp.workloads import zoo
+
+
+def _annotated(s: pw.Schedule, task: str, annotation: str) -> list[str]:
+    return [lp.name for lp in s.nest(task).loops if lp.annotation == annotation]
+
+
+def test_softmax_runs_as_one_task_per_row_block():
+    wl = zoo.softmax(256, 256)
+    s = default_schedule(wl, vector_bytes=32, workers=2)
+    # max, exp and sum are computed per row inside Y: one kernel, no stored intermediate
+    assert s.compute_at_locations == {t: ("Y", "i.inner") for t in ("Y_max", "Y_exp", "Y_sum")}
+    assert _annotated(s, "Y", PARALLEL) == ["i.outer"] and s.nest("Y").loop("i.outer").extent == 2 * TASKS_PER_WORKER
+    assert _annotated(s, "Y_sum", VECTORIZED) == ["k.inner.inner"]  # vector partial sums (8 float32 lanes)
+    assert s.nest("Y_sum").loop("k.inner.inner").extent == 8
+    assert pw.build(s, "cpu").program.order == ("Y",)
+
+
+def test_matmul_gets_a_register_tile_a_packed_panel_and_a_grid():
+    wl = zoo.matmul(256, 256, 256)
+    s = default_schedule(wl, vector_bytes=64, workers=2)
+    assert s.loops("C") == ["i.outer.outer", "j.outer", "k.outer", "i.outer.inner", "k.inner", "i.inner",
+                            "j.inner.outer", "j.inner.inner"]
+    assert s.nest("C").loop("j.inner.inner").extent == 16 and _annotated(s, "C", VECTORIZED) == ["j.inner.inner"]
+    assert s.cache_reads == [("C", "B", "local", "k.outer")]
+    assert _annotated(s, "C", PARALLEL) == ["i.outer.outer"]
+
+
+def test_epilogues_and_injective_chains_fuse():
+    wl = zoo.mlp()
+    s = default_schedule(wl, vector_bytes=32, workers=2)
+    assert s.inlined == {"H_bias"}
+    assert s.compute_at_locations["H"][0] == "G" and s.compute_at_locations["Y_mm"][0] == "Y"
+    assert pw.build(s, "cpu").program.order == ("G", "Y")
+    unfused = default_schedule(wl, vector_bytes=32, workers=2, fuse=False)
+    assert not unfused.inlined and not unfused.compute_at_locations
+    assert pw.build(unfused, "cpu").program.order == tuple(wl.tasks)
+
+
+def test_attention_becomes_one_task_per_head():
+    wl = zoo.attention()  # 2 x 4 heads of 64 x 64 scores
+    s = default_schedule(wl, vector_bytes=32, workers=2)
+    assert set(s.compute_at_locations) == {"S", "M", "E", "Z", "P"}
+    assert {c for c, _ in s.compute_at_locations.values()} == {"O"}
+    assert s.compute_at_locations["S"][1] == "h"  # the contraction at the grid loop: a whole head at once
+    prog = pw.build(s, "cpu")
+    assert prog.program.order == ("O",) and len(prog.program.instances) == 8
+
+
+def test_tiny_work_makes_one_task_and_large_work_at_most_a_few_per_worker():
+    tiny = zoo.elementwise_chain((16, 16))
+    s = default_schedule(tiny, vector_bytes=32, workers=2)
+    assert not _annotated(s, "Y", PARALLEL)
+    big = zoo.elementwise_chain((1024, 1024))
+    for workers in (1, 2, 4):
+        prog = pw.build(default_schedule(big, vector_bytes=32, workers=workers), "cpu")
+        assert len(prog.program.instances) == TASKS_PER_WORKER * workers
+    assert 1024 * 1024 // (TASKS_PER_WORKER * 4) >= MIN_TASK_WORK
+
+
+def test_extents_the_tiles_do_not_divide_get_no_tail():
+    wl = zoo.matmul(30, 17, 19)
+    s = default_schedule(wl, vector_bytes=32, workers=2)
+    for task in wl.tasks:
+        assert all(not r.guarded for r in s.nest(task).relations if hasattr(r, "guarded"))
+    rng = np.random.default_rng(0)
+    inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) for n in wl.inputs}
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["C"], inputs["A"] @ inputs["B"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "conv2d", "layernorm", "batch_matmul"])
+def test_default_schedule_is_data_and_is_what_build_uses(name):
+    wl = getattr(zoo, name)()
+    s = default_schedule(wl, vector_bytes=vector_bytes(), workers=2)
+    assert pw.Schedule.from_json(wl, s.to_json()) == s
+    assert pw.build(wl, "cpu", workers=2).schedule == s
