@@ -63,7 +63,8 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
     groups = _groups(wl, stored, inlined, anchors) if fuse else {}
     owners = set(anchors.values())  # epilogues take their anchor's loops: they get none of their own
-    roots = [t for t in stored if t not in groups and t not in owners]
+    # an epilogue's loops (and grid) come from its anchor: the anchor stands for the group
+    roots = [t for t in stored if t not in groups and t not in owners and anchors.get(t) not in groups]
     tiles = {task: _inner_loops(s, task, vector_bytes) for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
@@ -77,7 +78,8 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         s = fusion.plan(s.fuse_by_category()).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
         group = groups[x]
-        loop = _placement(s, group, outermost=wl.category(x) is Category.COMPLEX_OUT_FUSABLE)
+        contraction = x in owners or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
+        loop = _placement(s, group, outermost=contraction)
         if loop is None:
             _grid(s, x, _target(_work(wl, x), workers), len(wl.task(x).loop_names))
         else:
@@ -89,7 +91,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
 def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str]) -> dict[str, _Group]:
     """Which stored tasks go inside which group root, latest first (readers decide before producers)."""
     out: dict[str, _Group] = {}
-    fixed = set(anchors) | set(anchors.values()) | set(wl.outputs)  # epilogue groups and outputs stay roots
+    fixed = set(anchors) | set(wl.outputs)  # an anchor stays in its epilogue; outputs are stored
     for x in reversed(stored):
         if x in fixed:
             continue
@@ -101,14 +103,14 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
                 found.add("")  # an opaque reader needs x stored
                 continue
             lead = _leading_match(inline_producers(task.body, wl, inlined), x, task.loop_names)
-            if reader in out:
-                root, lead = out[reader].root, min(lead, out[reader].depth)
-                before.append(reader)
-            elif reader in anchors:  # computed at its epilogue's tile loop, whose variables it shares
-                root = anchors[reader]
-                before.append(reader)
+            group = anchors.get(reader, reader)  # an anchor computes inside its epilogue: same variables
+            if group in out:
+                root, lead = out[group].root, min(lead, out[group].depth)
+                before.append(group)
             else:
-                root = reader
+                root = group
+                if reader in anchors:
+                    before.append(reader)
             found.add(root)
             depth = min(depth, lead)
         if len(found) == 1 and "" not in found and depth >= 1:
@@ -137,7 +139,8 @@ def _placement(s: Schedule, group: _Group, outermost: bool) -> str | None:
     nest = s.nest(group.root)
     prefix = set(s.workload.task(group.root).loop_names[:group.depth])
     placed = s.compute_at_locations
-    limit = min((nest.index(placed[r][1]) + 1 for r in group.before if r in placed), default=len(nest.loops))
+    limit = min((nest.index(placed[r][1]) + 1 for r in group.before if placed.get(r, ("",))[0] == group.root),
+                default=len(nest.loops))
     last_grid = max((n for n, lp in enumerate(nest.loops) if lp.annotation == PARALLEL), default=0)
     legal = []
     for n, lp in enumerate(nest.loops[:limit]):

@@ -4,9 +4,10 @@ After fusion, the tensors a program still stores between tasks (not inputs,
 constants or outputs) get byte offsets in one arena.  A tensor is live from
 the step that writes it to the last step that reads it, steps being the
 program's tasks in launch order; two tensors whose lifetimes overlap never
-overlap in the arena.  Offsets come from greedy-by-size placement (largest
-first, each at the lowest offset free for its whole lifetime), as in
-TFLite's arena planner.
+overlap in the arena.  Offsets come from greedy placement (each tensor in
+turn at the lowest offset free for its whole lifetime) in three orders,
+largest first as in TFLite's arena planner, earliest first and
+longest-lived first, keeping the smallest arena.
 
 Liveness by launch order is not enough on a runtime that overlaps tasks:
 the instances of a later task may start while those of an earlier one still
@@ -85,15 +86,11 @@ def plan_memory(steps: Iterable[tuple[Iterable[str], Iterable[str]]], sizes: Map
             if t in lifetimes:
                 lifetimes[t][1] = n
     spans = {t: (a, b) for t, (a, b) in lifetimes.items()}
-    offsets: dict[str, int] = {}
-    for t in sorted(spans, key=lambda t: (-sizes[t], spans[t][0], t)):
-        busy = sorted((offsets[u], offsets[u] + sizes[u]) for u in offsets if _meet(spans[t], spans[u]))
-        at = 0
-        for start, end in busy:
-            if at + sizes[t] <= start:
-                break
-            at = max(at, _aligned(end))
-        offsets[t] = at
+    orders = (lambda t: (-sizes[t], spans[t][0], t),  # greedy by size (TFLite)
+              lambda t: (spans[t][0], -sizes[t], t),  # by first use
+              lambda t: (spans[t][0] - spans[t][1], -sizes[t], t))  # longest-lived first
+    offsets = min((_place(sorted(spans, key=order), spans, sizes) for order in orders),
+                  key=lambda o: max((o[t] + sizes[t] for t in o), default=0))
     arena = max((offsets[t] + sizes[t] for t in offsets), default=0)
     reuses = {t: tuple(u for u in sorted(offsets, key=lambda u: spans[u][0])
                        if spans[u][1] < spans[t][0]
@@ -101,6 +98,20 @@ def plan_memory(steps: Iterable[tuple[Iterable[str], Iterable[str]]], sizes: Map
               for t in offsets}
     return MemoryPlan(offsets, {t: sizes[t] for t in offsets}, spans, _aligned(arena),
                       {t: r for t, r in reuses.items() if r})
+
+
+def _place(order: list[str], spans: dict[str, tuple[int, int]], sizes: Mapping[str, int]) -> dict[str, int]:
+    """Each tensor in turn at the lowest aligned offset free for its whole lifetime."""
+    offsets: dict[str, int] = {}
+    for t in order:
+        busy = sorted((offsets[u], offsets[u] + sizes[u]) for u in offsets if _meet(spans[t], spans[u]))
+        at = 0
+        for start, end in busy:
+            if at + sizes[t] <= start:
+                break
+            at = max(at, _aligned(end))
+        offsets[t] = at
+    return offsets
 
 
 def _aligned(n: int) -> int:
