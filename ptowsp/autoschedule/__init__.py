@@ -1,0 +1,5 @@
+"""AutoScheduler (issue 6, being built): tuning records so far (records.py)."""
+
+from ptowsp.autoschedule.records import TrialRecord, best
+
+__all__ = ["TrialRecord", "best"]

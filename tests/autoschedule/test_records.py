@@ -1,0 +1,52 @@
+"""Tuning records: append, load, resume after a crash, pick the best schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+import ptowsp as pw
+from ptowsp.autoschedule import records
+from ptowsp.workloads import zoo
+
+
+def _trials(wl):
+    fast = wl.schedule().split("C", "j", 8).unroll("C", "j.inner")
+    slow = wl.schedule()
+    return [records.TrialRecord.of(slow, "cpu", 0, 2.0), records.TrialRecord.of(fast, "cpu", 1, 1.0),
+            records.TrialRecord.of(slow, "cpu", 2, None, error="timeout after 10 s"),
+            records.TrialRecord.of(slow, "numpy", 3, 0.5)]
+
+
+def test_round_trip_and_best(tmp_path):
+    wl = zoo.matmul(16, 16, 16)
+    log = tmp_path / "tune.jsonl"
+    assert records.load(log) == []
+    trials = _trials(wl)
+    records.append(log, trials[:2])
+    records.append(log, trials[2:])
+    assert records.load(log) == trials
+    assert len(log.read_text().splitlines()) == 4
+    best = pw.autoschedule.best(log, wl, "cpu")
+    assert best == wl.schedule().split("C", "j", 8).unroll("C", "j.inner")
+    assert pw.autoschedule.best(log, wl, "numpy") == wl.schedule()
+
+
+def test_records_of_another_definition_or_target_are_not_used(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    records.append(log, _trials(zoo.matmul(16, 16, 16)))
+    with pytest.raises(pw.ScheduleError, match="no successful trial of workload 'matmul'"):
+        pw.autoschedule.best(log, zoo.matmul(32, 16, 16), "cpu")  # same name, other definition
+    with pytest.raises(pw.ScheduleError, match="on target 'aicore'"):
+        pw.autoschedule.best(log, zoo.matmul(16, 16, 16), "aicore")
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_and_garbage_is_named(tmp_path):
+    wl = zoo.matmul(16, 16, 16)
+    log = tmp_path / "tune.jsonl"
+    records.append(log, _trials(wl)[:2])
+    with log.open("a") as f:
+        f.write('{"format": 1, "workload": "mat')  # the process died here
+    assert len(records.load(log)) == 2
+    log.write_text(log.read_text() + "\n" + '{"format": 1}\n')
+    with pytest.raises(pw.PtowspError, match=r"tune.jsonl:3: not a ptowsp tuning record"):
+        records.load(log)
