@@ -9,9 +9,9 @@ to the kernels that read it like a constant.  Only compute tasks fold:
 opaque host code may be impure (random, clocks, I/O), so it always runs.
 
 Workloads are append-only (tasks and constants are added, never changed),
-so both the foldable set and the folded values are cached per workload
-object and extended when tasks are added; building several schedules of
-one workload evaluates each folded task once.
+so the folded values are cached per workload object and extended when
+tasks are added; building several schedules of one workload evaluates each
+folded task once.
 """
 
 from __future__ import annotations
@@ -24,28 +24,18 @@ from ptowsp.errors import BuildError
 from ptowsp.te import evaluate
 from ptowsp.workloads import ComputeTask, Workload
 
-# per workload object: how many tasks were examined, and the foldable ones among them
-_foldable: weakref.WeakKeyDictionary[Workload, tuple[int, frozenset[str]]] = weakref.WeakKeyDictionary()
 # per workload object: folded values computed so far
 _values: weakref.WeakKeyDictionary[Workload, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 def foldable(wl: Workload) -> frozenset[str]:
     """Compute tasks whose every input is a constant or the result of a foldable task (structural, cheap)."""
-    tasks = wl.tasks
-    seen, found = _foldable.get(wl, (0, frozenset()))
-    if seen == len(tasks):
-        return found
-    known = set(wl.constants) | found
-    folded = set(found)
-    for name in tasks[seen:]:  # a task's foldability depends only on earlier tensors, so it never changes
+    known = set(wl.constants)
+    for name in wl.tasks:  # definition order: a task's inputs are decided before it
         task = wl.task(name)
         if isinstance(task, ComputeTask) and all(t.name in known for t in task.inputs):
-            folded.add(name)
             known.add(name)
-    result = frozenset(folded)
-    _foldable[wl] = (len(tasks), result)
-    return result
+    return frozenset(known - set(wl.constants))
 
 
 def fold_constants(wl: Workload) -> dict[str, np.ndarray]:
