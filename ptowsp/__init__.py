@@ -23,6 +23,7 @@ from ptowsp.schedules import Schedule  # noqa: E402 - also registers Workload.sc
 from ptowsp.backends import build, targets  # noqa: E402
 from ptowsp.runtime import Trace, csp, dispatch  # noqa: E402
 from ptowsp import autoschedule  # noqa: E402
+from ptowsp.autoschedule import AutoScheduler  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,8 +32,8 @@ __all__ = [
     "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets",
     # runtime: custom CSP pipelines, dispatch policies, traces
     "csp", "dispatch", "Trace",
-    # tuning records (the AutoScheduler is being built)
-    "autoschedule",
+    # tuning: the AutoScheduler and its records
+    "AutoScheduler", "autoschedule",
     # expression language
     "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
     "pow", "floor", "ceil", "maximum", "minimum", "where", "cast",

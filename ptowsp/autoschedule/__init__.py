@@ -1,5 +1,10 @@
-"""AutoScheduler (issue 6, being built): tuning records so far (records.py)."""
+"""AutoScheduler: space (space.py) -> features (features.py) -> XGBoost cost model (cost_model.py)
+-> simulated annealing (search.py) -> measurement in a worker process (measure.py) -> records
+(records.py, JSON lines)."""
 
 from ptowsp.autoschedule.records import TrialRecord, best
+from ptowsp.autoschedule.result import SearchResult
+from ptowsp.autoschedule.search import AutoScheduler
+from ptowsp.autoschedule.space import Knob, Space
 
-__all__ = ["TrialRecord", "best"]
+__all__ = ["AutoScheduler", "Knob", "SearchResult", "Space", "TrialRecord", "best"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -38,13 +39,19 @@ class TrialRecord(BaseModel):
     seconds: float | None = None  # the measured cost; None when the trial failed
     error: str | None = None  # why it failed: build error, crash, timeout, wrong result
     at: float  # unix time when it was recorded
+    knobs: dict[str, Any] | None = None  # the point of the search space (a search resumes from it)
+    features: list[float] | None = None  # the cost model's input (other searches warm-start on it)
+    feature_set: str | None = None  # which definition of features (features.FEATURE_SET) they follow
 
     @classmethod
     def of(cls, schedule: Schedule, target: str, trial: int, seconds: float | None,
-           error: str | None = None) -> TrialRecord:
+           error: str | None = None, knobs: dict[str, Any] | None = None,
+           features: Iterable[float] | None = None, feature_set: str | None = None) -> TrialRecord:
         wl = schedule.workload
         return cls(workload=wl.name, fingerprint=wl.fingerprint, target=target, trial=trial,
-                   steps=schedule.steps, seconds=seconds, error=error, at=time.time())
+                   steps=schedule.steps, seconds=seconds, error=error, at=time.time(), knobs=knobs,
+                   features=None if features is None else [float(x) for x in features],
+                   feature_set=feature_set if features is not None else None)
 
     def schedule(self, wl: Workload) -> Schedule:
         """Replay the steps on `wl` (ScheduleError if it is not the workload they were made for)."""

@@ -25,12 +25,21 @@ the AutoScheduler is the tool that measures):
 Loop steps that do not fit (extents the tile does not divide) are simply not
 taken: the default never makes a guarded tail.  docs/schedules.md shows the
 schedules it writes.
+
+Every number and either-or above is a *decision* asked of `choose(name,
+candidates, default)`.  `pw.build` answers each with its default; the
+AutoScheduler (autoschedule/space.py) records the questions as its search
+space and answers them from a point of it, so a tuned schedule is this same
+generator with other answers (Ansor's sketch plus annotations, derived here
+from the workload's structure rather than from templates).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +53,14 @@ MIN_TASK_WORK = 1 << 15  # element operations per task instance
 TASKS_PER_WORKER = 4
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns)
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1
+DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
+
+Choose = Callable[[str, Sequence[Any], Any], Any]
+
+
+def keep_default(name: str, candidates: Sequence[Any], default: Any) -> Any:
+    """Answer every decision with its default: the schedule `pw.build` uses."""
+    return default
 
 
 @dataclass(frozen=True)
@@ -51,45 +68,58 @@ class _Group:
     root: str  # the stored task X is computed inside
     depth: int  # how many leading loop variables of the root index X
     before: tuple[str, ...] = ()  # readers placed inside the root: X goes at or outside their loops
+    outermost: bool = False  # at the outermost legal loop of the root (a block of rows), else innermost
 
 
-def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, fuse: bool = True) -> Schedule:
-    """The schedule `pw.build(wl, target)` uses; `fuse=False` leaves every task stored on its own."""
+def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, fuse: bool = True,
+                     choose: Choose = keep_default) -> Schedule:
+    """The schedule `pw.build(wl, target)` uses; `fuse=False` leaves every task stored on its own.
+
+    `choose` answers the generator's decisions (see the module docstring).
+    """
     s = Schedule(wl)
     folded = fold.foldable(wl)
+    fuse = choose("fuse", (True, False), fuse)
     plan = fusion.plan(Schedule(wl).fuse_by_category()) if fuse else fusion.FusionPlan()
     inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
     anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
-    groups = _groups(wl, stored, inlined, anchors) if fuse else {}
+    groups = _groups(wl, stored, inlined, anchors, choose) if fuse else {}
     owners = set(anchors.values())  # epilogues take their anchor's loops: they get none of their own
     # an epilogue's loops (and grid) come from its anchor: the anchor stands for the group
     roots = [t for t in stored if t not in groups and t not in owners and anchors.get(t) not in groups]
-    tiles = {task: _inner_loops(s, task, vector_bytes) for task in stored if task not in owners}
+    tiles = {task: _inner_loops(s, task, vector_bytes, choose) for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
         work = sum(_work(wl, t) for t in [root, *members])
         depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
-        _grid(s, root, _target(work, workers), depth)
+        _grid(s, root, _tasks(root, work, workers, choose), depth)
     for task, rows in tiles.items():
-        if rows is not None:
+        if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
             _rows_inside_panel(s, task, *rows)
     if fuse:
         s = fusion.plan(s.fuse_by_category()).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
         group = groups[x]
-        contraction = x in owners or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
-        loop = _placement(s, group, outermost=contraction)
+        loop = _placement(s, group)
         if loop is None:
-            _grid(s, x, _target(_work(wl, x), workers), len(wl.task(x).loop_names))
+            _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names))
         else:
             s.compute_at(x, group.root, loop)
-    return s
+    policy = choose("dispatch", DISPATCH, DISPATCH[0])
+    if policy != DISPATCH[0]:  # the runtime's default: no step
+        s.dispatch(policy)
+    depth = choose("prefetch", (0, 1, 2), 0)
+    return s.prefetch(depth) if depth else s
 
 
 # -- grouping -----------------------------------------------------------------------------
-def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str]) -> dict[str, _Group]:
-    """Which stored tasks go inside which group root, latest first (readers decide before producers)."""
+def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str],
+            choose: Choose) -> dict[str, _Group]:
+    """Which stored tasks go inside which group root, latest first (readers decide before producers).
+
+    Decision `X.at`: "outer" or "inner" loop of the root, or "root" to keep X stored on its own.
+    """
     out: dict[str, _Group] = {}
     fixed = set(anchors) | set(wl.outputs)  # an anchor stays in its epilogue; outputs are stored
     for x in reversed(stored):
@@ -114,7 +144,10 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
             found.add(root)
             depth = min(depth, lead)
         if len(found) == 1 and "" not in found and depth >= 1:
-            out[x] = _Group(found.pop(), depth, tuple(before))
+            contraction = x in anchors.values() or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
+            at = choose(f"{x}.at", ("outer", "inner", "root"), "outer" if contraction else "inner")
+            if at != "root":
+                out[x] = _Group(found.pop(), depth, tuple(before), outermost=at == "outer")
     return out
 
 
@@ -132,7 +165,7 @@ def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> int:
     return depth
 
 
-def _placement(s: Schedule, group: _Group, outermost: bool) -> str | None:
+def _placement(s: Schedule, group: _Group) -> str | None:
     """The loop of the root to compute a group member at: it and every loop outside it iterate
     only the root's first `depth` variables, it is at or inside the task grid, and at or outside
     the loop of the member's readers placed in the same root."""
@@ -150,7 +183,7 @@ def _placement(s: Schedule, group: _Group, outermost: bool) -> str | None:
             legal.append(lp.name)
     if not legal:
         return None
-    return legal[0] if outermost else legal[-1]
+    return legal[0] if group.outermost else legal[-1]
 
 
 def _variable(loop: str) -> str:
@@ -159,7 +192,7 @@ def _variable(loop: str) -> str:
 
 
 # -- loops per category ---------------------------------------------------------------------
-def _inner_loops(s: Schedule, task: str, vector_bytes: int) -> tuple[str, str] | None:
+def _inner_loops(s: Schedule, task: str, vector_bytes: int, choose: Choose) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits.
 
     For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
@@ -170,48 +203,68 @@ def _inner_loops(s: Schedule, task: str, vector_bytes: int) -> tuple[str, str] |
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
     if len(reduce) == 1:
-        tiled = _contraction(s, task, spatial, reduce[0], lanes)
+        tiled = _contraction(s, task, spatial, reduce[0], lanes, choose)
         if tiled is not None:
             return tiled
-    if len(reduce) == 1 and _contiguous(wl.task(task).body, reduce[0].name):
+    if len(reduce) == 1 and _contiguous(wl.task(task).body, reduce[0].name) and lanes > 1:
         k = reduce[0]
-        if k.extent % (4 * lanes) == 0:
-            s.split(task, k.name, 4 * lanes).split(task, f"{k.name}.inner", lanes)
+        fits = [n for n in (1, 2, 4, 8) if k.extent % (n * lanes) == 0 and k.extent > lanes]
+        partials = choose(f"{task}.partials", (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
+        if partials:
+            s.split(task, k.name, partials * lanes).split(task, f"{k.name}.inner", lanes)
             s.unroll(task, f"{k.name}.inner.outer").vectorize(task, f"{k.name}.inner.inner")
-        elif k.extent % lanes == 0 and k.extent > lanes:
-            s.split(task, k.name, lanes).vectorize(task, f"{k.name}.inner")
         return None
     if not spatial or lanes == 1:
         return None
     j = spatial[-1]
-    if j.extent % lanes or j.extent <= lanes:
+    fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
+    vectors = choose(f"{task}.vectors", (0, *fits), 1 if 1 in fits else 0)
+    if not vectors:
         return None
-    s.split(task, j.name, lanes)
+    s.split(task, j.name, vectors * lanes)
     if reduce:
         s.reorder(task, *[lp.name for lp in spatial[:-1]], f"{j.name}.outer", *[lp.name for lp in reduce],
                   f"{j.name}.inner")
-    s.vectorize(task, f"{j.name}.inner")
+    if vectors > 1:
+        s.split(task, f"{j.name}.inner", lanes).unroll(task, f"{j.name}.inner.outer")
+        s.vectorize(task, f"{j.name}.inner.inner")
+    else:
+        s.vectorize(task, f"{j.name}.inner")
     return None
 
 
-def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int) -> tuple[str, str] | None:
-    """The register-tiled matmul schedule, when the task is one and the tile divides it."""
-    if len(spatial) < 2:
+def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose) -> tuple[str, str] | None:
+    """The register-tiled matmul schedule, when the task is one and the tile divides it.
+
+    Decisions: the tile's rows and vectors of columns, the k block, packing B's panel, and
+    whether tiles go row-major or column-major.
+    """
+    if len(spatial) < 2 or lanes == 1:
         return None
     i, j = spatial[-2], spatial[-1]
     body = s.workload.task(task).body
     panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
-    if not panels or i.extent % REGISTER_ROWS or j.extent % (2 * lanes) or lanes == 1:
+    rows_fit = [r for r in (1, 2, 4, 6, 8) if i.extent % r == 0]
+    vectors_fit = [v for v in (1, 2, 3, 4) if j.extent % (v * lanes) == 0]
+    if not panels or REGISTER_ROWS not in rows_fit or 2 not in vectors_fit:
         return None
-    s.tile(task, {i.name: REGISTER_ROWS, j.name: 2 * lanes}).split(task, f"{j.name}.inner", lanes)
-    block = max(d for d in range(1, min(k.extent, K_BLOCK) + 1) if k.extent % d == 0)
+    rows = choose(f"{task}.tile_rows", rows_fit, REGISTER_ROWS)
+    vectors = choose(f"{task}.tile_vectors", vectors_fit, 2)
+    s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
+    divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
+    near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
+    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= K_BLOCK))
     s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
     outer = [lp.name for lp in spatial[:-2]]
-    s.reorder(task, *outer, f"{i.name}.outer", f"{j.name}.outer", f"{k.name}.outer", f"{k.name}.inner",
+    tiles = [f"{i.name}.outer", f"{j.name}.outer"]
+    if choose(f"{task}.tile_order", ("rows", "columns"), "rows") == "columns":
+        tiles.reverse()
+    s.reorder(task, *outer, *tiles, f"{k.name}.outer", f"{k.name}.inner",
               f"{i.name}.inner", f"{j.name}.inner.outer", f"{j.name}.inner.inner")
     s.unroll(task, f"{i.name}.inner").unroll(task, f"{j.name}.inner.outer").vectorize(task, f"{j.name}.inner.inner")
     panel_loop = f"{k.name}.outer"
-    if panels[0] in {t.name for t in s.workload.task(task).inputs}:
+    packable = panels[0] in {t.name for t in s.workload.task(task).inputs}
+    if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     return f"{i.name}.outer", panel_loop
 
@@ -252,22 +305,28 @@ def _work(wl: Workload, task: str) -> int:
     return math.prod(t.tensor.shape) * max(1, max(reduce, default=1))
 
 
-def _target(work: int, workers: int) -> int:
-    return max(1, min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers))
+def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:
+    """Decision `root.tasks`: about how many task instances the root's grid makes."""
+    default = max(1, min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers))
+    return choose(f"{root}.tasks", sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
 
 
 def _grid(s: Schedule, task: str, target: int, depth: int) -> None:
     """Make the leading loops (over the first `depth` variables) a grid of about `target` instances.
 
     A loop that would overshoot is split, by a factor that divides it where one comes close.
+    Loops something is computed at stay as they are (and end the grid).
     """
     if target <= 1:
         return
     allowed = set(s.workload.task(task).loop_names[:depth])
+    hosts = {loop for consumer, loop in s.compute_at_locations.values() if consumer == task}
     chosen, count = [], 1
     for lp in s.nest(task).loops:
         if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or count >= target:
             break
+        if lp.name in hosts:
+            break  # something is computed at this loop: it cannot be split any more
         want = -(-target // count)
         if lp.extent <= want:
             chosen.append(lp.name)

@@ -1,0 +1,112 @@
+"""The AutoScheduler against hand schedules, numpy and random search, on the cpu target with 2 workers.
+
+Per workload (matmul 1024^3, softmax 4096x1024) and seed: a model-guided
+search (XGBoost + simulated annealing) and a random search, `--trials` each,
+both starting from a random point (`start_from_default=False`: the default
+schedule is not handed to either, so the curves compare search alone).
+Then the tuned schedules, the hand schedules of benchmarks/cpu_kernels.py
+(run in parallel) and the default schedule `pw.build` picks are timed side
+by side with numpy (2 OpenBLAS threads) in this process.
+
+Targets (issue 6): tuned >= 90% of the best hand schedule's speed; matmul
+>= 60% of numpy's GFLOP/s; model-guided search reaches random search's
+best within <= 32 trials on average; overhead outside measurement <= 20%
+of tuning wall time.  Tuning curves go to --plots.
+
+    .venv/bin/python benchmarks/autoschedule.py [--trials 64] [--seeds 3] [--plots docs/images]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "2"  # numpy beside our 2 workers (cpu_kernels would set 1)
+os.environ["OMP_NUM_THREADS"] = "2"
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from cpu_kernels import matmul_case, softmax_case  # noqa: E402
+from timing import side_by_side  # noqa: E402
+
+import ptowsp as pw  # noqa: E402
+from ptowsp.autoschedule.measure import random_inputs  # noqa: E402
+
+WORKERS = 2
+
+
+def cases():
+    wl, hand, numpy_fn, flops = matmul_case(1024)
+    yield "matmul 1024^3", wl, hand.parallel("C", "i.outer.outer"), numpy_fn, flops
+    wl, hand, numpy_fn, _ = softmax_case(4096, 1024, blocks=8)
+    yield "softmax 4096x1024", wl, hand, numpy_fn, None
+
+
+def tune(wl, trials: int, seeds: int):
+    guided, random = [], []
+    for seed in range(seeds):
+        for strategy, out in (("xgboost", guided), ("random", random)):
+            res = pw.AutoScheduler.search(wl, "cpu", num_trials=trials, cost_model=strategy, seed=seed,
+                                          workers=WORKERS, start_from_default=False, progress=True)
+            print(f"  seed {seed} {strategy:8} best {res.best_seconds * 1e3:8.3f} ms, wall {res.wall_seconds:5.1f} s, "
+                  f"overhead {res.overhead:5.1%}", flush=True)
+            out.append(res)
+    return guided, random
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--plots", default=None, help="directory for the tuning-curve PNGs")
+    args = parser.parse_args()
+    rows = []
+    for name, wl, hand, numpy_fn, flops in cases():
+        print(f"{name}: tuning, {args.seeds} seeds x {args.trials} trials, model-guided and random", flush=True)
+        guided, random = tune(wl, args.trials, args.seeds)
+        if args.plots:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+            path = Path(args.plots) / f"autoschedule_{wl.name}.png"
+            guided[0].plot(path, *guided[1:], *random, flops=flops)
+        inputs = random_inputs(wl)
+        progs = {"hand": pw.build(hand, "cpu", workers=WORKERS), "default": pw.build(wl, "cpu", workers=WORKERS)}
+        progs |= {f"tuned seed {n}": pw.build(r.schedule, "cpu", workers=WORKERS)
+                  for n, r in enumerate(guided)}
+        expected = numpy_fn(inputs)
+        for label, prog in progs.items():
+            got = prog.run(**inputs)[wl.outputs[0]]
+            assert np.allclose(got, expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))), label
+        fns = [lambda p=p, x=inputs: p.run(**x) for p in progs.values()] + [lambda f=numpy_fn, x=inputs: f(x)]
+        times = dict(zip([*progs, "numpy"], side_by_side(fns, args.repeat)))
+        best_hand = min(times["hand"], times["default"])
+        tuned = [times[k] for k in progs if k.startswith("tuned")]
+        reach = [g.trials_to_reach(r.best_seconds) or args.trials + 1 for g, r in zip(guided, random)]
+        rows.append((name, times, best_hand, tuned, flops, reach, guided, random))
+    print(f"\ncpu, {WORKERS} workers; numpy with {WORKERS} OpenBLAS threads; median of {args.repeat} runs in 3 "
+          "alternating blocks")
+    print(f"{'workload':18} {'numpy':>9} {'hand':>9} {'default':>9} {'tuned (per seed)':>28} "
+          f"{'tuned/best hand':>16} {'vs numpy':>9} {'reach':>12} {'overhead':>9}")
+    for name, times, best_hand, tuned, flops, reach, guided, random in rows:
+        per_seed = " ".join(f"{t * 1e3:.2f}" for t in tuned)
+        worst = max(tuned)
+        rate = (f"{times['numpy'] / worst:8.0%}" if flops else f"{times['numpy'] / worst:7.1f}x")
+        overhead = max(r.overhead for r in guided)
+        print(f"{name:18} {times['numpy'] * 1e3:7.2f}ms {times['hand'] * 1e3:7.2f}ms {times['default'] * 1e3:7.2f}ms "
+              f"{per_seed:>26}ms {best_hand / worst:15.0%} {rate:>9} {statistics.mean(reach):5.1f} {reach} "
+              f"{overhead:8.1%}")
+        if flops:
+            print(f"{'':18} GFLOP/s: numpy {flops / times['numpy'] / 1e9:.0f}, best hand "
+                  f"{flops / best_hand / 1e9:.0f}, tuned (worst seed) {flops / worst / 1e9:.0f}")
+        print(f"{'':18} random-search best per seed (ms): "
+              + " ".join(f"{r.best_seconds * 1e3:.2f}" for r in random))
+    print("tuned/best hand: the worst seed's speed over the faster of hand and default (target >= 90%); "
+          "vs numpy: speed relative to numpy (matmul target >= 60%); reach: trials the model-guided search "
+          "took to match random search's 64-trial best, mean and per seed (target <= 32); overhead: share of "
+          "tuning wall time outside measurement, worst seed (target <= 20%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Measuring candidates in a separate process, so a crash or a hang costs one trial, not the search.
+
+A `Runner` keeps one worker process (a fresh interpreter: nothing forked
+from a process running threads, and unlike multiprocessing's spawn it
+never re-imports the user's main script) that builds a schedule, runs it once against the
+reference (a wrong result is a failed trial), then times it.  The parent
+waits on a pipe with a deadline: past it the worker is killed and the
+trial recorded as a timeout; a worker that dies (segfault, abort) is
+recorded as a crash.  Either way a fresh worker takes the next trial.
+
+The timing is the target's real clock: the median (robust to a noisy
+neighbour) of at least `repeat` runs and MIN_TIME seconds after the checking
+run, cut short when runs are long so a bad candidate costs about `budget`
+seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from multiprocessing.connection import Connection
+
+from ptowsp.schedules import Schedule
+from ptowsp.workloads import Workload
+
+
+@dataclass(frozen=True)
+class Measurement:
+    seconds: float | None  # median run time; None when the trial failed
+    error: str | None = None
+    elapsed: float = 0.0  # wall time the trial took, build and IPC included
+
+
+def random_inputs(wl: Workload, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(wl.tensor(name).shape).astype(wl.tensor(name).dtype) for name in wl.inputs}
+
+
+MIN_TIME = 0.3  # seconds of timed runs per trial, at least (by default)
+MAX_RUNS = 200
+
+
+def time_program(built, inputs: dict[str, np.ndarray], repeat: int, min_time: float, budget: float) -> float:
+    """Median seconds of at least `repeat` runs and `min_time` of running (short programs are noisy:
+    page faults of fresh output arrays come and go), fewer when runs would exceed `budget`."""
+    times: list[float] = []
+    begin = time.perf_counter()
+    while True:
+        start = time.perf_counter()
+        built.run(**inputs)
+        end = time.perf_counter()
+        times.append(end - start)
+        enough = len(times) >= repeat and end - begin >= min_time
+        if enough or end - begin >= budget or len(times) >= MAX_RUNS:
+            return statistics.median(times)
+
+
+STARTUP_GRACE = 30.0  # seconds a fresh worker may take to import ptowsp and compute the reference
+Evaluate = Callable[..., float]  # (built, inputs, repeat, min_time, budget) -> seconds
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """The worker process: its set-up, then schedule JSON in, (seconds, error) out, until the pipe closes."""
+    import ptowsp as pw
+
+    requests, conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    wl, target, workers, timing, evaluate = requests.recv()
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)
+    while True:
+        try:
+            text = requests.recv()
+        except EOFError:
+            return
+        try:
+            built = pw.build(Schedule.from_json(wl, text), target, workers=workers)
+            out = built.run(**inputs)
+            wrong = [name for name, want in expected.items() if not _close(out[name], want)]
+            if wrong:
+                conn.send((None, f"wrong result: {', '.join(wrong)} differ from the reference"))
+                continue
+            conn.send((evaluate(built, inputs, *timing), None))
+        except Exception as e:  # a failed build or run is a failed trial, with its reason
+            conn.send((None, f"{type(e).__name__}: {e}"))
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    return bool(np.allclose(got, want, rtol=1e-3, atol=1e-3 * scale, equal_nan=True))
+
+
+class Runner:
+    """Builds and times schedules of one workload on one target, one worker process at a time.
+
+    `timeout` bounds a whole trial (build, check, timing); `evaluate` replaces
+    the timing function (it runs in the worker process, so it must be a
+    module-level function: tests use it to crash or hang on purpose).
+    """
+
+    def __init__(self, wl: Workload, target: str = "cpu", *, workers: int = 2, repeat: int = 5,
+                 min_time: float = MIN_TIME, budget: float = 2.0, timeout: float = 60.0,
+                 evaluate: Evaluate = time_program):
+        self.workload, self.target, self.workers = wl, target, workers
+        self.timing = (repeat, min_time, budget)
+        self.timeout, self.evaluate = timeout, evaluate
+        self._process: subprocess.Popen | None = None
+        self._requests: Connection | None = None
+        self._conn: Connection | None = None
+        self.restarts = 0
+        self._warm = False  # a fresh worker's first trial also pays for its start-up and the reference
+
+    def _start(self) -> None:
+        from_parent, to_child = os.pipe()  # (read end, write end)
+        from_child, to_parent = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        code = f"from ptowsp.autoschedule.measure import serve; serve({from_parent}, {to_parent})"
+        self._process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(from_parent, to_parent),
+                                         env=env, stdin=subprocess.DEVNULL)
+        os.close(from_parent)
+        os.close(to_parent)
+        self._requests = Connection(to_child, readable=False)
+        self._conn = Connection(from_child, writable=False)
+        self._requests.send((self.workload, self.target, self.workers, self.timing, self.evaluate))
+
+    def measure(self, schedule: Schedule) -> Measurement:
+        start = time.perf_counter()
+        if self._process is None:
+            self._start()
+        assert self._conn is not None and self._requests is not None and self._process is not None
+        try:
+            self._requests.send(schedule.to_json())
+            if self._conn.poll(self.timeout + (0.0 if self._warm else STARTUP_GRACE)):
+                seconds, error = self._conn.recv()
+                self._warm = True
+                return Measurement(seconds, error, time.perf_counter() - start)
+            error = f"timeout: no result within {self.timeout:g} s (the worker was killed)"
+        except (EOFError, OSError):
+            try:
+                code = self._process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                code = None
+            error = f"crash: the measuring process died ({_describe(code)})"
+        self._stop()
+        self.restarts += 1
+        return Measurement(None, error, time.perf_counter() - start)
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+        for conn in (self._requests, self._conn):
+            if conn is not None:
+                conn.close()
+        self._process = self._requests = self._conn = None
+        self._warm = False
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _describe(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,277 @@
+"""The AutoScheduler: model-guided simulated annealing over the space, measured in batches.
+
+Each round (Ansor / TVM's SA explorer, on this project's space):
+
+1. retrain the cost model on every measurement so far;
+2. run parallel simulated-annealing chains over the space with the model's
+   prediction as the energy, starting from the best measured points and
+   from random ones; every point a chain visits is a candidate;
+3. pick the batch: greedily the best predicted, each pick scored by its
+   prediction plus a diversity term (knobs differing from the points
+   already picked), and an `epsilon` share of uniformly random points;
+4. measure the batch in the isolated worker process (measure.py),
+   appending every trial to the log as it finishes.
+
+Until the model has something to learn from (a batch with two different
+costs), candidates are random.  The first trial is the default schedule
+unless `start_from_default=False`: tuning never ends worse than
+`pw.build`'s choice.  Everything random flows from `seed`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptowsp.autoschedule import records
+from ptowsp.autoschedule.cost_model import CostModel
+from ptowsp.autoschedule.features import FEATURE_NAMES, FEATURE_SET, program_features
+from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.result import SearchResult
+from ptowsp.autoschedule.space import Point, Space, key
+from ptowsp.backends import backend
+from ptowsp.errors import ScheduleError
+from ptowsp.lower import lower_program
+from ptowsp.runtime.executor import worker_classes
+from ptowsp.schedules import Schedule
+from ptowsp.workloads import Workload
+
+CHAINS = 16  # annealing chains per round
+STEPS = 6  # mutations per chain per round
+DIVERSITY = 0.3  # weight of the distance-to-picked term against the (0..1 normalised) prediction
+
+
+class _Candidates:
+    """Schedules, keys and features of points, each computed once (the search revisits points often)."""
+
+    def __init__(self, space: Space, workers: int, vector_bytes: int):
+        self.space, self.workers, self.vector_bytes = space, workers, vector_bytes
+        self._key: dict[tuple, str] = {}
+        self._schedule: dict[str, Schedule] = {}
+        self._features: dict[str, np.ndarray] = {}
+
+    def key(self, point: Point) -> str:
+        frozen = tuple(sorted(point.items()))
+        if frozen not in self._key:
+            schedule = self.space.schedule(point)
+            self._key[frozen] = k = key(schedule)
+            self._schedule.setdefault(k, schedule)
+        return self._key[frozen]
+
+    def schedule(self, point: Point) -> Schedule:
+        return self._schedule[self.key(point)]
+
+    def features(self, point_or_key: Point | str, schedule: Schedule | None = None) -> np.ndarray:
+        k = point_or_key if isinstance(point_or_key, str) else self.key(point_or_key)
+        if k not in self._features:
+            s = schedule or self._schedule[k]
+            self._features[k] = program_features(lower_program(s.workload, s), workers=self.workers,
+                                                 vector_bytes=self.vector_bytes)
+        return self._features[k]
+
+
+class AutoScheduler:
+    """`AutoScheduler.search(wl, target, num_trials, ...)`: the tuned schedule and every trial."""
+
+    @staticmethod
+    def search(wl: Workload, target: str = "cpu", num_trials: int = 64, cost_model: str = "xgboost",
+               log_file: str | Path | None = None, seed: int = 0, *, workers: int | None = None,
+               space: Mapping[str, Sequence[Any]] | Space | None = None, batch: int = 8, epsilon: float = 0.2,
+               start_from_default: bool = True, warm_start: str | Path | None = None,
+               runner: Runner | None = None, progress: bool | None = None, timeout: float = 60.0) -> SearchResult:
+        """Tune `wl` on `target` for `num_trials` measured trials (those already in `log_file` count).
+
+        cost_model: "xgboost" (model-guided annealing) or "random" (uniform sampling, the baseline).
+        space: a Space, or {knob or glob pattern: choices} narrowing or extending the default one.
+        warm_start: a log whose records of other workloads pre-train the model.
+        runner: a measure.Runner to use (its workload and target must match).
+        """
+        if cost_model not in ("xgboost", "random"):
+            raise ScheduleError(f"cost_model {cost_model!r} is not supported: use 'xgboost' or 'random'")
+        if num_trials < 1 or batch < 1 or not 0.0 <= epsilon <= 1.0:
+            raise ScheduleError(f"need num_trials >= 1, batch >= 1 and 0 <= epsilon <= 1; got "
+                                f"num_trials={num_trials}, batch={batch}, epsilon={epsilon}")
+        n_workers = len(worker_classes(workers))
+        if not isinstance(space, Space):
+            space = Space(wl, vector_bytes=backend(target).vector_bytes, workers=n_workers, overrides=space)
+        own_runner = runner is None
+        runner = runner or Runner(wl, target, workers=n_workers, timeout=timeout)
+        tuner = _Tuner(wl, target, space, n_workers, seed, cost_model, batch, epsilon, log_file, warm_start,
+                       sys.stderr.isatty() if progress is None else progress)
+        try:
+            return tuner.run(num_trials, runner, start_from_default)
+        finally:
+            if own_runner:
+                runner.close()
+
+
+class _Tuner:
+    def __init__(self, wl, target, space, workers, seed, cost_model, batch, epsilon, log_file, warm_start,
+                 progress):
+        self.wl, self.target, self.space, self.workers = wl, target, space, workers
+        self.rng = random.Random(seed)
+        self.guided = cost_model == "xgboost"
+        self.model = CostModel(seed)
+        self.batch, self.epsilon, self.log_file, self.progress = batch, epsilon, log_file, progress
+        self.candidates = _Candidates(space, workers, space.vector_bytes)
+        self.history: list[records.TrialRecord] = []
+        self.keys: list[str] = []  # the candidate key of each trial in history
+        self.points: dict[str, Point] = {}  # measured key -> its point
+        self.prior = _prior(warm_start, wl.fingerprint) if self.guided else ([], [], [])
+        self.overhead = self.measuring = 0.0
+
+    def resume(self) -> None:
+        """Take the log's trials of this workload and target as this search's first ones."""
+        for r in records.load(self.log_file) if self.log_file else []:
+            if r.fingerprint != self.wl.fingerprint or r.target != self.target:
+                continue
+            schedule = r.schedule(self.wl)
+            k = key(schedule)
+            self.history.append(r)
+            self.keys.append(k)
+            if r.knobs is not None:
+                self.points[k] = dict(r.knobs)
+
+    def run(self, num_trials: int, runner: Runner, start_from_default: bool) -> SearchResult:
+        started = time.perf_counter()
+        self.resume()
+        resumed = len(self.history)
+        first = start_from_default and resumed == 0
+        while len(self.history) < num_trials:
+            tick = time.perf_counter()
+            count = min(self.batch, num_trials - len(self.history))
+            chosen = self._next_batch(count, first)
+            first = False
+            self.overhead += time.perf_counter() - tick
+            for point in chosen:
+                self._measure(point, runner, num_trials)
+        wall = time.perf_counter() - started
+        if self.progress:
+            print(file=sys.stderr)
+        return SearchResult(self.wl, self.target, self.history, wall_seconds=wall, measure_seconds=self.measuring,
+                            resumed=resumed, strategy="xgboost" if self.guided else "random")
+
+    def _measure(self, point: Point, runner: Runner, num_trials: int) -> None:
+        schedule = self.candidates.schedule(point)
+        m = runner.measure(schedule)
+        self.measuring += m.elapsed
+        tick = time.perf_counter()
+        k = self.candidates.key(point)
+        record = records.TrialRecord.of(schedule, self.target, len(self.history), m.seconds, m.error,
+                                        knobs=point, features=self.candidates.features(k),
+                                        feature_set=FEATURE_SET)
+        self.history.append(record)
+        self.keys.append(k)
+        self.points[k] = point
+        if self.log_file:
+            records.append(self.log_file, [record])
+        if self.progress:
+            _draw(self.wl.name, self.target, self.history, num_trials)
+        self.overhead += time.perf_counter() - tick
+
+    # -- choosing a batch ---------------------------------------------------------------------------
+    def _next_batch(self, count: int, first: bool) -> list[Point]:
+        chosen: list[Point] = [self.space.default()] if first else []
+        taken = set(self.keys) | {self.candidates.key(p) for p in chosen}
+        if self.guided and self._train():
+            explore = int(round(self.epsilon * count))
+            chosen += self._best_predicted(count - len(chosen) - explore, taken)
+            taken |= {self.candidates.key(p) for p in chosen}
+        while len(chosen) < count:
+            point = self._random_unmeasured(taken)
+            if point is None:
+                break  # the space is exhausted
+            chosen.append(point)
+            taken.add(self.candidates.key(point))
+        return chosen[:count]
+
+    def _train(self) -> bool:
+        feats = [np.asarray(r.features) if r.feature_set == FEATURE_SET else
+                 self.candidates.features(k, r.schedule(self.wl)) for r, k in zip(self.history, self.keys)]
+        X = np.array(self.prior[0] + feats) if feats or self.prior[0] else np.zeros((0, len(FEATURE_NAMES)))
+        seconds = self.prior[1] + [r.seconds for r in self.history]
+        groups = self.prior[2] + [r.fingerprint for r in self.history]
+        self.model.fit(X, seconds, groups)
+        return self.model.trained
+
+    def _score(self, points: list[Point]) -> np.ndarray:
+        return self.model.predict(np.array([self.candidates.features(p) for p in points]))
+
+    def _best_predicted(self, count: int, taken: set[str]) -> list[Point]:
+        if count <= 0:
+            return []
+        visited = self._anneal()
+        ranked = sorted(((s, k, p) for k, (s, p) in visited.items() if k not in taken), key=lambda t: -t[0])
+        pool = ranked[: 4 * count]
+        if not pool:
+            return []
+        hi, lo = pool[0][0], pool[-1][0]
+        spread = (hi - lo) or 1.0
+        picked: list[Point] = []
+        while pool and len(picked) < count:
+            def merit(item):
+                distance = min((_distance(item[2], p) for p in picked), default=1.0)
+                return (item[0] - lo) / spread + DIVERSITY * distance
+            best = max(pool, key=merit)
+            pool.remove(best)
+            picked.append(best[2])
+        return picked
+
+    def _anneal(self) -> dict[str, tuple[float, Point]]:
+        """Chains of mutations accepted by the Metropolis rule on predicted throughput; every point seen."""
+        measured = sorted((r.seconds, k) for r, k in zip(self.history, self.keys) if r.seconds is not None)
+        starts = [self.points[k] for _, k in measured if k in self.points][: CHAINS // 2]
+        chains = starts + [self.space.sample(self.rng) for _ in range(CHAINS - len(starts))]
+        scores = self._score(chains)
+        visited = {self.candidates.key(p): (float(s), p) for p, s in zip(chains, scores)}
+        for step in range(STEPS):
+            temperature = 0.05 * (1 - step / STEPS) + 1e-3
+            proposals = [self.space.mutate(p, self.rng) for p in chains]
+            new = self._score(proposals)
+            for n, (p, s) in enumerate(zip(proposals, new)):
+                visited.setdefault(self.candidates.key(p), (float(s), p))
+                if s >= scores[n] or self.rng.random() < math.exp((s - scores[n]) / temperature):
+                    chains[n], scores[n] = p, s
+        return visited
+
+    def _random_unmeasured(self, taken: set[str], tries: int = 64) -> Point | None:
+        for _ in range(tries):
+            point = self.space.sample(self.rng)
+            if self.candidates.key(point) not in taken:
+                return point
+        return None
+
+
+def _distance(a: Point, b: Point) -> float:
+    """The share of knobs on which two points differ."""
+    names = set(a) | set(b)
+    return sum(a.get(n) != b.get(n) for n in names) / max(1, len(names))
+
+
+def _prior(log_file: str | Path | None, fingerprint: str) -> tuple[list, list, list]:
+    """Features, costs and workload groups of other workloads' records, for a warm start."""
+    feats, seconds, groups = [], [], []
+    for r in records.load(log_file) if log_file else []:
+        if r.fingerprint != fingerprint and r.features is not None and r.feature_set == FEATURE_SET:
+            feats.append(np.asarray(r.features))
+            seconds.append(r.seconds)
+            groups.append(r.fingerprint)
+    return feats, seconds, groups
+
+
+def _draw(name: str, target: str, history: list[records.TrialRecord], total: int) -> None:
+    done = len(history)
+    width = 30
+    filled = width * done // max(1, total)
+    ok = [r.seconds for r in history if r.seconds is not None]
+    best = f"best {min(ok) * 1e3:.3f} ms" if ok else "no success yet"
+    failed = done - len(ok)
+    print(f"\rtuning {name} on {target} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {best}"
+          + (f", {failed} failed" if failed else ""), end="", file=sys.stderr, flush=True)

@@ -1,0 +1,69 @@
+"""The search loop: measuring in a worker process, failures recorded, resume from a log, seeded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ptowsp as pw
+from ptowsp.autoschedule import records
+from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.space import Space
+from ptowsp.workloads import zoo
+from tests.autoschedule.faults import crash_or_hang, made_up_cost
+
+
+def _matmul():
+    return zoo.matmul(32, 32, 64)
+
+
+def test_a_crashing_or_hanging_candidate_is_recorded_and_tuning_goes_on(tmp_path):
+    wl = _matmul()
+    space = Space(wl, vector_bytes=32, workers=2)
+    only_prefetch = {name: [k.default] for name, k in space.knobs.items() if name != "prefetch"}
+    log = tmp_path / "tune.jsonl"
+    with Runner(wl, "cpu", workers=2, timeout=2.0, evaluate=crash_or_hang) as runner:
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=3, log_file=log, seed=0, runner=runner,
+                                      space={**only_prefetch, "prefetch": [0, 1, 2]})
+        assert runner.restarts == 2
+    errors = {r.knobs["prefetch"]: r.error for r in res.history}
+    assert errors[1].startswith("crash: the measuring process died (signal SIGSEGV)")
+    assert errors[2].startswith("timeout: no result within 2 s")
+    assert errors[0] is None
+    assert res.schedule.prefetch_depth == 0 and res.best_seconds > 0
+    assert [r.error for r in records.load(log)] == [r.error for r in res.history]
+
+
+def test_a_search_resumes_from_its_log(tmp_path):
+    wl = _matmul()
+    log = tmp_path / "tune.jsonl"
+    with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
+        first = pw.AutoScheduler.search(wl, "cpu", num_trials=5, log_file=log, seed=0, runner=runner, batch=3)
+        again = pw.AutoScheduler.search(wl, "cpu", num_trials=9, log_file=log, seed=1, runner=runner, batch=3)
+    assert again.resumed == 5 and len(again.history) == 9
+    assert again.history[:5] == first.history
+    assert len(records.load(log)) == 9
+    keys = [json.dumps([s.model_dump() for s in r.steps]) for r in again.history]
+    assert len(set(keys)) == 9  # resumed trials are not measured again
+    assert again.best_seconds <= first.best_seconds
+    assert pw.autoschedule.best(log, wl, "cpu") == again.schedule
+
+
+@pytest.mark.parametrize("strategy", ["xgboost", "random"])
+def test_the_same_seed_gives_the_same_search(strategy):
+    wl = _matmul()
+    with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
+        runs = [pw.AutoScheduler.search(wl, "cpu", num_trials=10, cost_model=strategy, seed=seed, runner=runner,
+                                        batch=4, start_from_default=False) for seed in (3, 3, 4)]
+    steps = [[r.steps for r in res.history] for res in runs]
+    assert steps[0] == steps[1]
+    assert steps[0] != steps[2]
+
+
+def test_bad_arguments_are_refused():
+    wl = _matmul()
+    with pytest.raises(pw.ScheduleError, match="cost_model 'gbm' is not supported"):
+        pw.AutoScheduler.search(wl, "cpu", num_trials=4, cost_model="gbm")
+    with pytest.raises(pw.ScheduleError, match="num_trials >= 1"):
+        pw.AutoScheduler.search(wl, "cpu", num_trials=0)
