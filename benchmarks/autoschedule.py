@@ -1,14 +1,15 @@
 """The AutoScheduler against hand schedules, numpy and random search, on the cpu target with 2 workers.
 
-Per workload (matmul 1024^3, softmax 4096x1024) and seed: a model-guided
-search (XGBoost + simulated annealing) and a random search, `--trials` each,
-both starting from a random point (`start_from_default=False`: the default
-schedule is not handed to either, so the curves compare search alone).
+Per workload (matmul 1024^3, softmax 4096x1024) and seed, `--trials` each:
+the search as a user runs it (XGBoost + simulated annealing, the default
+schedule its first trial), and model-guided and random search both starting
+from the same random batch (`start_from_default=False`: the default schedule
+is handed to neither, so their curves compare search alone).
 Then the tuned schedules, the hand schedules of benchmarks/cpu_kernels.py
 (run in parallel) and the default schedule `pw.build` picks are timed side
 by side with numpy (2 OpenBLAS threads) in this process.
 
-Targets (issue 6): tuned >= 90% of the best hand schedule's speed; matmul
+Targets (issue 6): tuned (the user's search) >= 90% of the best hand schedule's speed; matmul
 >= 60% of numpy's GFLOP/s; model-guided search reaches random search's
 best within <= 32 trials on average; overhead outside measurement <= 20%
 of tuning wall time.  Tuning curves go to --plots.
@@ -35,6 +36,7 @@ import ptowsp as pw  # noqa: E402
 from ptowsp.autoschedule.measure import random_inputs  # noqa: E402
 
 WORKERS = 2
+MIN_BLOCK = 0.3  # seconds per timing block, as the tuner's own measurement (measure.MIN_TIME)
 
 
 def cases():
@@ -44,16 +46,21 @@ def cases():
     yield "softmax 4096x1024", wl, hand, numpy_fn, None
 
 
-def tune(wl, trials: int, seeds: int):
-    guided, random = [], []
+def tune(wl, trials: int, seeds: int, logs: Path | None):
+    """Per seed: the search as a user runs it (model-guided, the default schedule its first trial),
+    then model-guided and random search both from the same random batch (no default: search alone).
+    With `logs`, each search appends to (and resumes from) its own log."""
+    runs: dict[str, list] = {"tuned": [], "xgboost": [], "random": []}
     for seed in range(seeds):
-        for strategy, out in (("xgboost", guided), ("random", random)):
-            res = pw.AutoScheduler.search(wl, "cpu", num_trials=trials, cost_model=strategy, seed=seed,
-                                          workers=WORKERS, start_from_default=False, progress=True)
-            print(f"  seed {seed} {strategy:8} best {res.best_seconds * 1e3:8.3f} ms, wall {res.wall_seconds:5.1f} s, "
+        for label, out in runs.items():
+            log = None if logs is None else logs / f"{wl.name}-{label}-{seed}.jsonl"
+            res = pw.AutoScheduler.search(wl, "cpu", num_trials=trials, cost_model="random" if label == "random"
+                                          else "xgboost", seed=seed, workers=WORKERS, progress=True,
+                                          start_from_default=label == "tuned", log_file=log)
+            print(f"  seed {seed} {label:8} best {res.best_seconds * 1e3:8.3f} ms, wall {res.wall_seconds:5.1f} s, "
                   f"overhead {res.overhead:5.1%}", flush=True)
             out.append(res)
-    return guided, random
+    return runs["tuned"], runs["xgboost"], runs["random"]
 
 
 def main() -> None:
@@ -62,11 +69,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--plots", default=None, help="directory for the tuning-curve PNGs")
+    parser.add_argument("--logs", default=None, help="directory of tuning logs: a rerun resumes from them "
+                        "(and re-times the results without tuning again; wall and overhead then cover no tuning)")
     args = parser.parse_args()
     rows = []
     for name, wl, hand, numpy_fn, flops in cases():
         print(f"{name}: tuning, {args.seeds} seeds x {args.trials} trials, model-guided and random", flush=True)
-        guided, random = tune(wl, args.trials, args.seeds)
+        logs = None if args.logs is None else Path(args.logs)
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+        tuned_runs, guided, random = tune(wl, args.trials, args.seeds, logs)
         if args.plots:
             Path(args.plots).mkdir(parents=True, exist_ok=True)
             path = Path(args.plots) / f"autoschedule_{wl.name}.png"
@@ -74,19 +86,20 @@ def main() -> None:
         inputs = random_inputs(wl)
         progs = {"hand": pw.build(hand, "cpu", workers=WORKERS), "default": pw.build(wl, "cpu", workers=WORKERS)}
         progs |= {f"tuned seed {n}": pw.build(r.schedule, "cpu", workers=WORKERS)
-                  for n, r in enumerate(guided)}
+                  for n, r in enumerate(tuned_runs)}
         expected = numpy_fn(inputs)
         for label, prog in progs.items():
             got = prog.run(**inputs)[wl.outputs[0]]
             assert np.allclose(got, expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))), label
         fns = [lambda p=p, x=inputs: p.run(**x) for p in progs.values()] + [lambda f=numpy_fn, x=inputs: f(x)]
-        times = dict(zip([*progs, "numpy"], side_by_side(fns, args.repeat)))
+        times = dict(zip([*progs, "numpy"], side_by_side(fns, args.repeat, rounds=5, min_block=MIN_BLOCK)))
         best_hand = min(times["hand"], times["default"])
         tuned = [times[k] for k in progs if k.startswith("tuned")]
-        reach = [g.trials_to_reach(r.best_seconds) or args.trials + 1 for g, r in zip(guided, random)]
-        rows.append((name, times, best_hand, tuned, flops, reach, guided, random))
-    print(f"\ncpu, {WORKERS} workers; numpy with {WORKERS} OpenBLAS threads; median of {args.repeat} runs in 3 "
-          "alternating blocks")
+        # random search's best first measurement against the model-guided curve (first measurements too)
+        reach = [g.trials_to_reach(r.curve()[-1]) or args.trials + 1 for g, r in zip(guided, random)]
+        rows.append((name, times, best_hand, tuned, flops, reach, tuned_runs + guided, random))
+    print(f"\ncpu, {WORKERS} workers; numpy with {WORKERS} OpenBLAS threads; medians of 5 alternating blocks, "
+          f"each >= {args.repeat} runs and >= {MIN_BLOCK} s")
     print(f"{'workload':18} {'numpy':>9} {'hand':>9} {'default':>9} {'tuned (per seed)':>28} "
           f"{'tuned/best hand':>16} {'vs numpy':>9} {'reach':>12} {'overhead':>9}")
     for name, times, best_hand, tuned, flops, reach, guided, random in rows:
@@ -100,7 +113,10 @@ def main() -> None:
         if flops:
             print(f"{'':18} GFLOP/s: numpy {flops / times['numpy'] / 1e9:.0f}, best hand "
                   f"{flops / best_hand / 1e9:.0f}, tuned (worst seed) {flops / worst / 1e9:.0f}")
-        print(f"{'':18} random-search best per seed (ms): "
+        seeds = len(random)
+        print(f"{'':18} in the searches (ms, median of the best one's 3 measurements): tuned "
+              + " ".join(f"{g.best_seconds * 1e3:.2f}" for g in guided[:seeds]) + "; model-guided from random "
+              + " ".join(f"{g.best_seconds * 1e3:.2f}" for g in guided[seeds:]) + "; random "
               + " ".join(f"{r.best_seconds * 1e3:.2f}" for r in random))
     print("tuned/best hand: the worst seed's speed over the faster of hand and default (target >= 90%); "
           "vs numpy: speed relative to numpy (matmul target >= 60%); reach: trials the model-guided search "

@@ -1,6 +1,7 @@
 """The `ptowsp` command.
 
     ptowsp trace <script.py | zoo-name> [--target cpu] [--workers N] [--tasks N] --out DIR
+    ptowsp tune <script.py | zoo-name> [--target cpu] [--trials N] [--log FILE] [--seed S] [--plot PNG]
 
 A zoo name builds that zoo workload at its default size with every task split
 into `--tasks` row blocks (`Schedule.parallelize`), runs it once on random
@@ -8,6 +9,10 @@ inputs and checks it against `pw.reference`.  A script is run as `__main__`;
 the program it ran last is traced.  Either way DIR receives trace.json
 (Chrome trace-event JSON for Perfetto), gantt.png and summary.txt, and the
 summary is printed.
+
+`tune` runs the AutoScheduler on the zoo workload (default size) or on the
+workload of the program a script ran last, appending every trial to the log
+(and resuming from it), and prints the best schedule beside the default one.
 """
 
 from __future__ import annotations
@@ -44,6 +49,33 @@ def _script_run(path: Path) -> Built:
     return Built.last_run
 
 
+def _workload(what: str) -> pw.Workload | None:
+    if what.endswith(".py") or Path(what).is_file():
+        return _script_run(Path(what)).workload
+    if what in pw.zoo.ZOO:
+        return pw.zoo.ZOO[what]()
+    print(f"ptowsp: {what!r} is neither a script nor a zoo workload ({', '.join(pw.zoo.ZOO)})", file=sys.stderr)
+    return None
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    wl = _workload(args.what)
+    if wl is None:
+        return 2
+    res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
+                                  workers=args.workers, progress=True)
+    default = next((r.seconds for r in res.history if r.trial == 0 and r.seconds is not None), None)
+    print(f"{res}; {res.wall_seconds:.1f} s, {res.overhead:.0%} of it outside measurement")
+    if default is not None and res.resumed == 0:
+        print(f"default schedule {default * 1e3:.3f} ms, tuned {res.best_seconds * 1e3:.3f} ms "
+              f"({default / res.best_seconds:.2f}x)")
+    print(res.schedule)
+    print(f"trials appended to {args.log}; replay with pw.autoschedule.best({args.log!r}, wl, {args.target!r})")
+    if args.plot:
+        print(f"tuning curve: {res.plot(args.plot)}")
+    return 0
+
+
 def trace_command(args: argparse.Namespace) -> int:
     what = args.what
     if what.endswith(".py") or Path(what).is_file():
@@ -68,17 +100,28 @@ def trace_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _command(commands, name: str, purpose: str) -> argparse.ArgumentParser:
+    """A subcommand taking a script or zoo workload, a target and a worker count."""
+    command = commands.add_parser(name, help=purpose)
+    command.add_argument("what", help="a script (.py) or a zoo workload name")
+    command.add_argument("--target", default="cpu")
+    command.add_argument("--workers", type=int, default=None, help="worker threads (default: one per core)")
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ptowsp", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    trace = commands.add_parser("trace", help="run a script or a zoo workload and write its trace")
-    trace.add_argument("what", help="a script (.py) or a zoo workload name")
-    trace.add_argument("--target", default="cpu")
-    trace.add_argument("--workers", type=int, default=None, help="worker threads (default: one per core)")
+    trace = _command(commands, "trace", "run a script or a zoo workload and write its trace")
     trace.add_argument("--tasks", type=int, default=8, help="row blocks per task for zoo workloads")
     trace.add_argument("--out", default="ptowsp-trace", help="directory for trace.json, gantt.png, summary.txt")
+    tune = _command(commands, "tune", "tune a script's or a zoo workload's schedule with the AutoScheduler")
+    tune.add_argument("--trials", type=int, default=64, help="measured trials in all (those in the log count)")
+    tune.add_argument("--log", default="tune.jsonl", help="JSON-lines log: appended to, resumed from")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--plot", default=None, help="write the tuning curve (best time vs trial) to this PNG")
     args = parser.parse_args(argv)
-    return trace_command(args)
+    return tune_command(args) if args.command == "tune" else trace_command(args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ def python_blocks(path: pathlib.Path) -> str:
 
 @pytest.mark.parametrize("page", ["docs/tutorial.md", "README.md", "docs/schedules.md", "docs/runtime.md",
                                   "docs/fusion.md"])
-def test_page_runs(page, capsys):
+def test_page_runs(page, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # pages write trace.json, tune.jsonl, ... where they run
     code = python_blocks(ROOT / page)
     assert code.strip()
     exec(compile(code, page, "exec"), {"__name__": "__docs__"})

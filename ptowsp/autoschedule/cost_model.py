@@ -19,6 +19,13 @@ from ptowsp.errors import PtowspError
 ROUNDS = 80  # boosting rounds: enough for a few hundred records, fast to retrain every batch
 PARAMS = {"objective": "reg:squarederror", "max_depth": 6, "eta": 0.2, "subsample": 1.0,
           "min_child_weight": 1.0, "nthread": 2, "verbosity": 0}
+# Trees predict a constant beyond the data they saw, so a region better than every measured point
+# looks merely as good as the best.  A linear booster beside them extrapolates the trend and breaks
+# those ties towards it.
+LINEAR = {"booster": "gblinear", "objective": "reg:squarederror", "lambda": 1.0, "alpha": 0.0, "nthread": 1,
+          "verbosity": 0, "updater": "coord_descent", "feature_selector": "cyclic"}
+LINEAR_ROUNDS = 50
+LINEAR_WEIGHT = 0.5
 
 
 def normalised_throughput(seconds: Sequence[float | None], groups: Sequence[str]) -> np.ndarray:
@@ -35,7 +42,7 @@ class CostModel:
 
     def __init__(self, seed: int = 0):
         self.seed = seed
-        self._booster = None
+        self._booster = self._linear = None
 
     @property
     def trained(self) -> bool:
@@ -51,6 +58,7 @@ class CostModel:
             return self
         data = xgb.DMatrix(np.asarray(features, dtype=np.float32), label=y)
         self._booster = xgb.train({**PARAMS, "seed": self.seed}, data, num_boost_round=ROUNDS)
+        self._linear = xgb.train({**LINEAR, "seed": self.seed}, data, num_boost_round=LINEAR_ROUNDS)
         return self
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -58,4 +66,5 @@ class CostModel:
             raise PtowspError("CostModel.predict before a successful fit")
         import xgboost as xgb
 
-        return self._booster.predict(xgb.DMatrix(np.asarray(features, dtype=np.float32)))
+        data = xgb.DMatrix(np.asarray(features, dtype=np.float32))
+        return self._booster.predict(data) + LINEAR_WEIGHT * self._linear.predict(data)

@@ -90,10 +90,14 @@ _PROGRAM = {
     "max_grid_idle_frac": "worst grid_idle_frac of a kernel",
     "max_work_share": "share of the work in the largest kernel",
     "serial_work_frac": "share of the work in kernels with fewer instances than workers",
+    # the runtime's knobs are not in the loop IR: without them, candidates differing only there look alike
+    "prefetch_depth": "tasks whose inputs are loaded ahead (Schedule.prefetch)",
+    "dispatch_round_robin": "1 when tasks are dispatched round robin",
+    "dispatch_locality": "1 when tasks are dispatched by locality (work stealing, the default, is neither)",
 }
 FEATURE_DOCS: dict[str, str] = {**_KERNEL, **_PROGRAM}
 FEATURE_NAMES: tuple[str, ...] = tuple(FEATURE_DOCS)
-FEATURE_VERSION = 1  # bump when a feature's meaning changes: stored vectors of another version are not reused
+FEATURE_VERSION = 2  # bump when a feature's meaning changes: stored vectors of another version are not reused
 FEATURE_SET = f"v{FEATURE_VERSION}:{len(FEATURE_NAMES)}"  # recorded beside stored vectors (records.py)
 
 _CACHES = (L1_BYTES, L2_BYTES, L3_BYTES)
@@ -391,4 +395,8 @@ def program_features(program: Program, *, workers: int = 2, vector_bytes: int = 
         out["max_work_share"] = max(w for _, w in per_kernel) / total if total else 1.0
         serial = sum(w for scan, (_, w) in zip(scans, per_kernel, strict=True) if scan.instances < workers)
         out["serial_work_frac"] = serial / total if total else 0.0
+    policy = program.schedule.dispatch_policy.policy
+    out["prefetch_depth"] = float(program.schedule.prefetch_depth)
+    out["dispatch_round_robin"] = float(policy == "round_robin")
+    out["dispatch_locality"] = float(policy == "locality")
     return np.array([out[name] for name in FEATURE_NAMES], dtype=np.float64)

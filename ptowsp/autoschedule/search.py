@@ -12,6 +12,10 @@ Each round (Ansor / TVM's SA explorer, on this project's space):
 4. measure the batch in the isolated worker process (measure.py),
    appending every trial to the log as it finishes.
 
+At the end the three best schedules are measured twice more, at different
+moments, and the result is the best by the median of its measurements: on
+a noisy machine the lowest of many measurements is often a lucky one.
+
 Until the model has something to learn from (a batch with two different
 costs), candidates are random.  The first trial is the default schedule
 unless `start_from_default=False`: tuning never ends worse than
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -44,29 +49,38 @@ from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
 CHAINS = 16  # annealing chains per round
-STEPS = 6  # mutations per chain per round
+CONFIRM = 3  # finalists measured again at the end
+CONFIRM_TIMES = 3  # measurements of each finalist in all
+STEPS = 5  # mutations per chain per round
 DIVERSITY = 0.3  # weight of the distance-to-picked term against the (0..1 normalised) prediction
 
 
 class _Candidates:
-    """Schedules, keys and features of points, each computed once (the search revisits points often)."""
+    """Schedules, keys, read knobs and features of points, each computed once (the search revisits
+    points often)."""
 
     def __init__(self, space: Space, workers: int, vector_bytes: int):
         self.space, self.workers, self.vector_bytes = space, workers, vector_bytes
         self._key: dict[tuple, str] = {}
         self._schedule: dict[str, Schedule] = {}
+        self._read: dict[str, Point] = {}
         self._features: dict[str, np.ndarray] = {}
 
     def key(self, point: Point) -> str:
         frozen = tuple(sorted(point.items()))
         if frozen not in self._key:
-            schedule = self.space.schedule(point)
+            schedule, read = self.space.reads(point)
             self._key[frozen] = k = key(schedule)
             self._schedule.setdefault(k, schedule)
+            self._read.setdefault(k, read)
         return self._key[frozen]
 
     def schedule(self, point: Point) -> Schedule:
         return self._schedule[self.key(point)]
+
+    def read(self, point: Point) -> Point:
+        """The knobs the point's schedule was generated from, with their values."""
+        return self._read[self.key(point)]
 
     def features(self, point_or_key: Point | str, schedule: Schedule | None = None) -> np.ndarray:
         k = point_or_key if isinstance(point_or_key, str) else self.key(point_or_key)
@@ -84,13 +98,15 @@ class AutoScheduler:
     def search(wl: Workload, target: str = "cpu", num_trials: int = 64, cost_model: str = "xgboost",
                log_file: str | Path | None = None, seed: int = 0, *, workers: int | None = None,
                space: Mapping[str, Sequence[Any]] | Space | None = None, batch: int = 8, epsilon: float = 0.2,
-               start_from_default: bool = True, warm_start: str | Path | None = None,
+               start_from_default: bool = True, warm_start: str | Path | None = None, confirm: int = CONFIRM,
                runner: Runner | None = None, progress: bool | None = None, timeout: float = 60.0) -> SearchResult:
-        """Tune `wl` on `target` for `num_trials` measured trials (those already in `log_file` count).
+        """Tune `wl` on `target` for `num_trials` measured trials (those already in `log_file` count;
+        fewer when the space has fewer distinct schedules).
 
         cost_model: "xgboost" (model-guided annealing) or "random" (uniform sampling, the baseline).
         space: a Space, or {knob or glob pattern: choices} narrowing or extending the default one.
         warm_start: a log whose records of other workloads pre-train the model.
+        confirm: how many of the best schedules are measured again at the end (0: none).
         runner: a measure.Runner to use (its workload and target must match).
         """
         if cost_model not in ("xgboost", "random"):
@@ -103,10 +119,13 @@ class AutoScheduler:
             space = Space(wl, vector_bytes=backend(target).vector_bytes, workers=n_workers, overrides=space)
         own_runner = runner is None
         runner = runner or Runner(wl, target, workers=n_workers, timeout=timeout)
+        if runner.workload.fingerprint != wl.fingerprint or runner.target != target:
+            raise ScheduleError(f"the runner measures {runner.workload.name!r} on {runner.target!r}, "
+                                f"not {wl.name!r} on {target!r}")
         tuner = _Tuner(wl, target, space, n_workers, seed, cost_model, batch, epsilon, log_file, warm_start,
                        sys.stderr.isatty() if progress is None else progress)
         try:
-            return tuner.run(num_trials, runner, start_from_default)
+            return tuner.run(num_trials, runner, start_from_default, confirm)
         finally:
             if own_runner:
                 runner.close()
@@ -116,7 +135,7 @@ class _Tuner:
     def __init__(self, wl, target, space, workers, seed, cost_model, batch, epsilon, log_file, warm_start,
                  progress):
         self.wl, self.target, self.space, self.workers = wl, target, space, workers
-        self.rng = random.Random(seed)
+        self.rng, self.seed = random.Random(seed), seed
         self.guided = cost_model == "xgboost"
         self.model = CostModel(seed)
         self.batch, self.epsilon, self.log_file, self.progress = batch, epsilon, log_file, progress
@@ -125,7 +144,7 @@ class _Tuner:
         self.keys: list[str] = []  # the candidate key of each trial in history
         self.points: dict[str, Point] = {}  # measured key -> its point
         self.prior = _prior(warm_start, wl.fingerprint) if self.guided else ([], [], [])
-        self.overhead = self.measuring = 0.0
+        self.measuring = 0.0  # seconds spent in the runner
 
     def resume(self) -> None:
         """Take the log's trials of this workload and target as this search's first ones."""
@@ -139,42 +158,62 @@ class _Tuner:
             if r.knobs is not None:
                 self.points[k] = dict(r.knobs)
 
-    def run(self, num_trials: int, runner: Runner, start_from_default: bool) -> SearchResult:
+    def run(self, num_trials: int, runner: Runner, start_from_default: bool, confirm: int) -> SearchResult:
         started = time.perf_counter()
         self.resume()
         resumed = len(self.history)
         first = start_from_default and resumed == 0
-        while len(self.history) < num_trials:
-            tick = time.perf_counter()
-            count = min(self.batch, num_trials - len(self.history))
-            chosen = self._next_batch(count, first)
+        while self._trials() < num_trials:
+            chosen = self._next_batch(min(self.batch, num_trials - self._trials()), first)
             first = False
-            self.overhead += time.perf_counter() - tick
+            if not chosen:
+                break  # every point of the space is measured
             for point in chosen:
-                self._measure(point, runner, num_trials)
+                self._measure_point(point, runner, num_trials)
+        self._confirm(runner, num_trials, confirm)
         wall = time.perf_counter() - started
         if self.progress:
             print(file=sys.stderr)
         return SearchResult(self.wl, self.target, self.history, wall_seconds=wall, measure_seconds=self.measuring,
-                            resumed=resumed, strategy="xgboost" if self.guided else "random")
+                            resumed=resumed, strategy="xgboost" if self.guided else "random", seed=self.seed)
 
-    def _measure(self, point: Point, runner: Runner, num_trials: int) -> None:
-        schedule = self.candidates.schedule(point)
+    def _trials(self) -> int:
+        return len(set(self.keys))
+
+    def _confirm(self, runner: Runner, num_trials: int, count: int) -> None:
+        """Measure the `count` best schedules again until each has CONFIRM_TIMES measurements, at
+        different moments: on a noisy machine the lowest of many measurements is often a lucky one,
+        and the result is chosen by the median of each schedule's measurements."""
+        measured: dict[str, list[float]] = {}
+        for r, k in zip(self.history, self.keys):
+            if r.seconds is not None:
+                measured.setdefault(k, []).append(r.seconds)
+        finalists = sorted(measured, key=lambda k: statistics.median(measured[k]))[:count]
+        first = {k: r for r, k in reversed(list(zip(self.history, self.keys)))}
+        done = {k: len(measured[k]) for k in finalists}  # a failed re-measurement counts: not retried
+        for _ in range(CONFIRM_TIMES - 1):  # round-robin over the finalists: each at other moments
+            for k in finalists:
+                if done[k] < CONFIRM_TIMES:
+                    done[k] += 1
+                    self._measure(first[k].schedule(self.wl), k, first[k].knobs, runner, num_trials)
+
+    def _measure_point(self, point: Point, runner: Runner, num_trials: int) -> None:
+        self._measure(self.candidates.schedule(point), self.candidates.key(point), point, runner, num_trials)
+
+    def _measure(self, schedule: Schedule, k: str, point: Point | None, runner: Runner, num_trials: int) -> None:
         m = runner.measure(schedule)
         self.measuring += m.elapsed
-        tick = time.perf_counter()
-        k = self.candidates.key(point)
         record = records.TrialRecord.of(schedule, self.target, len(self.history), m.seconds, m.error,
-                                        knobs=point, features=self.candidates.features(k),
+                                        knobs=point, features=self.candidates.features(k, schedule),
                                         feature_set=FEATURE_SET)
         self.history.append(record)
         self.keys.append(k)
-        self.points[k] = point
+        if point is not None:
+            self.points[k] = point
         if self.log_file:
             records.append(self.log_file, [record])
         if self.progress:
-            _draw(self.wl.name, self.target, self.history, num_trials)
-        self.overhead += time.perf_counter() - tick
+            _draw(self.wl.name, self.target, self._trials(), num_trials, self.history)
 
     # -- choosing a batch ---------------------------------------------------------------------------
     def _next_batch(self, count: int, first: bool) -> list[Point]:
@@ -217,7 +256,8 @@ class _Tuner:
         picked: list[Point] = []
         while pool and len(picked) < count:
             def merit(item):
-                distance = min((_distance(item[2], p) for p in picked), default=1.0)
+                distance = min((_distance(self.candidates.read(item[2]), self.candidates.read(p))
+                                for p in picked), default=1.0)
                 return (item[0] - lo) / spread + DIVERSITY * distance
             best = max(pool, key=merit)
             pool.remove(best)
@@ -233,7 +273,7 @@ class _Tuner:
         visited = {self.candidates.key(p): (float(s), p) for p, s in zip(chains, scores)}
         for step in range(STEPS):
             temperature = 0.05 * (1 - step / STEPS) + 1e-3
-            proposals = [self.space.mutate(p, self.rng) for p in chains]
+            proposals = [self.space.mutate(p, self.rng, among=set(self.candidates.read(p))) for p in chains]
             new = self._score(proposals)
             for n, (p, s) in enumerate(zip(proposals, new)):
                 visited.setdefault(self.candidates.key(p), (float(s), p))
@@ -250,7 +290,7 @@ class _Tuner:
 
 
 def _distance(a: Point, b: Point) -> float:
-    """The share of knobs on which two points differ."""
+    """The share of knobs on which two points differ (of those their schedules read)."""
     names = set(a) | set(b)
     return sum(a.get(n) != b.get(n) for n in names) / max(1, len(names))
 
@@ -266,12 +306,13 @@ def _prior(log_file: str | Path | None, fingerprint: str) -> tuple[list, list, l
     return feats, seconds, groups
 
 
-def _draw(name: str, target: str, history: list[records.TrialRecord], total: int) -> None:
-    done = len(history)
+def _draw(name: str, target: str, done: int, total: int, history: list[records.TrialRecord]) -> None:
     width = 30
-    filled = width * done // max(1, total)
+    filled = width * min(done, total) // max(1, total)
     ok = [r.seconds for r in history if r.seconds is not None]
     best = f"best {min(ok) * 1e3:.3f} ms" if ok else "no success yet"
-    failed = done - len(ok)
+    failed = len(history) - len(ok)
+    checks = len(history) - done
     print(f"\rtuning {name} on {target} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {best}"
-          + (f", {failed} failed" if failed else ""), end="", file=sys.stderr, flush=True)
+          + (f", {failed} failed" if failed else "") + (f", {checks} re-measured" if checks else ""),
+          end="", file=sys.stderr, flush=True)

@@ -114,16 +114,25 @@ class Space:
     def sample(self, rng: random.Random) -> Point:
         return {name: rng.choice(k.choices) for name, k in self.knobs.items()}
 
-    def mutate(self, point: Point, rng: random.Random) -> Point:
-        """A neighbour: one knob (of those with a choice) set to another of its values."""
-        free = [k for k in self.knobs.values() if len(k.choices) > 1]
-        if not free:
-            return dict(point)
-        knob = rng.choice(free)
-        return {**point, knob.name: rng.choice([c for c in knob.choices if c != point.get(knob.name)])}
+    def mutate(self, point: Point, rng: random.Random, among: set[str] | None = None) -> Point:
+        """A neighbour: one knob (with a choice; of `among` when given, e.g. the knobs the point's
+        schedule reads) set to another of its values, then with probability 1/2 one more, and so on
+        (a jump over a valley that one knob at a time cannot cross)."""
+        free = [k for k in self.knobs.values() if len(k.choices) > 1 and (among is None or k.name in among)]
+        out = dict(point)
+        for knob in rng.sample(free, k=len(free)):
+            out[knob.name] = rng.choice([c for c in knob.choices if c != point.get(knob.name)])
+            if rng.random() < 0.5:
+                break
+        return out
 
     def schedule(self, point: Mapping[str, Any]) -> Schedule:
         return self._generate(point)[0]
+
+    def reads(self, point: Mapping[str, Any]) -> tuple[Schedule, Point]:
+        """The schedule and the knobs it was generated from (the others did not matter)."""
+        schedule, asked = self._generate(point)
+        return schedule, {name: point.get(name, k.default) for name, k in asked.items() if name in self.knobs}
 
     def size(self) -> int:
         """Points in the space (an upper bound on distinct schedules)."""

@@ -24,10 +24,13 @@ def test_a_crashing_or_hanging_candidate_is_recorded_and_tuning_goes_on(tmp_path
     only_prefetch = {name: [k.default] for name, k in space.knobs.items() if name != "prefetch"}
     log = tmp_path / "tune.jsonl"
     with Runner(wl, "cpu", workers=2, timeout=2.0, evaluate=crash_or_hang) as runner:
-        res = pw.AutoScheduler.search(wl, "cpu", num_trials=3, log_file=log, seed=0, runner=runner,
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=5, log_file=log, seed=0, runner=runner,
                                       space={**only_prefetch, "prefetch": [0, 1, 2]})
         assert runner.restarts == 2
-    errors = {r.knobs["prefetch"]: r.error for r in res.history}
+    # the space has three schedules: the search stops when all are measured, then re-measures the one
+    # that succeeded twice (its final check)
+    assert len(res.history) == 5 and res.confirmations == 2
+    errors = {r.knobs["prefetch"]: r.error for r in res.history[:3]}
     assert errors[1].startswith("crash: the measuring process died (signal SIGSEGV)")
     assert errors[2].startswith("timeout: no result within 2 s")
     assert errors[0] is None
@@ -41,13 +44,16 @@ def test_a_search_resumes_from_its_log(tmp_path):
     with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
         first = pw.AutoScheduler.search(wl, "cpu", num_trials=5, log_file=log, seed=0, runner=runner, batch=3)
         again = pw.AutoScheduler.search(wl, "cpu", num_trials=9, log_file=log, seed=1, runner=runner, batch=3)
-    assert again.resumed == 5 and len(again.history) == 9
-    assert again.history[:5] == first.history
-    assert len(records.load(log)) == 9
+    assert first.confirmations == 6  # the three best, measured twice more each
+    assert again.resumed == len(first.history) and again.history[:again.resumed] == first.history
+    assert len(again.history) - again.confirmations == 9  # 5 from the log, 4 new
+    assert len(records.load(log)) == len(again.history)
     keys = [json.dumps([s.model_dump() for s in r.steps]) for r in again.history]
-    assert len(set(keys)) == 9  # resumed trials are not measured again
+    assert len(set(keys)) == 9  # resumed trials are not measured again as trials
     assert again.best_seconds <= first.best_seconds
     assert pw.autoschedule.best(log, wl, "cpu") == again.schedule
+    median = sorted(r.seconds for r in again.history if r.steps == again.best_record.steps)
+    assert again.best_seconds == median[len(median) // 2]  # the median of the best one's measurements
 
 
 @pytest.mark.parametrize("strategy", ["xgboost", "random"])
@@ -67,3 +73,23 @@ def test_bad_arguments_are_refused():
         pw.AutoScheduler.search(wl, "cpu", num_trials=4, cost_model="gbm")
     with pytest.raises(pw.ScheduleError, match="num_trials >= 1"):
         pw.AutoScheduler.search(wl, "cpu", num_trials=0)
+
+
+def test_the_result_gives_the_tuning_curve_and_plots_it(tmp_path):
+    wl = _matmul()
+    schedules = [wl.schedule().split("C", "j", factor) for factor in (1, 2, 4, 8, 16)]
+    history = [records.TrialRecord.of(s, "cpu", n, seconds, None if seconds else "crash")
+               for n, (s, seconds) in enumerate(zip(schedules, [None, 3.0, 4.0, 2.0, 2.5]))]
+    res = pw.autoschedule.SearchResult(wl, "cpu", history, wall_seconds=10.0, measure_seconds=9.0)
+    assert res.curve() == [None, 3.0, 3.0, 2.0, 2.0]
+    assert res.trials_to_reach(2.5) == 4 and res.trials_to_reach(1.0) is None
+    assert res.best_seconds == 2.0 and res.schedule == schedules[3] and abs(res.overhead - 0.1) < 1e-9
+    checked = [*history, records.TrialRecord.of(schedules[3], "cpu", 5, 2.9),  # 2.0 was lucky
+               records.TrialRecord.of(schedules[3], "cpu", 6, 2.7)]
+    res = pw.autoschedule.SearchResult(wl, "cpu", checked)
+    assert res.confirmations == 2 and res.curve() == [None, 3.0, 3.0, 2.0, 2.0]
+    assert res.best_seconds == 2.5 and res.schedule == schedules[4]  # 2.5 beats the median 2.7
+    other = pw.autoschedule.SearchResult(wl, "cpu", history[:3], strategy="random")
+    assert res.plot(tmp_path / "curve.png", other, flops=1e9).stat().st_size > 0
+    with pytest.raises(pw.ScheduleError, match="no trial .* succeeded"):
+        _ = pw.autoschedule.SearchResult(wl, "cpu", history[:1]).schedule

@@ -47,11 +47,14 @@ def test_the_default_point_is_the_default_schedule_and_knobs_come_from_structure
     assert "Y_max.tile_rows" not in softmax.knobs
 
 
-def test_mutation_changes_one_knob_and_sampling_is_seeded():
+def test_mutation_changes_one_knob_or_a_few_and_sampling_is_seeded():
     space = Space(zoo.matmul(128, 128, 128), vector_bytes=32, workers=2)
     point = space.default()
-    neighbour = space.mutate(point, random.Random(1))
-    assert sum(point[k] != neighbour[k] for k in point) == 1
+    rng = random.Random(1)
+    changed = [sum(point[k] != n[k] for k in point) for n in (space.mutate(point, rng) for _ in range(200))]
+    assert min(changed) == 1 and 60 < changed.count(1) < 140 and max(changed) >= 3
+    only = space.mutate(point, rng, among={"C.k_block"})
+    assert {k for k in point if point[k] != only[k]} == {"C.k_block"}
     assert space.sample(random.Random(7)) == space.sample(random.Random(7))
 
 

@@ -5,7 +5,8 @@ Each catalogue workload runs under the empty schedule, the default schedule
 fusion off and for one worker), a hand schedule, a fused schedule
 (compute_at everywhere, vector partial reductions), category fusion
 (`fuse_by_category()`) on top of the empty, the hand and a random schedule,
-and seeded random legal schedules on every compiled target of this machine.
+seeded random legal schedules, and seeded points of the AutoScheduler's
+search space on every compiled target of this machine.
 The numpy target ignores loop steps, so it runs the default and the
 category-fused schedule only.
 `make fuzz` runs the same comparison over thousands of random schedules.
@@ -13,16 +14,20 @@ category-fused schedule only.
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.autoschedule.space import Space
 from ptowsp.backends.base import backend
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.random_schedule import random_schedule
 from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
 
 RANDOM_SCHEDULES = 8
+SPACE_POINTS = 2
 COMPILED = [t for t in pw.targets() if t != "numpy"]
 
 
@@ -40,7 +45,9 @@ def schedules_for(wl: pw.Workload, target: str) -> list[pw.Schedule]:
                    random_schedule(wl, RANDOM_SCHEDULES).fuse_by_category()]
     width = backend(target).vector_bytes
     defaults = [default_schedule(wl, vector_bytes=width, workers=w, fuse=f) for w, f in ((1, True), (2, False))]
-    return [wl.schedule(), *defaults, hand_schedule(wl), fused_schedule(wl), *by_category, *randoms]
+    space, rng = Space(wl, vector_bytes=width, workers=2), random.Random(0)
+    tuned = [space.schedule(space.sample(rng)) for _ in range(SPACE_POINTS)]
+    return [wl.schedule(), *defaults, hand_schedule(wl), fused_schedule(wl), *by_category, *randoms, *tuned]
 
 
 def test_catalogue_size():

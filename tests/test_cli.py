@@ -1,0 +1,50 @@
+"""The `ptowsp` command: trace and tune, on a zoo workload and on a script."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ptowsp.autoschedule import records
+from ptowsp.cli import main
+
+SCRIPT = '''
+import numpy as np
+import ptowsp as pw
+wl = pw.Workload("small_matmul")
+A, B = wl.input("A", (32, 64)), wl.input("B", (64, 32))
+k = pw.reduce_axis(64, "k")
+wl.output(wl.compute("C", (32, 32), lambda i, j: pw.sum(A[i, k] * B[k, j], axis=k)))
+pw.build(wl, "cpu").run(A=np.ones((32, 64), np.float32), B=np.ones((64, 32), np.float32))
+'''
+
+
+def test_trace_writes_the_trace_files(tmp_path, capsys):
+    assert main(["trace", "softmax", "--workers", "2", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert (tmp_path / "gantt.png").stat().st_size > 0
+    assert "makespan" in capsys.readouterr().out
+
+
+def test_tune_a_script_appends_to_the_log_and_resumes(tmp_path, capsys):
+    script, log = tmp_path / "small.py", tmp_path / "tune.jsonl"
+    script.write_text(SCRIPT)
+    args = ["tune", str(script), "--trials", "3", "--log", str(log), "--workers", "2", "--plot",
+            str(tmp_path / "curve.png")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "default schedule" in out and "tuned" in out and (tmp_path / "curve.png").stat().st_size > 0
+    def schedules():
+        return len({records.steps_key(r) for r in records.load(log)})
+
+    assert schedules() == 3
+    assert main([*args[:3], "4", *args[4:]]) == 0
+    assert schedules() == 4
+
+
+def test_an_unknown_workload_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "nope", "--trials", "2", "--target", "cpu", "--bogus"])
+    assert main(["tune", "nope"]) == 2
+    assert "neither a script nor a zoo workload" in capsys.readouterr().err
