@@ -14,7 +14,8 @@ Targets (issue 6): tuned (the user's search) >= 90% of the best hand schedule's 
 best within <= 32 trials on average; overhead outside measurement <= 20%
 of tuning wall time.  Tuning curves go to --plots.
 
-    .venv/bin/python benchmarks/autoschedule.py [--trials 64] [--seeds 3] [--plots docs/images]
+    .venv/bin/python benchmarks/autoschedule.py [--trials 64] [--seeds 3] [--first-seed 0] [--plots DIR]
+                                                [--logs DIR]
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ def cases():
     yield "softmax 4096x1024", wl, hand, numpy_fn, None
 
 
-def tune(wl, trials: int, seeds: int, logs: Path | None):
+def tune(wl, trials: int, seeds: range, logs: Path | None):
     """Per seed: the search as a user runs it (model-guided, the default schedule its first trial),
     then model-guided and random search both from the same random batch (no default: search alone).
     With `logs`, each search appends to (and resumes from) its own log."""
     runs: dict[str, list] = {"tuned": [], "xgboost": [], "random": []}
-    for seed in range(seeds):
+    for seed in seeds:
         for label, out in runs.items():
             log = None if logs is None else logs / f"{wl.name}-{label}-{seed}.jsonl"
             res = pw.AutoScheduler.search(wl, "cpu", num_trials=trials, cost_model="random" if label == "random"
@@ -67,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--plots", default=None, help="directory for the tuning-curve PNGs")
     parser.add_argument("--logs", default=None, help="directory of tuning logs: a rerun resumes from them "
@@ -78,15 +80,15 @@ def main() -> None:
         logs = None if args.logs is None else Path(args.logs)
         if logs is not None:
             logs.mkdir(parents=True, exist_ok=True)
-        tuned_runs, guided, random = tune(wl, args.trials, args.seeds, logs)
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        tuned_runs, guided, random = tune(wl, args.trials, seeds, logs)
         if args.plots:
             Path(args.plots).mkdir(parents=True, exist_ok=True)
             path = Path(args.plots) / f"autoschedule_{wl.name}.png"
             guided[0].plot(path, *guided[1:], *random, flops=flops)
         inputs = random_inputs(wl)
         progs = {"hand": pw.build(hand, "cpu", workers=WORKERS), "default": pw.build(wl, "cpu", workers=WORKERS)}
-        progs |= {f"tuned seed {n}": pw.build(r.schedule, "cpu", workers=WORKERS)
-                  for n, r in enumerate(tuned_runs)}
+        progs |= {f"tuned seed {r.seed}": pw.build(r.schedule, "cpu", workers=WORKERS) for r in tuned_runs}
         expected = numpy_fn(inputs)
         for label, prog in progs.items():
             got = prog.run(**inputs)[wl.outputs[0]]
