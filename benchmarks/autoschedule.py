@@ -29,12 +29,11 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 from cpu_kernels import matmul_case, softmax_case  # noqa: E402
 from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
-from ptowsp.autoschedule.measure import random_inputs  # noqa: E402
+from ptowsp.workloads import matches, random_inputs  # noqa: E402
 
 WORKERS = 2
 MIN_BLOCK = 0.3  # seconds per timing block, as the tuner's own measurement (measure.MIN_TIME)
@@ -92,7 +91,7 @@ def main() -> None:
         expected = numpy_fn(inputs)
         for label, prog in progs.items():
             got = prog.run(**inputs)[wl.outputs[0]]
-            assert np.allclose(got, expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))), label
+            assert matches(got, expected), label
         fns = [lambda p=p, x=inputs: p.run(**x) for p in progs.values()] + [lambda f=numpy_fn, x=inputs: f(x)]
         times = dict(zip([*progs, "numpy"], side_by_side(fns, args.repeat, rounds=5, min_block=MIN_BLOCK)))
         best_hand = min(times["hand"], times["default"])

@@ -22,20 +22,18 @@ import runpy
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import ptowsp as pw
 from ptowsp.backends.build import Built
+from ptowsp.workloads import matches, random_inputs
 
 
 def _zoo_run(name: str, target: str, workers: int | None, tasks: int) -> Built:
     wl = pw.zoo.ZOO[name]()
-    rng = np.random.default_rng(0)
-    inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(wl.tensor(n).dtype) for n in wl.inputs}
+    inputs = random_inputs(wl)
     prog = pw.build(wl.schedule().parallelize(tasks), target=target, workers=workers)
     out = prog.run(**inputs)
     for key, expected in pw.reference(wl, **inputs).items():
-        if not np.allclose(out[key], expected, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(expected).max()))):
+        if not matches(out[key], expected):
             raise SystemExit(f"ptowsp trace: {name} output {key!r} differs from the reference on {target}")
     return prog
 

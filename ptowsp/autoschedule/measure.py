@@ -17,19 +17,19 @@ seconds.
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import numpy as np
 
-from multiprocessing.connection import Connection
-
 from ptowsp.schedules import Schedule
-from ptowsp.workloads import Workload
+from ptowsp.workloads import Workload, matches, random_inputs
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,6 @@ class Measurement:
     seconds: float | None  # median run time; None when the trial failed
     error: str | None = None
     elapsed: float = 0.0  # wall time the trial took, build and IPC included
-
-
-def random_inputs(wl: Workload, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(wl.tensor(name).shape).astype(wl.tensor(name).dtype) for name in wl.inputs}
 
 
 MIN_TIME = 0.3  # seconds of timed runs per trial, at least (by default)
@@ -83,18 +78,13 @@ def serve(read_fd: int, write_fd: int) -> None:
         try:
             built = pw.build(Schedule.from_json(wl, text), target, workers=workers)
             out = built.run(**inputs)
-            wrong = [name for name, want in expected.items() if not _close(out[name], want)]
+            wrong = [name for name, want in expected.items() if not matches(out[name], want)]
             if wrong:
                 conn.send((None, f"wrong result: {', '.join(wrong)} differ from the reference"))
                 continue
             conn.send((evaluate(built, inputs, *timing), None))
         except Exception as e:  # a failed build or run is a failed trial, with its reason
             conn.send((None, f"{type(e).__name__}: {e}"))
-
-
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
-    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
-    return bool(np.allclose(got, want, rtol=1e-3, atol=1e-3 * scale, equal_nan=True))
 
 
 class Runner:
@@ -176,8 +166,6 @@ def _describe(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
-
         try:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:

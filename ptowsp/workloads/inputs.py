@@ -17,6 +17,22 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
+def random_inputs(wl: Workload, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs of the declared shapes and dtypes: normal floats, small integers (-5..5), coin-flip
+    booleans.  What tests, the AutoScheduler's checking run and the CLI feed a workload."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        if t.dtype == "bool":
+            out[name] = rng.integers(0, 2, t.shape).astype(bool)
+        elif t.dtype in ("int32", "int64"):
+            out[name] = rng.integers(-5, 6, t.shape).astype(t.dtype)
+        else:
+            out[name] = rng.standard_normal(t.shape).astype(t.dtype)
+    return out
+
+
 def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Check every input is present with its declared shape and dtype; return read-only views."""
     if not wl.outputs:

@@ -20,6 +20,13 @@ def reference(wl: Workload, **inputs: np.ndarray) -> dict[str, np.ndarray]:
     return run_tasks(wl, validate_inputs(wl, inputs))
 
 
+def matches(got: np.ndarray, want: np.ndarray, rtol: float = 1e-3) -> bool:
+    """Whether a result agrees with the reference: relative `rtol`, absolute `rtol` x the largest
+    reference magnitude (at least 1), NaN where the reference has NaN."""
+    scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    return bool(np.allclose(got, want, rtol=rtol, atol=rtol * scale, equal_nan=True))
+
+
 def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference on already validated, read-only inputs; the workload's constants are added here."""
     values = {**wl.constants, **values}
