@@ -70,22 +70,28 @@ class _Candidates:
         frozen = tuple(sorted(point.items()))
         if frozen not in self._key:
             schedule, read = self.space.reads(point)
-            self._key[frozen] = k = key(schedule)
-            self._schedule.setdefault(k, schedule)
+            self._key[frozen] = k = self.add(schedule)
             self._read.setdefault(k, read)
         return self._key[frozen]
 
-    def schedule(self, point: Point) -> Schedule:
-        return self._schedule[self.key(point)]
+    def add(self, schedule: Schedule, features: Sequence[float] | None = None) -> str:
+        """Register a schedule (from a point, or resumed from a log with its stored features); its key."""
+        k = key(schedule)
+        self._schedule.setdefault(k, schedule)
+        if features is not None:
+            self._features.setdefault(k, np.asarray(features))
+        return k
+
+    def schedule(self, k: str) -> Schedule:
+        return self._schedule[k]
 
     def read(self, point: Point) -> Point:
         """The knobs the point's schedule was generated from, with their values."""
         return self._read[self.key(point)]
 
-    def features(self, point_or_key: Point | str, schedule: Schedule | None = None) -> np.ndarray:
-        k = point_or_key if isinstance(point_or_key, str) else self.key(point_or_key)
+    def features(self, k: str) -> np.ndarray:
         if k not in self._features:
-            s = schedule or self._schedule[k]
+            s = self._schedule[k]
             self._features[k] = program_features(lower_program(s.workload, s), workers=self.workers,
                                                  vector_bytes=self.vector_bytes)
         return self._features[k]
@@ -151,8 +157,7 @@ class _Tuner:
         for r in records.load(self.log_file) if self.log_file else []:
             if r.fingerprint != self.wl.fingerprint or r.target != self.target:
                 continue
-            schedule = r.schedule(self.wl)
-            k = key(schedule)
+            k = self.candidates.add(r.schedule(self.wl), r.features if r.feature_set == FEATURE_SET else None)
             self.history.append(r)
             self.keys.append(k)
             if r.knobs is not None:
@@ -169,7 +174,7 @@ class _Tuner:
             if not chosen:
                 break  # every point of the space is measured
             for point in chosen:
-                self._measure_point(point, runner, num_trials)
+                self._measure(self.candidates.key(point), point, runner, num_trials)
         self._confirm(runner, num_trials, confirm)
         wall = time.perf_counter() - started
         if self.progress:
@@ -189,22 +194,19 @@ class _Tuner:
             if r.seconds is not None:
                 measured.setdefault(k, []).append(r.seconds)
         finalists = sorted(measured, key=lambda k: statistics.median(measured[k]))[:count]
-        first = {k: r for r, k in reversed(list(zip(self.history, self.keys)))}
         done = {k: len(measured[k]) for k in finalists}  # a failed re-measurement counts: not retried
         for _ in range(CONFIRM_TIMES - 1):  # round-robin over the finalists: each at other moments
             for k in finalists:
                 if done[k] < CONFIRM_TIMES:
                     done[k] += 1
-                    self._measure(first[k].schedule(self.wl), k, first[k].knobs, runner, num_trials)
+                    self._measure(k, self.points.get(k), runner, num_trials)
 
-    def _measure_point(self, point: Point, runner: Runner, num_trials: int) -> None:
-        self._measure(self.candidates.schedule(point), self.candidates.key(point), point, runner, num_trials)
-
-    def _measure(self, schedule: Schedule, k: str, point: Point | None, runner: Runner, num_trials: int) -> None:
+    def _measure(self, k: str, point: Point | None, runner: Runner, num_trials: int) -> None:
+        schedule = self.candidates.schedule(k)
         m = runner.measure(schedule)
         self.measuring += m.elapsed
         record = records.TrialRecord.of(schedule, self.target, len(self.history), m.seconds, m.error,
-                                        knobs=point, features=self.candidates.features(k, schedule),
+                                        knobs=point, features=self.candidates.features(k),
                                         feature_set=FEATURE_SET)
         self.history.append(record)
         self.keys.append(k)
@@ -232,8 +234,7 @@ class _Tuner:
         return chosen[:count]
 
     def _train(self) -> bool:
-        feats = [np.asarray(r.features) if r.feature_set == FEATURE_SET else
-                 self.candidates.features(k, r.schedule(self.wl)) for r, k in zip(self.history, self.keys)]
+        feats = [self.candidates.features(k) for k in self.keys]
         X = np.array(self.prior[0] + feats) if feats or self.prior[0] else np.zeros((0, len(FEATURE_NAMES)))
         seconds = self.prior[1] + [r.seconds for r in self.history]
         groups = self.prior[2] + [r.fingerprint for r in self.history]
@@ -241,7 +242,7 @@ class _Tuner:
         return self.model.trained
 
     def _score(self, points: list[Point]) -> np.ndarray:
-        return self.model.predict(np.array([self.candidates.features(p) for p in points]))
+        return self.model.predict(np.array([self.candidates.features(self.candidates.key(p)) for p in points]))
 
     def _best_predicted(self, count: int, taken: set[str]) -> list[Point]:
         if count <= 0:

@@ -102,10 +102,7 @@ class Space:
                     self._generate({name: value})
                 except ScheduleError as e:
                     raise ScheduleError(f"space: knob {name!r} cannot take {value!r}: {e}") from None
-        self.knobs = {name: Knob(name, self._overrides.get(name, k.choices),
-                                 k.default if k.default in self._overrides.get(name, k.choices)
-                                 else self._overrides[name][0])
-                      for name, k in self.knobs.items()}
+        self.knobs = self._discover()  # the recorder now answers from the overridden choices
 
     # -- points -------------------------------------------------------------------------------
     def default(self) -> Point:
