@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
+from ptowsp.backends.buffers import Recycler
 from ptowsp.backends.host import host_instance
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
@@ -97,6 +98,7 @@ class CpuExecutable:
                                          *([ctypes.c_int64] * len(entry.grid)))
             self.functions[task] = signature(self._object.address(entry.symbol))
         self.memory_plan = self._plan_memory()
+        self.buffers = Recycler()  # outputs and arena of earlier runs that the caller has let go of
         self.compile_seconds = time.perf_counter() - start
 
     def _plan_memory(self) -> MemoryPlan:
@@ -149,7 +151,7 @@ class CpuExecutable:
         wl = self.schedule.workload
         arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
         plan = self.memory_plan
-        arena = np.empty(plan.arena_bytes + ALIGN, np.uint8)
+        arena = self.buffers.empty(" arena", (plan.arena_bytes + ALIGN,), np.uint8)
         base = -arena.ctypes.data % ALIGN
         for name in self.order:
             for t in wl.task(name).outputs:
@@ -157,8 +159,10 @@ class CpuExecutable:
                     at = base + plan.offsets[t.name]
                     arrays[t.name] = arena[at:at + t.nbytes].view(t.dtype).reshape(t.shape)
                 else:
-                    arrays[t.name] = np.empty(t.shape, t.dtype)
-        trace = execute(self.table, _Launch(self, arrays), options)
+                    arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
+        launch = _Launch(self, arrays)
+        trace = execute(self.table, launch, options)
+        launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
         # a folded output is shared by every run: each gets its own writable copy
         return {name: np.array(arrays[name]) if name in self.folded else arrays[name] for name in wl.outputs}, trace
@@ -176,6 +180,10 @@ class _Launch:
         # arrays are fixed for the run, so each kernel's pointer arguments are too
         self.bound = {name: (exe.functions[name], tuple(arrays[a].ctypes.data for a in entry.arguments))
                       for name, entry in exe.entries.items()}
+
+    def release(self) -> None:
+        """Drop the run's arrays, so the Recycler sees only the caller's references."""
+        self.arrays, self.bound = {}, {}
 
     def compute(self, i: int) -> None:
         inst = self.instances[i]
