@@ -1,0 +1,91 @@
+"""`pw.DeviceModel`: the figures of an AICPU–AICore device that the aicore target runs under.
+
+Every field is a documented figure with its source: public figures for an
+Ascend 910B-class die where there are some, timings measured on such devices
+by the open-source PTO runtime for the AICPU's work, and stated assumptions
+where no public figure exists (docs/aicore.md lists which is which).  Any
+variant is a `DeviceModel(...)` with other values; the model is frozen so a
+built program's device cannot change under it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def _figure(default: float | int, description: str, source: str, **limits) -> object:
+    return Field(default, description=description, json_schema_extra={"source": source}, **limits)
+
+
+class DeviceModel(BaseModel):
+    """An AICPU–AICore device: core counts, clock, AICPU costs, compute rates, buffers, memory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "ascend-910b-class"
+    clusters: int = _figure(24, "AICore clusters on the die", "Ascend 910B public specification: 24 AICores", ge=1)
+    cube_per_cluster: int = _figure(1, "cube (matrix) cores per cluster",
+                                    "Ascend C docs, separated mode: 1 AIC + 2 AIV per AICore", ge=0)
+    vector_per_cluster: int = _figure(2, "vector cores per cluster",
+                                      "Ascend C docs, separated mode: 1 AIC + 2 AIV per AICore", ge=0)
+    schedulers: int = _figure(3, "AICPU scheduler threads (one more AICPU thread orchestrates)",
+                              "PTO runtime: 4 AICPU threads, 1 orchestrator + 3 schedulers", ge=1)
+    clock_hz: float = _figure(1.8e9, "AICore clock", "Ascend 910B public specification: 1.8 GHz", gt=0)
+    dispatch_seconds: float = _figure(140e-9, "latency of an AICPU writing a task into a core's slot",
+                                      "PTO runtime measurement: ~140 ns AICPU->AICore", ge=0)
+    completion_seconds: float = _figure(600e-9, "latency of a core's completion notice reaching the AICPU",
+                                        "PTO runtime measurement: ~600 ns AICore->AICPU", ge=0)
+    schedule_seconds: float = _figure(5e-6, "scheduler thread work per task (dispatch plus completion)",
+                                      "PTO runtime measurement: ~5 us per task", ge=0)
+    orchestrate_seconds: float = _figure(0.9e-6, "orchestrator work per task instance it generates",
+                                         "PTO runtime measurement: ~0.9 us per task", ge=0)
+    task_slots: int = _figure(2, "task slots per core: one running and the pending ones",
+                              "PTO runtime: running + pending slot per core", ge=2)
+    cube_macs_per_cycle: int = _figure(16 * 16 * 16, "float16 multiply-accumulates per cycle of a cube unit",
+                                       "Da Vinci architecture (Hot Chips 2019): 16x16x16 fp16 cube", ge=1)
+    cube_float32_share: float = _figure(0.25, "float32 cube rate as a share of the float16 rate",
+                                        "assumption: the cube's float32 mode at a quarter of float16", gt=0, le=1)
+    cube_fractal: int = _figure(16, "matrix block edge the cube computes in (shorter edges are padded)",
+                                "Da Vinci architecture: 16x16 fractal format", ge=1)
+    vector_bytes_per_cycle: int = _figure(256, "bytes of operands a vector unit processes per cycle",
+                                          "Da Vinci architecture (Hot Chips 2019): 2048-bit vector unit", ge=1)
+    ub_bytes: int = _figure(192 * KIB, "Unified Buffer of a vector core", "Ascend 910B: UB 192 KB", ge=1)
+    l1_bytes: int = _figure(512 * KIB, "L1 buffer of a cube core", "Ascend 910B: L1 512 KB", ge=1)
+    l0a_bytes: int = _figure(64 * KIB, "L0A (left matrix) buffer of a cube core", "Ascend 910B: L0A 64 KB", ge=1)
+    l0b_bytes: int = _figure(64 * KIB, "L0B (right matrix) buffer of a cube core", "Ascend 910B: L0B 64 KB", ge=1)
+    l0c_bytes: int = _figure(128 * KIB, "L0C (accumulator) buffer of a cube core", "Ascend 910B: L0C 128 KB",
+                             ge=1)
+    accumulator_bytes: int = _figure(4, "bytes per cube accumulator element (float32 accumulation)",
+                                     "Da Vinci architecture: fp16 inputs accumulate in fp32", ge=1)
+    hbm_bytes_per_second: float = _figure(1.6e12, "HBM bandwidth, shared by every core",
+                                          "Ascend 910B public specification: 1.6 TB/s", gt=0)
+    l2_bytes: int = _figure(192 * MIB, "on-die L2 cache in front of HBM, shared",
+                            "figure quoted for Atlas A2 (910B) devices; not verified here", ge=0)
+    dma_bytes_per_cycle: int = _figure(256, "one core's DMA rate between L2 and its buffers",
+                                       "assumption: one 2048-bit transfer per cycle (no public figure)", ge=1)
+    dma_startup_seconds: float = _figure(0.5e-6, "fixed cost of starting one DMA transfer",
+                                         "assumption: ~900 cycles of global-memory latency", ge=0)
+
+    @property
+    def cube_cores(self) -> int:
+        return self.clusters * self.cube_per_cluster
+
+    @property
+    def vector_cores(self) -> int:
+        return self.clusters * self.vector_per_cluster
+
+    @property
+    def dma_bytes_per_second(self) -> float:
+        return self.dma_bytes_per_cycle * self.clock_hz
+
+    def core_classes(self) -> tuple[str, ...]:
+        """One entry per core, cube cores first: the runtime's worker classes."""
+        return ("cube",) * self.cube_cores + ("vector",) * self.vector_cores
+
+    def sources(self) -> dict[str, str]:
+        """Each figure's source, for docs and for anyone asking where a number came from."""
+        return {name: field.json_schema_extra["source"] for name, field in type(self).model_fields.items()
+                if isinstance(field.json_schema_extra, dict)}
