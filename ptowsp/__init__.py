@@ -20,7 +20,7 @@ from ptowsp.te import reduce_min as min  # noqa: A001
 from ptowsp.te import reduce_sum as sum  # noqa: A001
 from ptowsp.workloads import Category, Workload, reference, zoo
 from ptowsp.schedules import Schedule  # noqa: E402 - also registers Workload.schedule()
-from ptowsp.backends import build, targets  # noqa: E402
+from ptowsp.backends import DeviceModel, build, targets  # noqa: E402
 from ptowsp.runtime import Trace, csp, dispatch  # noqa: E402
 from ptowsp import autoschedule  # noqa: E402
 from ptowsp.autoschedule import AutoScheduler  # noqa: E402
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # workloads and the golden model
-    "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets",
+    "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets", "DeviceModel",
     # runtime: custom CSP pipelines, dispatch policies, traces
     "csp", "dispatch", "Trace",
     # tuning: the AutoScheduler and its records

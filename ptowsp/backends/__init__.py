@@ -2,10 +2,12 @@
 
 from ptowsp.backends.base import Backend, Executable, backend, register, targets
 from ptowsp.backends.build import Built, build
+from ptowsp.backends.aicore import AicoreBackend, DeviceModel
 from ptowsp.backends.cpu import CpuBackend
 from ptowsp.backends.numpy import NumpyBackend
 
 register(NumpyBackend())
 register(CpuBackend())
+register(AicoreBackend())
 
-__all__ = ["Backend", "Built", "Executable", "backend", "build", "register", "targets"]
+__all__ = ["Backend", "DeviceModel", "Built", "Executable", "backend", "build", "register", "targets"]

@@ -8,13 +8,13 @@ ptowsp/backends/__init__.py, not found by file name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from ptowsp.errors import BuildError
-from ptowsp.runtime import Options, TaskTable, Trace
+from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
 
 
@@ -34,7 +34,20 @@ class Backend(Protocol):
         """None when this machine can run the target, else why not."""
         ...
 
-    def compile(self, schedule: Schedule) -> Executable: ...
+    def cores(self, workers: int | Sequence[str | None] | None, device: object | None) -> tuple[str | None, ...]:
+        """The core class of each worker a build runs with (BuildError for a device it cannot take)."""
+        ...
+
+    def compile(self, schedule: Schedule, device: object | None = None) -> Executable: ...
+
+
+def host_cores(target: str, workers: int | Sequence[str | None] | None, device: object | None
+               ) -> tuple[str | None, ...]:
+    """Workers of a target that runs on this machine's cores: `workers` as given, no device model."""
+    if device is not None:
+        raise BuildError(f"target {target!r} runs on this machine and takes no device model "
+                         f"(device= is for the aicore target)")
+    return worker_classes(workers)
 
 
 _REGISTRY: dict[str, Backend] = {}

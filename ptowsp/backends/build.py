@@ -10,7 +10,7 @@ import numpy as np
 from ptowsp.backends.base import Executable, backend
 from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
-from ptowsp.runtime import Options, Trace, worker_classes
+from ptowsp.runtime import Options, Trace
 from ptowsp.runtime.dispatch import Policy
 from ptowsp.runtime.executor import DEFAULT_WINDOW
 from ptowsp.schedules import Schedule
@@ -81,17 +81,19 @@ def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:
 
 
 def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Sequence[str | None] | None = None,
-          window: int = DEFAULT_WINDOW) -> Built:
+          window: int = DEFAULT_WINDOW, device: object | None = None) -> Built:
     """Compile a schedule, or a workload with its default schedule (schedules/passes/default.py:
     fusion, grouping, tiling and a task grid for this target and number of workers).
 
     `workers`: how many worker threads (default: one per CPU core), or one core class
     per worker (None runs any task; `bind(task, core=...)` restricts a task to its
     class).  `window`: how many task instances the orchestrator keeps in flight.
+    `device`: the aicore target's `pw.DeviceModel` (its cores replace `workers`).
     """
+    found = backend(target)
+    cores = found.cores(workers, device)
     if isinstance(what, Workload):
-        width = backend(target).vector_bytes
-        schedule = default_schedule(what, vector_bytes=width, workers=len(worker_classes(workers)))
+        schedule = default_schedule(what, vector_bytes=found.vector_bytes, workers=len(cores))
     elif isinstance(what, Schedule):
         schedule = what
     else:
@@ -100,6 +102,7 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
         raise BuildError(f"window must be an integer >= 1, got {window!r}")
     step = schedule.dispatch_policy
     policy = Policy(step.policy, None if step.key is None else tuple(step.key))
-    options = Options(workers=worker_classes(workers), policy=policy, window=window,
+    options = Options(workers=cores, policy=policy, window=window,
                       prefetch=schedule.prefetch_depth, title=f"ptowsp {schedule.workload.name} on {target}")
-    return Built(schedule, target, backend(target).compile(schedule), options)
+    executable = found.compile(schedule) if device is None else found.compile(schedule, device)
+    return Built(schedule, target, executable, options)

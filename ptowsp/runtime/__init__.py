@@ -5,9 +5,11 @@ It imports nothing of te, workloads, schedules or lower: a backend hands it a
 """
 
 from ptowsp.runtime import csp, dispatch
+from ptowsp.runtime.device import DeviceCosts, execute_device
 from ptowsp.runtime.executor import Launcher, Options, execute, worker_classes
 from ptowsp.runtime.table import Instance, RegionIndex, TaskTable
 from ptowsp.runtime.trace import Event, Summary, Trace, Wait
 
-__all__ = ["Event", "Instance", "Launcher", "Options", "RegionIndex", "Summary", "TaskTable", "Trace", "Wait",
-           "csp", "dispatch", "execute", "worker_classes"]
+__all__ = ["DeviceCosts", "Event", "Instance", "Launcher", "Options", "RegionIndex", "Summary", "TaskTable", "Trace",
+           "Wait",
+           "csp", "dispatch", "execute", "execute_device", "worker_classes"]

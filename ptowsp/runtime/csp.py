@@ -325,12 +325,38 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
 
     trio_clock = trio.testing.MockClock(autojump_threshold=0) if clock == "device" else None
     try:
-        trio.run(main, clock=trio_clock)
+        with deterministic_order() if clock == "device" else contextlib.nullcontext():
+            trio.run(main, clock=trio_clock)
     except BaseExceptionGroup as group:
         raise_first(group)
     out = Results(results)
     out.trace = holder["run"].trace
     return out
+
+
+@contextlib.contextmanager
+def deterministic_order(seed: int = 0) -> Iterator[None]:
+    """Fix the order in which trio runs virtual threads woken at the same instant.
+
+    trio draws that order at random, to shake out code that relies on it.  On
+    the device clock ties are common (identical tasks end together), so for a
+    deterministic trace the draw is seeded for the run and trio's generator
+    restored afterwards.  trio has no public switch for this: if its private
+    generator ever moves, runs stay correct but lose byte-for-byte repeatability
+    (tests/runtime/test_device.py would say so).
+    """
+    from trio._core import _run
+
+    rng = getattr(_run, "_r", None)
+    if rng is None:
+        yield
+        return
+    state = rng.getstate()
+    rng.seed(seed)
+    try:
+        yield
+    finally:
+        rng.setstate(state)
 
 
 def raise_first(group: BaseExceptionGroup) -> None:

@@ -1,7 +1,7 @@
 """Run a task table on the real clock: orchestrator, scheduler and workers (DESIGN.md section 5).
 
 The roles of DESIGN.md section 5, each a sequential process over shared
-state guarded by one lock (`_Scheduler`):
+state guarded by one lock (`Scheduler`):
 
 - one **worker** per core owns an OS thread for the whole run, so compiled
   kernels run in parallel outside the GIL.  Worker 0 is the caller's own
@@ -139,14 +139,16 @@ class _Stop(Exception):
     """Why a run stopped without a task failing: the timeout, or an interrupt in the caller."""
 
 
-class _Scheduler:
+class Scheduler:
     """Window, dependency counts and ready queues: every method runs under `lock`."""
 
-    def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float]):
+    def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float],
+                 wakeup: Callable[[], threading.Condition] | None = None):
         self.instances, self.preds = table.instances, table.predecessors
         self.clock = clock
         self.lock = threading.Lock()
-        self.workers = [_Worker(i, c, threading.Condition(self.lock)) for i, c in enumerate(options.workers)]
+        wakeup = wakeup or (lambda: threading.Condition(self.lock))  # the device clock wakes trio tasks instead
+        self.workers = [_Worker(i, c, wakeup()) for i, c in enumerate(options.workers)]
         self.settled = threading.Condition(self.lock)  # a helper parked or returned
         self.placer = placer
         self.needs_producers = isinstance(placer, Locality)
@@ -272,7 +274,7 @@ class _Scheduler:
         return all(w.returned or w.idle for w in self.workers[1:])
 
 
-def _work(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadline: float | None = None) -> None:
+def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadline: float | None = None) -> None:
     """A worker: take tasks into the inbox, run their stages, complete them (and orchestrate on the way)."""
     lock, records, clock = sched.lock, w.records, sched.clock
     compute, load, store = launcher.compute, launcher.load, launcher.store
@@ -355,7 +357,7 @@ def _load(i: int, load, free: Tokens, loaded: Tokens, records: list, clock) -> N
     loaded.push_dep()  # RAW: compute may use it
 
 
-def _helper(sched: _Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> None:
+def _helper(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> None:
     """A pool thread's part of the run: worker w, then a word to the caller that it is done."""
     try:
         _work(sched, w, launcher, prefetch)
@@ -376,7 +378,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     KeyboardInterrupt on Ctrl-C; in each case no worker runs task code any more.
     """
     clock = time.perf_counter
-    sched = _Scheduler(table, options, placer(options.policy), clock)
+    sched = Scheduler(table, options, placer(options.policy), clock)
     trace = Trace(title=options.title)
     origin = clock()
     deadline = None if options.timeout is None else origin + options.timeout
@@ -397,12 +399,12 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     trace.duration = clock() - origin
     _fill_trace(trace, sched, origin)
     if sched.error is not None:
-        _raise(table, sched.error, options)
+        raise_failure(table, sched.error, options)
     return trace
 
 
 @contextlib.contextmanager
-def _interrupts(sched: _Scheduler) -> Iterator[None]:
+def _interrupts(sched: Scheduler) -> Iterator[None]:
     """Ctrl-C also sets a flag worker 0 checks between tasks.
 
     Python raises KeyboardInterrupt at whatever bytecode the main thread runs;
@@ -425,7 +427,7 @@ def _interrupts(sched: _Scheduler) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _raise(table: TaskTable, failure: tuple[int, BaseException], options: Options) -> None:
+def raise_failure(table: TaskTable, failure: tuple[int, BaseException], options: Options) -> None:
     i, error = failure
     if isinstance(error, _Stop):
         raise RunTimeout(f"the run did not finish within {options.timeout} s")
@@ -436,7 +438,7 @@ def _raise(table: TaskTable, failure: tuple[int, BaseException], options: Option
     raise TaskError(f"task {inst.name!r}{where} failed: {type(error).__name__}: {error}") from error
 
 
-def _fill_trace(trace: Trace, sched: _Scheduler, origin: float) -> None:
+def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
     instances = sched.instances
     trace.workers = [(f"worker{w.index}", w.core) for w in sched.workers] + [("orchestrator", "host")]
     trace.lanes = len(sched.workers)

@@ -29,10 +29,15 @@ class Event:
     bytes: int = 0
     flops: int = 0
     id: int = -1  # task instance id (-1: not a task instance)
+    active: float | None = None  # seconds of real work inside [start, end] when it had stalls (device clock)
 
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+    @property
+    def work(self) -> float:
+        return self.duration if self.active is None else self.active
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,8 @@ class Summary:
     overhead: float  # worker time neither in a task nor waiting for one to become ready
     clock: str
     memory: dict[str, int] | None = None  # intermediate bytes: "planned" (the arena) and "unshared"
+    classes: dict[str, float] = field(default_factory=dict)  # core class -> mean share of its cores computing
+    control: dict[str, float] = field(default_factory=dict)  # control thread (AICPU) -> busy fraction
 
     @property
     def overhead_per_task(self) -> float:
@@ -69,6 +76,8 @@ class Summary:
                  f"critical path   {_time(self.critical_path)}"
                  + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
                  f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
+        lines += [f"class {name:<9} {fraction:6.1%} computing" for name, fraction in self.classes.items()]
+        lines += [f"control {name:<7} {fraction:6.1%} busy" for name, fraction in self.control.items()]
         lines += [f"busy {name:<10} {fraction:6.1%}" for name, fraction in self.busy.items()]
         if self.memory is not None:
             lines.append(f"intermediates   {self.memory['planned'] / 2**20:.2f} MiB planned, "
@@ -106,16 +115,29 @@ class Trace:
         makespan = self.duration or max((e.end for e in self.events), default=0.0)
         rows = len(self.workers) if self.lanes is None else self.lanes
         busy, idle = [0.0] * rows, [0.0] * rows
+        control: dict[int, float] = {}
+        computing = [0.0] * rows  # task (compute) events only: what "cube busy" means
         for e in self.events:
             if e.worker < rows:
-                busy[e.worker] += e.duration
+                busy[e.worker] += e.work
+                computing[e.worker] += e.work if e.id >= 0 else 0.0
+            else:
+                control[e.worker] = control.get(e.worker, 0.0) + e.work
         for w in self.waits:
             if w.kind == "dependency" and w.worker < rows:
                 idle[w.worker] += w.end - w.start
         tasks = [e for e in self.events if e.id >= 0]
         overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))  # bookkeeping, start-up
-        fractions = {name: (b / makespan if makespan else 0.0) for (name, _), b in zip(self.workers, busy)}
-        return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory)
+        share = (lambda seconds, count=1: seconds / (count * makespan)) if makespan else (lambda *_: 0.0)
+        fractions = {name: share(b) for (name, _), b in zip(self.workers, busy)}
+        by_class: dict[str, list[float]] = defaultdict(list)
+        for (_, core), b in zip(self.workers, computing):
+            if core is not None:
+                by_class[core].append(b)
+        classes = {core: share(sum(bs), len(bs)) for core, bs in by_class.items()}
+        controls = {self.workers[row][0]: share(seconds) for row, seconds in sorted(control.items())}
+        return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
+                       classes, controls)
 
     def critical_path(self) -> float:
         """Length of the longest chain of task durations along dependency edges."""

@@ -231,7 +231,7 @@ def test_targets_match_the_reference(target, folded_output):
         assert got.keys() == ref.keys()
         for name, value in ref.items():
             np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=f"{name} under {schedule}")
-        assert {e.name for e in prog.trace.events} <= {"Y_mm", "Y"}
+        assert {e.name for e in prog.trace.events if e.id >= 0} <= {"Y_mm", "Y"}
         if folded_output:  # every run returns its own writable copy of a folded output
             got["Wt"][:] = 0.0
             np.testing.assert_allclose(prog.run(X=X)["Wt"], ref["Wt"], rtol=1e-6)
@@ -286,7 +286,7 @@ def test_an_opaque_task_reads_a_constant(target):
     np.testing.assert_allclose(pw.reference(wl, x=a)["y"], want)
     prog = pw.build(wl, target)
     np.testing.assert_allclose(prog.run(x=a)["y"], want)
-    assert {e.name for e in prog.trace.events} == {"order", "y"}  # the opaque task runs at run time
+    assert {e.name for e in prog.trace.events if e.id >= 0} == {"order", "y"}  # the opaque task runs at run time
 
 
 @pytest.mark.parametrize("target", TARGETS)

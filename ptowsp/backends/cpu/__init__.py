@@ -13,18 +13,19 @@ import dataclasses
 import functools
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from llvmlite import ir
 
+from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
 from ptowsp.backends.host import host_instance
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
-from ptowsp.runtime import Instance, Options, TaskTable, Trace, execute
+from ptowsp.runtime import Instance, Launcher, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
@@ -147,7 +148,9 @@ class CpuExecutable:
                 instances.append(Instance(name, coords, reads, writes, core, access.grid, access.bytes, access.flops))
         return TaskTable(instances, after=self.memory_plan.reuses)
 
-    def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+    def run(self, inputs: Mapping[str, np.ndarray], options: Options,
+            execute_table: Callable[[Launcher, Options], Trace] | None = None) -> tuple[dict[str, np.ndarray], Trace]:
+        """Run on the real clock, or through `execute_table(launcher, options)` (the aicore target's device clock)."""
         wl = self.schedule.workload
         arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
         plan = self.memory_plan
@@ -161,7 +164,7 @@ class CpuExecutable:
                 else:
                     arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
         launch = _Launch(self, arrays)
-        trace = execute(self.table, launch, options)
+        trace = (execute_table or functools.partial(execute, self.table))(launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
         # a folded output is shared by every run: each gets its own writable copy
@@ -210,5 +213,8 @@ class CpuBackend:
             return f"LLVM cannot target this host: {e}"
         return None
 
-    def compile(self, schedule: Schedule) -> CpuExecutable:
+    def cores(self, workers, device) -> tuple[str | None, ...]:
+        return host_cores(self.name, workers, device)
+
+    def compile(self, schedule: Schedule, device: None = None) -> CpuExecutable:
         return CpuExecutable(schedule)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ptowsp.backends.base import host_cores
 from ptowsp.backends.host import host_instance
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
@@ -55,5 +56,8 @@ class NumpyBackend:
     def unavailable_reason(self) -> str | None:
         return None
 
-    def compile(self, schedule: Schedule) -> NumpyExecutable:
+    def cores(self, workers, device) -> tuple[str | None, ...]:
+        return host_cores(self.name, workers, device)
+
+    def compile(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
         return NumpyExecutable(schedule)

@@ -1,0 +1,114 @@
+"""The aicore target: device model, kernel cost, device clock (ptowsp/backends/aicore, runtime/device.py)."""
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.workloads import random_inputs, zoo
+
+SMALL = pw.DeviceModel(clusters=4, schedulers=2)
+
+
+def matmul_tiled(n=256, tile=64, k_block=64, dtype="float16", prefetch=0):
+    wl = zoo.matmul(n, n, n, dtype)
+    s = (wl.schedule().tile("C", i=tile, j=tile).split("C", "k", k_block)
+         .reorder("C", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner")
+         .parallel("C", "i.outer", "j.outer"))
+    return wl, s.prefetch(prefetch) if prefetch else s
+
+
+def run(schedule, device=SMALL):
+    wl = schedule.workload
+    prog = pw.build(schedule, target="aicore", device=device)
+    inputs = random_inputs(wl)
+    out = prog.run(**inputs)
+    for name, want in pw.reference(wl, **inputs).items():
+        np.testing.assert_allclose(out[name], want, rtol=2e-2 if want.dtype == np.float16 else 1e-4, atol=1e-2)
+    return prog.trace
+
+
+def test_the_target_is_registered_and_device_figures_carry_sources():
+    assert "aicore" in pw.targets()
+    sources = pw.DeviceModel().sources()
+    assert {"clock_hz", "ub_bytes", "schedule_seconds", "dma_bytes_per_cycle"} <= set(sources)
+    assert all(sources.values())
+    assert pw.DeviceModel().core_classes().count("cube") == 24
+    with pytest.raises(pw.BuildError, match="device model"):
+        pw.build(zoo.softmax(8, 8), target="aicore", workers=2)
+    with pytest.raises(pw.BuildError, match="takes no device model"):
+        pw.build(zoo.softmax(8, 8), target="cpu", device=SMALL)
+
+
+def test_two_runs_give_identical_traces():
+    _, s = matmul_tiled(prefetch=1)
+    first, second = run(s), run(s)
+    assert first.events == second.events and first.waits == second.waits
+    assert first.makespan == second.makespan > 0
+    assert first.clock == "device"
+
+
+def test_matmul_runs_on_cube_cores_and_softmax_on_vector_cores():
+    _, s = matmul_tiled()
+    trace = run(s)
+    cores = {e.core for e in trace.events if e.id >= 0}
+    assert cores == {"cube"}
+    summary = trace.summary()
+    assert summary.classes["cube"] > 0 and summary.classes["vector"] == 0
+    assert set(summary.control) == {"orchestrator", "scheduler0", "scheduler1"}
+    soft = run(zoo.softmax(64, 64).schedule().split("Y", "i", 8).parallel("Y", "i.outer"))
+    assert {e.core for e in soft.events if e.id >= 0} == {"vector"}
+
+
+def test_a_task_that_does_not_fit_its_buffers_is_refused_at_build_time():
+    wl = zoo.softmax(512, 512)
+    with pytest.raises(pw.ScheduleError, match=r"task 'Y.*' needs .* of UB .* holds 192\.0 KiB"):
+        pw.build(wl.schedule().fuse_by_category(), target="aicore", device=SMALL)
+    wl, s = matmul_tiled(n=512, tile=128, k_block=512)  # a whole 128x512 fp16 block: 128 KiB > L0A
+    with pytest.raises(pw.ScheduleError, match="L0A/L0B"):
+        pw.build(s, target="aicore", device=SMALL)
+    _, s = matmul_tiled(n=512, tile=128, k_block=128)
+    pw.build(s, target="aicore", device=SMALL)  # streamed in 128-deep blocks: fits
+
+
+def makespan(schedule, **figures):
+    return run(schedule, SMALL.model_copy(update=figures)).makespan
+
+
+def test_each_model_term_moves_the_makespan_the_expected_way():
+    _, s = matmul_tiled()
+    base = makespan(s)
+    assert makespan(s, clock_hz=SMALL.clock_hz * 2) < base
+    assert makespan(s, clusters=2) > base
+    assert makespan(s, dma_bytes_per_cycle=16) > base
+    assert makespan(s, hbm_bytes_per_second=1e10) > base
+    assert makespan(s, schedule_seconds=50e-6) > base
+    assert makespan(s, dma_startup_seconds=5e-6) > base
+
+
+def test_prefetch_overlaps_loads_with_compute():
+    def overlap(trace):
+        by_core = {}
+        for e in trace.events:
+            by_core.setdefault(e.worker, []).append(e)
+        total = 0.0
+        for events in by_core.values():
+            loads = [e for e in events if e.name.endswith(" load")]
+            computes = [e for e in events if e.id >= 0]
+            total += sum(max(0.0, min(a.end, b.end) - max(a.start, b.start)) for a in loads for b in computes)
+        return total
+
+    _, serial = matmul_tiled(k_block=256, prefetch=0)  # one block per task: its events are exact intervals
+    _, piped = matmul_tiled(k_block=256, prefetch=2)
+    quick = SMALL.model_copy(update={"schedule_seconds": 1e-8, "orchestrate_seconds": 1e-8})  # not dispatch-bound
+    t0, t2 = run(serial, quick), run(piped, quick)
+    assert overlap(t0) == 0 and overlap(t2) > 0
+    assert t2.makespan < t0.makespan
+    assert t2.summary().classes["cube"] > t0.summary().classes["cube"]
+
+
+def test_more_scheduler_threads_help_a_dispatch_bound_run():
+    wl = zoo.softmax(1024, 16)
+    s = wl.schedule().split("Y", "i", 2).parallel("Y", "i.outer").fuse_by_category()  # 512 tiny tasks
+    spans = [run(s, SMALL.model_copy(update={"schedulers": k})).makespan for k in (1, 2, 3)]
+    assert spans[0] > spans[1] > spans[2]
+    assert spans[0] >= 512 * SMALL.schedule_seconds  # bounded below by one scheduler's throughput
