@@ -104,5 +104,4 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     policy = Policy(step.policy, None if step.key is None else tuple(step.key))
     options = Options(workers=cores, policy=policy, window=window,
                       prefetch=schedule.prefetch_depth, title=f"ptowsp {schedule.workload.name} on {target}")
-    executable = found.compile(schedule) if device is None else found.compile(schedule, device)
-    return Built(schedule, target, executable, options)
+    return Built(schedule, target, found.compile(schedule, device), options)

@@ -343,7 +343,7 @@ def deterministic_order(seed: int = 0) -> Iterator[None]:
     deterministic trace the draw is seeded for the run and trio's generator
     restored afterwards.  trio has no public switch for this: if its private
     generator ever moves, runs stay correct but lose byte-for-byte repeatability
-    (tests/runtime/test_device.py would say so).
+    (tests/backends/test_aicore.py would say so).
     """
     from trio._core import _run
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ptowsp.backends.aicore.cost import DeviceCosts, KernelShape, check_buffers, itemsizes, kernel_shape
+from ptowsp.backends.aicore.cost import KernelShape, ModelCosts, check_buffers, itemsizes, kernel_shape
 from ptowsp.backends.aicore.model import DeviceModel
-from ptowsp.backends.cpu import CpuExecutable
+from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
@@ -55,7 +55,7 @@ class AicoreExecutable:
         return self.cpu.memory_plan
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
-        costs = DeviceCosts(self.device, self.table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
+        costs = ModelCosts(self.device, self.table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
 
         def on_device(launcher, opts: Options) -> Trace:
             return execute_device(self.table, launcher, opts, costs)
@@ -73,9 +73,7 @@ class AicoreBackend:
         return DeviceModel().vector_bytes_per_cycle
 
     def unavailable_reason(self) -> str | None:
-        from ptowsp.backends.cpu import CpuBackend  # the numbers come from the cpu backend
-
-        return CpuBackend().unavailable_reason()
+        return CpuBackend().unavailable_reason()  # the numbers come from the cpu backend
 
     def cores(self, workers, device: DeviceModel | None) -> tuple[str | None, ...]:
         if device is not None and not isinstance(device, DeviceModel):

@@ -34,7 +34,7 @@ import numpy as np
 
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.errors import ScheduleError
-from ptowsp.lower.ir import Allocate, Block, For, IfThen, Stmt
+from ptowsp.lower.ir import For, Stmt, bound_loops
 from ptowsp.lower.kernel import Kernel
 from ptowsp.runtime import Instance, TaskTable
 from ptowsp.workloads import Category
@@ -51,32 +51,19 @@ class KernelShape:
     reduce_extent: int  # product of the reduction loops (k of a matmul)
 
 
-def _walk(stmt: Stmt):
-    yield stmt
-    if isinstance(stmt, Block):
-        for s in stmt.stmts:
-            yield from _walk(s)
-    elif stmt.body_field is not None:
-        yield from _walk(getattr(stmt, stmt.body_field))
-
-
 def _stream_loop(stmt: Stmt, reduce_loops: set[str]) -> int:
     """Extent of the first reduction loop at the top of a task's body (not inside a spatial loop)."""
     if isinstance(stmt, For):
         return stmt.extent if stmt.var in reduce_loops else 0
-    if isinstance(stmt, Block):
-        for s in stmt.stmts:
-            if found := _stream_loop(s, reduce_loops):
-                return found
-        return 0
-    if isinstance(stmt, (Allocate, IfThen)):
-        return _stream_loop(getattr(stmt, stmt.body_field), reduce_loops)
+    for child in stmt.children():  # blocks, allocations and guards
+        if found := _stream_loop(child, reduce_loops):
+            return found
     return 0
 
 
 def kernel_shape(kernel: Kernel, category: Category, reduce_loops: Sequence[str], bound: str | None) -> KernelShape:
     loops = set(reduce_loops)
-    extents = {s.var: s.extent for s in _walk(kernel.body) if isinstance(s, For) and s.var in loops}
+    extents = {var: extent for var, extent in bound_loops(kernel.body).items() if var in loops}
     core = bound or ("cube" if category is Category.COMPLEX_OUT_FUSABLE else "vector")
     return KernelShape(core, max(1, _stream_loop(kernel.body, loops)), math.prod(extents.values()))
 
@@ -89,7 +76,7 @@ def _kib(n: float) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-class DeviceCosts:
+class ModelCosts:
     """Stage times of every instance of a table on a device; memory state (L2, HBM queue) is per run."""
 
     def __init__(self, device: DeviceModel, table: TaskTable, shapes: Mapping[str, KernelShape],
