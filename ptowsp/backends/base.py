@@ -16,6 +16,7 @@ import numpy as np
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes.default import Choose
 
 
 class Executable(Protocol):
@@ -39,6 +40,10 @@ class Backend(Protocol):
         ...
 
     def compile(self, schedule: Schedule, device: object | None = None) -> Executable: ...
+
+    def schedule_choices(self, device: object | None) -> Choose:
+        """How this target answers the default schedule's decisions (schedules/passes/default.py)."""
+        ...
 
 
 def host_cores(target: str, workers: int | Sequence[str | None] | None, device: object | None

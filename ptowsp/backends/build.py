@@ -93,7 +93,8 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     found = backend(target)
     cores = found.cores(workers, device)
     if isinstance(what, Workload):
-        schedule = default_schedule(what, vector_bytes=found.vector_bytes, workers=len(cores))
+        schedule = default_schedule(what, vector_bytes=found.vector_bytes, workers=len(cores),
+                                    choose=found.schedule_choices(device))
     elif isinstance(what, Schedule):
         schedule = what
     else:

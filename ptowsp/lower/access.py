@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,11 +89,17 @@ class KernelAccess:
 
 def kernel_access(kernel: Kernel) -> KernelAccess:
     """The boxes one instance of `kernel` reads and writes, as functions of its grid coordinates."""
-    grid = {name: f"g{k}" for k, (name, _) in enumerate(kernel.grid)}
-    inner = bound_loops(kernel.body)
+    return statement_access(kernel.body, [name for name, _ in kernel.grid])
+
+
+def statement_access(body: Stmt, outer: Sequence[str]) -> KernelAccess:
+    """The boxes one run of `body` reads and writes, as functions of the `outer` loop variables
+    around it (a task's grid, or the grid and the loops of a kernel down to one of its blocks)."""
+    grid = {name: f"g{k}" for k, name in enumerate(outer)}
+    inner = bound_loops(body)
     loads: dict[object, list[tuple[Expr, ...]]] = defaultdict(list)
     stores: dict[object, list[tuple[Expr, ...]]] = defaultdict(list)
-    for s, _ in _statements(kernel.body, 1):
+    for s, _ in _statements(body, 1):
         if isinstance(s, Store) and s.buffer.scope == GLOBAL:
             stores[s.buffer].append(s.indices)
         for e in stmt_exprs(s):
@@ -117,7 +123,7 @@ def kernel_access(kernel: Kernel) -> KernelAccess:
     writes = boxes(stores)
     itemsize = {b.name: np.dtype(b.dtype).itemsize for b in (*loads, *stores)}
     moved = sum(itemsize[name] * int(np.prod([min(x, size) for _, x, size in box])) for name, box in (*reads, *writes))
-    return KernelAccess(tuple(grid), reads, writes, _flops(kernel.body), moved)
+    return KernelAccess(tuple(grid), reads, writes, _flops(body), moved)
 
 
 def _statements(s: Stmt, trips: int):

@@ -10,10 +10,12 @@ The pipeline, one pass per line (`lower_task`):
     stmt = tidy(stmt)                  # unit loops, index folding, unroll budget (tidy.py)
 
 A reduction `out = epilogue(sum(body, axes))` lowers to init, update and
-epilogue.  When every spatial loop encloses every reduction loop they share
-those loops and the accumulator is one element per iteration; otherwise each
-is a nest of its own and the accumulator is a local buffer indexed by the
-task's non-grid spatial loops, so each task instance owns its tile.  The
+epilogue.  They share the spatial loops that enclose every reduction loop
+(the task's leading spatial loops); under those, each is a nest of its own
+over the remaining spatial loops, and the accumulator is a local buffer
+indexed by them: one element per iteration when no spatial loop sits inside
+a reduction loop, else the tile of one iteration of the leading loops (the
+whole instance's tile when a reduction loop comes first).  The
 accumulator is the output itself when the epilogue is the identity and the
 dtypes agree.  Non-dividing splits guard the innermost statement with
 `axis < extent`.
@@ -156,9 +158,14 @@ class _Lowering:
 
         return substitute(e, value)
 
-    def nest_over(self, loops, stmt: Stmt) -> Stmt:
-        names = {lp.name for lp in loops}
-        guards = [g for g in self.guards if _guard_vars(g) <= names | {n for n, _ in self.grid}]
+    def nest_over(self, loops, stmt: Stmt, outer=()) -> Stmt:
+        """`stmt` inside `loops`, guarded where they make a split overrun; guards that the
+        enclosing `outer` loops (and the grid) decide alone are theirs to place."""
+        grid = {n for n, _ in self.grid}
+        placed_outside = {lp.name for lp in outer} | grid
+        names = {lp.name for lp in loops} | placed_outside
+        guards = [g for g in self.guards
+                  if _guard_vars(g) <= names and not (outer and _guard_vars(g) <= placed_outside)]
         if guards:
             cond = guards[0]
             for g in guards[1:]:
@@ -226,19 +233,27 @@ class _Lowering:
     def lower_reduction(self, spatial: tuple[Expr, ...], reduction: Expr, path: Expr | None) -> Stmt:
         """init / update / epilogue of `out = epilogue(reduce(body))`.
 
-        When every spatial loop encloses every reduction loop (and the result is
-        not cache-written per instance), the three share the spatial loops and
-        the accumulator is one element per iteration, a register for LLVM.
-        Otherwise each is a nest of its own over the spatial loops, and the
-        accumulator holds the instance's whole tile.
+        The three share the leading spatial loops (those before the first
+        reduction loop; none when the result is cache-written per instance);
+        under them each is a nest of its own over the other spatial loops,
+        which index the accumulator.  So a matmul whose tile loops enclose k
+        keeps one accumulator element (a register for LLVM), and a task that
+        walks several tiles, each streamed along k, keeps one tile's
+        accumulators, not the instance's.
         """
         kind, rbody = reduction.arg, reduction.src[0]
         acc_dtype = accumulator_dtype(kind, reduction.dtype)
-        spatial_loops = [lp for lp in self.inner if not lp.reduce]
-        shared = self.cache_scope is None and all(not lp.reduce for lp in self.inner[: len(spatial_loops)])
-        per_tile = [] if shared else spatial_loops  # loops that index the accumulators and wrap each piece
-        piece = (lambda st: st) if shared else (lambda st: self.nest_over(spatial_loops, st))
-        reduce_loops = self.inner[len(spatial_loops):] if shared else self.inner
+        lead = [] if self.cache_scope is not None else list(
+            itertools.takewhile(lambda lp: not lp.reduce, self.inner))
+        rest = self.inner[len(lead):]
+        per_tile = [lp for lp in rest if not lp.reduce]  # loops that index the accumulators and wrap each piece
+
+        def piece(st: Stmt) -> Stmt:
+            return self.nest_over(per_tile, st, lead)
+
+        def reduction_nest(st: Stmt) -> Stmt:
+            return self.nest_over(rest, st, lead)
+
         direct = self.body is reduction and acc_dtype == self.out.dtype and self.cache_scope is None
         if direct:
             acc, acc_index = self.out, spatial
@@ -247,25 +262,24 @@ class _Lowering:
         identity = _identity(kind, acc_dtype)
         last = self.inner[-1] if self.inner else None
         if last is not None and last.reduce and last.annotation == VECTORIZED:
-            stmt = self.lane_partials(kind, acc, acc_index, per_tile, piece, reduce_loops, rbody, path)
+            stmt = self.lane_partials(kind, acc, acc_index, per_tile, piece, reduction_nest, rbody, path)
         else:
             update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
-            stmt = block(piece(Store(acc, acc_index, identity)),
-                         self.nest_over(reduce_loops, self._on_path(path, update)))
+            stmt = block(piece(Store(acc, acc_index, identity)), reduction_nest(self._on_path(path, update)))
         if not direct:
             marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))  # kept apart from the axis rewrite
             around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
             acc_value = cast(acc[acc_index], reduction.dtype)
             epilogue_value = substitute(around, lambda n: acc_value if n is marker else None)
             stmt = Allocate(acc, block(stmt, piece(self.store(self.out, spatial, epilogue_value))))
-        return self.nest_over(spatial_loops, stmt) if shared else stmt
+        return self.nest_over(lead, stmt) if lead else stmt
 
     def _on_path(self, path: Expr | None, stmt: Stmt) -> Stmt:
         """The reduction is read only where its where-path holds."""
         return stmt if path is None else IfThen(self.at_axes(path), stmt)
 
     def lane_partials(self, kind: str, acc: Buffer, acc_index: tuple[Expr, ...], per_tile: list, piece,
-                      reduce_loops: list, rbody: Expr, path: Expr | None) -> Stmt:
+                      reduction_nest, rbody: Expr, path: Expr | None) -> Stmt:
         """A vectorized reduction loop: one partial result per lane, folded into acc at the end.
 
         The partials live in a local buffer indexed by the lane (and by the
@@ -295,7 +309,7 @@ class _Lowering:
             Store(acc, acc_index, identity),
             over_partials(Store(acc, acc_index, _combine(kind, acc[acc_index], part[index])), False))
         return Allocate(part, block(piece(over_partials(Store(part, index, identity), True)),
-                                    self.nest_over(reduce_loops, self._on_path(path, update)), piece(fold)))
+                                    reduction_nest(self._on_path(path, update)), piece(fold)))
 
 
 def _fold_tree(kind: str, part: Buffer, tile_index: tuple[Expr, ...], partial_loops: list, acc: Buffer,

@@ -14,14 +14,18 @@ never shows in the result: every duration comes from the backend's
   per task; a dispatched task reaches its core `dispatch_seconds` later.
 - A **core** holds `slots` tasks (running + pending; with `prefetch(n)`,
   1 + n).  A task streams in blocks (`costs.blocks`): each block is loaded,
-  then computed; the output is stored after the last.  With prefetch 0 one
-  virtual thread runs the stages in sequence.  With prefetch n the core is
-  three virtual threads, load, compute and store (the MTE2, cube-or-vector
-  and MTE3 units), exchanging tokens: load takes a `free` credit per block
-  (n at the start) and passes the block on; compute hands the credit back
-  when it is done with it; store follows compute.  So loads run up to n
-  blocks ahead, across task boundaries.
-- After its store a core sends a completion notice, which reaches its
+  then computed; a tile's output is stored after its last block
+  (`costs.stores`).  A load keeps the core's DMA engine busy for its bytes
+  and lands `ready` seconds after it was issued (`costs.load`), so the
+  engine may issue the next block while one is in flight.  With prefetch 0
+  one virtual thread runs the stages in sequence.  With prefetch n the core
+  is three virtual threads, load, compute and store (the MTE2,
+  cube-or-vector and MTE3 units), exchanging tokens: load takes a `free`
+  credit per block (1 + n buffers: the one computing and n loaded ahead)
+  and passes the block on; compute waits for it to land and hands the
+  credit back when it is done with it; store follows compute.  So loads run
+  up to n blocks ahead, across task boundaries.
+- After its last store a core sends a completion notice, which reaches its
   scheduler `completion_seconds` later; only then does the scheduler count
   the slot free.
 
@@ -64,12 +68,16 @@ class DeviceCosts(Protocol):
     def blocks(self, i: int) -> int:
         """How many load/compute steps instance i streams in."""
 
-    def load(self, i: int, block: int, now: float) -> float:
-        """Seconds to bring in one block of instance i, starting at device time `now`."""
+    def load(self, i: int, block: int, now: float) -> tuple[float, float]:
+        """(busy, ready): seconds the core's DMA engine is busy bringing in one block of instance i,
+        issued at device time `now`, and seconds until the block is in the core's buffers."""
 
     def compute(self, i: int, block: int) -> float: ...
 
-    def store(self, i: int, now: float) -> float: ...
+    def stores(self, i: int, block: int) -> bool:
+        """Whether instance i stores a tile of its output after computing `block`."""
+
+    def store(self, i: int, block: int, now: float) -> float: ...
 
 
 class _Nudge:
@@ -182,9 +190,12 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 return None
             await core.lot.park()
         i, at = core.inbox.popleft()
-        if at > trio.current_time():
-            await trio.sleep(at - trio.current_time())
+        await until(at)
         return i
+
+    async def until(when: float) -> None:
+        if when > trio.current_time():
+            await trio.sleep(when - trio.current_time())
 
     async def timed(i: int, stage: str | None, core: _Core, seconds: float) -> None:
         start = trio.current_time()
@@ -200,9 +211,18 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 raise _Failed from None
         await timed(i, None, core, costs.compute(i, block))
 
-    async def store(i: int, core: _Core, nursery: trio.Nursery) -> None:
-        await timed(i, "store", core, costs.store(i, trio.current_time()))
-        nursery.start_soon(notice, i, core)
+    async def load(i: int, block: int, core: _Core) -> float:
+        """Issue one block's load; returns when the DMA engine is free again, with the block's arrival time."""
+        start = trio.current_time()
+        busy, ready = costs.load(i, block, start)
+        record.stage(i, "load", core.index, start, start + ready)
+        await trio.sleep(busy)
+        return start + ready
+
+    async def store(i: int, block: int, core: _Core, nursery: trio.Nursery) -> None:
+        await timed(i, "store", core, costs.store(i, block, trio.current_time()))
+        if block == costs.blocks(i) - 1:
+            nursery.start_soon(notice, i, core)
 
     async def notice(i: int, core: _Core) -> None:
         await trio.sleep(costs.completion_seconds)
@@ -213,12 +233,13 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     async def serial_core(core: _Core, nursery: trio.Nursery) -> None:
         while (i := await arrival(core)) is not None:
             for block in range(costs.blocks(i)):
-                await timed(i, "load", core, costs.load(i, block, trio.current_time()))
+                await until(await load(i, block, core))
                 await compute(i, block, core)
-            await store(i, core, nursery)
+                if costs.stores(i, block):
+                    await store(i, block, core, nursery)
 
     async def pipelined_core(core: _Core, nursery: trio.Nursery) -> None:
-        free = trio.Semaphore(options.prefetch)
+        free = trio.Semaphore(1 + options.prefetch)
         to_compute, from_load = trio.open_memory_channel(float("inf"))
         to_store, from_compute = trio.open_memory_channel(float("inf"))
 
@@ -228,20 +249,20 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                     blocks = costs.blocks(i)
                     for block in range(blocks):
                         await free.acquire()  # WAR: a prefetch buffer must be free
-                        await timed(i, "load", core, costs.load(i, block, trio.current_time()))
-                        await to_compute.send((i, block, block == blocks - 1))  # RAW: compute may use it
+                        await to_compute.send((i, block, await load(i, block, core)))
 
         async def compute_stage() -> None:
             async with to_store:
-                async for i, block, last in from_load:
+                async for i, block, arrival in from_load:
+                    await until(arrival)  # RAW: compute may use the block once it has landed
                     await compute(i, block, core)
                     free.release()
-                    if last:
-                        await to_store.send(i)
+                    if costs.stores(i, block):
+                        await to_store.send((i, block))
 
         async def store_stage() -> None:
-            async for i in from_compute:
-                await store(i, core, nursery)
+            async for i, block in from_compute:
+                await store(i, block, core, nursery)
 
         async with trio.open_nursery() as stages:
             stages.start_soon(load_stage)

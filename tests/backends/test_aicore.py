@@ -7,6 +7,7 @@ import ptowsp as pw
 from ptowsp.workloads import random_inputs, zoo
 
 SMALL = pw.DeviceModel(clusters=4, schedulers=2)
+QUICK = SMALL.model_copy(update={"schedule_seconds": 1e-8, "orchestrate_seconds": 1e-8})  # never dispatch-bound
 
 
 def matmul_tiled(n=256, tile=64, k_block=64, dtype="float16", prefetch=0):
@@ -71,7 +72,7 @@ def test_a_task_that_does_not_fit_its_buffers_is_refused_at_build_time():
 
 
 def makespan(schedule, **figures):
-    return run(schedule, SMALL.model_copy(update=figures)).makespan
+    return run(schedule, QUICK.model_copy(update=figures)).makespan
 
 
 def test_each_model_term_moves_the_makespan_the_expected_way():
@@ -97,13 +98,38 @@ def test_prefetch_overlaps_loads_with_compute():
             total += sum(max(0.0, min(a.end, b.end) - max(a.start, b.start)) for a in loads for b in computes)
         return total
 
-    _, serial = matmul_tiled(k_block=256, prefetch=0)  # one block per task: its events are exact intervals
-    _, piped = matmul_tiled(k_block=256, prefetch=2)
-    quick = SMALL.model_copy(update={"schedule_seconds": 1e-8, "orchestrate_seconds": 1e-8})  # not dispatch-bound
-    t0, t2 = run(serial, quick), run(piped, quick)
-    assert overlap(t0) == 0 and overlap(t2) > 0
-    assert t2.makespan < t0.makespan
-    assert t2.summary().classes["cube"] > t0.summary().classes["cube"]
+    # one block per task (k.outer has one iteration), so the merged stage events are exact intervals
+    t0, t1, t2 = (run(matmul_tiled(k_block=256, prefetch=depth)[1], QUICK) for depth in (0, 1, 2))
+    assert overlap(t0) < 1e-12 and overlap(t1) > 1e-9 and overlap(t2) > 1e-9
+    assert t0.makespan > t1.makespan > t2.makespan
+    assert t2.summary().classes["cube"] > t1.summary().classes["cube"] > t0.summary().classes["cube"]
+
+
+def per_core_matmul(n=256, tile=64, tasks=4, prefetch=0, dtype="float16"):
+    """Each task walks a share of the tiles, each streamed along k (the way Ascend kernels split a matmul)."""
+    wl = zoo.matmul(n, n, n, dtype)
+    fused = "i.outer.j.outer.fused"
+    s = (wl.schedule().tile("C", i=tile, j=tile).split("C", "k", 64).fuse("C", "i.outer", "j.outer")
+         .split("C", fused, -(-(n // tile) ** 2 // tasks))
+         .reorder("C", f"{fused}.outer", f"{fused}.inner", "k.outer", "i.inner", "k.inner", "j.inner")
+         .parallel("C", f"{fused}.outer"))
+    return s.prefetch(prefetch) if prefetch else s
+
+
+def test_a_task_walking_tiles_needs_one_tiles_accumulators_and_stores_each_tile():
+    s = per_core_matmul(n=256, tile=128, tasks=1)  # 4 tiles of 128x128 in one task: 4 x 64 KiB > L0C
+    trace = run(s)
+    assert len([e for e in trace.events if e.id >= 0]) == 1
+    assert trace.statistics["memory"]["hbm_written_bytes"] == 256 * 256 * 2  # every tile stored once
+    with pytest.raises(pw.ScheduleError, match=r"needs 256\.0 KiB of L0C .* tile's accumulators"):
+        pw.build(matmul_tiled(n=512, tile=256, k_block=32)[1], target="aicore", device=SMALL)
+
+
+def test_prefetch_carries_across_the_tiles_of_a_task():
+    one_cube = QUICK.model_copy(update={"clusters": 1})  # 4 tasks of 4 tiles of 8 blocks on one cube core
+    t0, t2 = (run(per_core_matmul(512, 128, 4, depth, "float32"), one_cube) for depth in (0, 2))
+    assert t2.makespan < 0.7 * t0.makespan
+    assert t2.summary().classes["cube"] > 0.8
 
 
 def test_more_scheduler_threads_help_a_dispatch_bound_run():

@@ -100,3 +100,21 @@ def test_opaque_tasks_run_on_the_host_between_kernels():
     assert [i.task for i in prog.instances] == ["y"] * 4 + ["sort", "w"]
     check(wl, wl.schedule().parallel("y", "i"))
 
+
+
+def test_a_task_walking_tiles_keeps_one_tiles_accumulators():
+    """Spatial loops outside every reduction loop are shared by init, update and epilogue, so the
+    accumulator covers one iteration of them (one 8x8 tile), not the whole instance (3 tiles)."""
+    from ptowsp.lower.ir import Allocate, walk_stmts
+
+    wl = zoo.matmul(40, 40, 24, "float16")
+    fused = "i.outer.j.outer.fused"
+    s = (wl.schedule().tile("C", i=8, j=8).split("C", "k", 8).fuse("C", "i.outer", "j.outer")
+         .split("C", fused, 3)  # 25 tiles in tasks of 3: the last task's third tile is guarded off
+         .reorder("C", f"{fused}.outer", f"{fused}.inner", "k.outer", "i.inner", "k.inner", "j.inner")
+         .parallel("C", f"{fused}.outer"))
+    prog = lower_program(wl, s)
+    shapes = [n.buffer.shape for n in walk_stmts(prog.kernels["C"].body) if isinstance(n, Allocate)]
+    assert shapes == [(8, 8)]
+    assert prog.source("C").splitlines()[1].strip() == f"for {fused}.inner in 0..3:"
+    check(wl, s)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes.default import Choose
+from ptowsp.workloads import Category
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
 
@@ -33,8 +36,10 @@ class AicoreExecutable:
         self.schedule, self.device = schedule, device
         self.cpu = CpuExecutable(schedule)
         wl, program = schedule.workload, self.cpu.program
+        own_reduce = program.schedule.reduce_loops
         self.shapes: dict[str, KernelShape] = {
-            name: kernel_shape(kernel, wl.category(name), schedule.reduce_loops(name), schedule.cores.get(name))
+            name: kernel_shape(kernel, schedule.cores.get(name) or self._core(name), self._reduce_loops(name),
+                               set(own_reduce(name)))
             for name, kernel in program.kernels.items()}
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}
         if unknown:
@@ -44,7 +49,31 @@ class AicoreExecutable:
                                 for inst in self.cpu.table.instances], after=self.cpu.table.after)
         names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
-        check_buffers(device, self.table.instances, self.shapes, self.itemsize, schedule.prefetch_depth)
+        check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
+
+    def _members(self, kernel: str) -> dict[str, str]:
+        """The tasks lowered into `kernel`, each with the prefix lowering gave its loops: the kernel's
+        own task, and those computed at it, at any depth (fusion's epilogue anchors among them)."""
+        placed = self.program.schedule.compute_at_locations
+        members = {kernel: ""}
+        for task in placed:
+            chain = [task]
+            while chain[-1] in placed:
+                chain.append(placed[chain[-1]][0])
+            if chain[-1] == kernel:
+                members[task] = "".join(f"{t}." for t in reversed(chain[:-1]))
+        return members
+
+    def _core(self, kernel: str) -> str:
+        """A kernel with a matrix-multiply-shaped task in it (complex-out-fusable) runs on a cube core."""
+        wl = self.schedule.workload
+        cube = any(wl.category(t) is Category.COMPLEX_OUT_FUSABLE for t in self._members(kernel))
+        return "cube" if cube else "vector"
+
+    def _reduce_loops(self, kernel: str) -> set[str]:
+        """Every reduction loop of the kernel's body, by its lowered name."""
+        resolved = self.program.schedule
+        return {prefix + r for task, prefix in self._members(kernel).items() for r in resolved.reduce_loops(task)}
 
     @functools.cached_property
     def program(self):
@@ -85,5 +114,24 @@ class AicoreBackend:
 
     def compile(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
         return AicoreExecutable(schedule, device or DeviceModel())
+
+    def schedule_choices(self, device: DeviceModel | None) -> Choose:
+        """The default schedule on this target: a contraction's k block small enough that the panel
+        block of its register tile (k rows of 2 vectors) fits half of L0B, the other half for the
+        block loaded ahead, so the task streams along k instead of being refused; and at least one
+        task per core (the cpu's minimum task size is for its runtime, ~10 us a task), which also
+        keeps a vector task's rows within UB."""
+        d = device or DeviceModel()
+        largest = d.l0b_bytes // 2 // (2 * d.vector_bytes_per_cycle)
+        cores = len(d.core_classes())
+
+        def choose(name: str, candidates: Sequence[Any], default: Any) -> Any:
+            if name.endswith(".k_block"):
+                return max((c for c in candidates if c <= largest), default=min(candidates))
+            if name.endswith(".tasks") and cores in candidates:
+                return max(default, cores)
+            return default
+
+        return choose
 
 

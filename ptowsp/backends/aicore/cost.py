@@ -1,45 +1,58 @@
-"""Kernel cost on the device model: core class, streaming blocks, cycles, bytes moved, buffer fit.
+"""Kernel cost on the device model: core class, streamed blocks, cycles, bytes moved, buffer fit.
 
-From the lowered loop IR of each kernel and its access boxes:
+From the lowered loop IR of each kernel:
 
-- **core class**: a matrix-multiply-shaped reduction (a complex-out-fusable
-  anchor: matmul, batched matmul, conv) runs on a cube core, the rest on
-  vector cores; `bind(task, core=...)` overrides.
-- **blocks**: a task streams its inputs along its outermost reduction loop
-  when that loop sits at the top of the task's body (`k.outer` after
-  `split(C, k, 256)`): each iteration loads its share of the inputs, then
-  computes.  A task without one is one block.
+- **core class** (chosen by the target, aicore/__init__.py): a kernel with
+  a matrix-multiply-shaped reduction in it (a complex-out-fusable task:
+  matmul, batched matmul, conv, also as a fused epilogue's anchor) runs on
+  a cube core, the rest on vector cores; `bind(task, core=...)` overrides.
+- **tiles and blocks**: a task streams along its *stream loop*: the first
+  reduction loop, reached from the top of its body through tile loops, that
+  has spatial loops inside it (`k.outer` after `split(C, k, 256)` and a
+  reorder that puts the tile's element loops inside it).  The *tile loops*
+  are spatial loops that wrap the reduction's init and epilogue as well as
+  its update (lowering shares the spatial loops before the first reduction
+  loop between the three).  One iteration of the tile loops is a *tile*,
+  whose accumulators stay on the core; one iteration of the stream loop is
+  a *block*.  A task without a stream loop is one tile of one block.
+- **bytes**: what one block reads is the box its loop body touches (bounds
+  inference over the loops inside the stream loop); what a tile reads
+  outside its stream loop (a bias) comes with its first block, and what it
+  writes is stored after its last block.  Transfers go through one DMA
+  engine per core: each takes its bytes at the DMA rate and arrives
+  `dma_startup_seconds` later, so the latencies of back-to-back transfers
+  overlap.  An L2 (LRU over the boxes transferred) serves repeated reads;
+  misses and every store also pass through HBM, one shared FIFO.
 - **compute**: a cube block takes one cycle per 16x16x16 fractal of its
-  output tile times its k (padded to whole fractals; four for float32),
-  plus one vector pass over the output tile after the last block (the
-  epilogue: casts, bias, activation).  A vector task takes one cycle per
-  `vector_bytes_per_cycle` of operands of each arithmetic operation.
-- **bytes**: each block's loads and the task's stores are DMA transfers,
-  each `dma_startup_seconds` plus its bytes at the core's DMA rate.  An L2
-  (LRU over the boxes transferred) serves repeated reads; misses and every
-  store also pass through HBM, one shared FIFO at `hbm_bytes_per_second`.
-- **buffers**: a block's inputs (times 1 + prefetch, for the buffers loaded
-  ahead) and the task's outputs must fit the core's buffers, else the build
-  fails naming the buffer.
+  tile's outputs times its k (padded to whole fractals; float32 at
+  `cube_float32_share`).  Every other arithmetic operation of a cube task
+  (the epilogue: casts, bias, activation; producers computed inside it)
+  runs on the core's vector unit after the tile's last block.  A vector
+  unit takes one cycle per `vector_bytes_per_cycle` of operands of each
+  arithmetic operation.
+- **buffers**: a tile's accumulators, 1 + prefetch blocks of inputs and its
+  outputs must fit the core's buffers, else the build fails naming the
+  buffer.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.errors import ScheduleError
-from ptowsp.lower.ir import For, Stmt, bound_loops
+from ptowsp.lower.access import KernelAccess, statement_access
+from ptowsp.lower.ir import Block, For, Stmt, Store, bound_loops, walk_stmts
 from ptowsp.lower.kernel import Kernel
-from ptowsp.runtime import Instance, TaskTable
-from ptowsp.workloads import Category
+from ptowsp.runtime import TaskTable
 
 Region = tuple[tuple[int, int], ...]
+Parts = tuple[tuple[str, Region], ...]
 
 
 @dataclass(frozen=True)
@@ -47,29 +60,89 @@ class KernelShape:
     """What the cost model needs of one kernel, read once from its loop IR."""
 
     core: str  # "cube" or "vector"
-    blocks: int  # streaming steps per task instance
-    reduce_extent: int  # product of the reduction loops (k of a matmul)
+    path: tuple[int, ...]  # extents of the tile loops and the stream loop (last); () without a stream loop
+    tile: KernelAccess  # one tile: reads outside the stream loop, and writes (over grid + tile loops)
+    stream: KernelAccess | None  # one block's reads (over grid + tile loops + stream loop)
+    block_reduce: int  # contraction iterations of one block on the cube (k of one block; 0: none)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.path)
+
+    @property
+    def tile_outputs(self) -> int:
+        """Elements of a whole tile's first output (guards ignored, as in the instance's flops)."""
+        return math.prod(min(x, size) for _, x, size in self.tile.writes[0][1]) if self.tile.writes else 0
+
+    @property
+    def per_tile(self) -> int:
+        return self.path[-1] if self.path else 1
+
+    def tile_coords(self, block: int) -> tuple[int, ...]:
+        """Values of the tile loops in tile `block // per_tile` (mixed radix, outermost first)."""
+        index, values = block // self.per_tile, []
+        for extent in reversed(self.path[:-1]):
+            index, value = divmod(index, extent)
+            values.append(value)
+        return tuple(reversed(values))
 
 
-def _stream_loop(stmt: Stmt, reduce_loops: set[str]) -> int:
-    """Extent of the first reduction loop at the top of a task's body (not inside a spatial loop)."""
+def _without(stmt: Stmt, part: Stmt) -> Stmt:
+    """`stmt` with `part` (a statement inside it) left out."""
+    if stmt is part:
+        return Block(())
+    return stmt.with_children([_without(c, part) for c in stmt.children()])
+
+
+def _stream_path(stmt: Stmt, reduce_vars: set[str]) -> list[For] | None:
+    """The tile loops from the top of a task's body down to its stream loop (last), if it has one.
+
+    The stream loop is a reduction loop with spatial loops inside it (a tile, not an element, per
+    iteration); a spatial loop above it is a tile loop when it also wraps stores outside the stream
+    loop (the reduction's init and epilogue), not just the update nest of a per-element order.
+    """
     if isinstance(stmt, For):
-        return stmt.extent if stmt.var in reduce_loops else 0
+        if stmt.var in reduce_vars:
+            tiled = any(isinstance(n, For) and n.var not in reduce_vars for n in walk_stmts(stmt.body))
+            return [stmt] if tiled else None
+        inner = _stream_path(stmt.body, reduce_vars)
+        wraps = inner is not None and any(isinstance(n, Store) for n in walk_stmts(_without(stmt.body, inner[-1])))
+        return [stmt, *inner] if wraps else None
     for child in stmt.children():  # blocks, allocations and guards
-        if found := _stream_loop(child, reduce_loops):
+        if (found := _stream_path(child, reduce_vars)) is not None:
             return found
-    return 0
+    return None
 
 
-def kernel_shape(kernel: Kernel, category: Category, reduce_loops: Sequence[str], bound: str | None) -> KernelShape:
-    loops = set(reduce_loops)
-    extents = {var: extent for var, extent in bound_loops(kernel.body).items() if var in loops}
-    core = bound or ("cube" if category is Category.COMPLEX_OUT_FUSABLE else "vector")
-    return KernelShape(core, max(1, _stream_loop(kernel.body, loops)), math.prod(extents.values()))
+def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: set[str]) -> KernelShape:
+    """`reduce_vars`: every reduction loop in the kernel's body (of tasks computed at it too);
+    `own_reduce`: those of the kernel's own task, the contraction a cube core runs when the kernel
+    does not stream (the stream loop's contraction when it does)."""
+    grid = [name for name, _ in kernel.grid]
+    path = _stream_path(kernel.body, reduce_vars)
+    if path is None:
+        own = [e for v, e in bound_loops(kernel.body).items() if v in own_reduce]
+        reduce = math.prod(own) if own else 0
+        return KernelShape(core, (), statement_access(kernel.body, grid), None, reduce)
+    *tile_loops, stream = path
+    tile_body = tile_loops[-1].body if tile_loops else kernel.body
+    tile_vars = [*grid, *(lp.var for lp in tile_loops)]
+    reads = statement_access(_without(tile_body, stream), tile_vars).reads
+    tile = statement_access(tile_body, tile_vars)
+    block = statement_access(stream.body, [*tile_vars, stream.var])
+    reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
+    path_extents = tuple(lp.extent for lp in path)
+    return KernelShape(core, path_extents, KernelAccess(tile.grid, reads, tile.writes, tile.flops, tile.bytes),
+                       block, reduce)
 
 
 def _box_elements(region: Region) -> int:
     return math.prod(max(0, stop - start) for start, stop in region)
+
+
+def _box_bytes(access_parts, itemsize: Mapping[str, int]) -> list[int]:
+    """Bytes of each (unclipped, largest) box of a KernelAccess's reads or writes."""
+    return [math.prod(min(extent, size) for _, extent, size in box) * itemsize[name] for name, box in access_parts]
 
 
 def _kib(n: float) -> str:
@@ -96,19 +169,32 @@ class ModelCosts:
         self.hbm_free = 0.0  # when the HBM queue is next idle
         self.hbm_read = self.hbm_written = self.l2_hits = 0
 
+    def _shape(self, i: int) -> KernelShape | None:
+        return self.shapes.get(self.instances[i].name)
+
+    def _tile(self, i: int, block: int) -> tuple[Parts, Parts]:
+        """(reads outside the stream loop, writes) of the tile that `block` belongs to."""
+        shape, inst = self._shape(i), self.instances[i]
+        if shape is None:  # a host (opaque) task: its whole tensors
+            return inst.reads, inst.writes
+        return shape.tile.regions(*inst.coords, *shape.tile_coords(block))
+
+    def blocks(self, i: int) -> int:
+        shape = self._shape(i)
+        return 1 if shape is None else shape.blocks
+
+    def stores(self, i: int, block: int) -> bool:
+        shape = self._shape(i)
+        return shape is None or (block + 1) % shape.per_tile == 0
+
     def _bytes(self, part: tuple[str, Region]) -> int:
         return _box_elements(part[1]) * self.itemsize[part[0]]
 
-    def blocks(self, i: int) -> int:
-        shape = self.shapes.get(self.instances[i].name)
-        return 1 if shape is None else shape.blocks
-
-    def _transfer(self, start: float, nbytes: int, through_hbm: bool) -> float:
-        d = self.device
-        begin = start + d.dma_startup_seconds
-        end = begin + nbytes / d.dma_bytes_per_second
+    def _move(self, engine: float, nbytes: int, through_hbm: bool) -> float:
+        """When the core's DMA engine, free at `engine`, has passed `nbytes` on (HBM waits included)."""
+        end = engine + nbytes / self.device.dma_bytes_per_second
         if through_hbm:
-            self.hbm_free = max(begin, self.hbm_free) + nbytes / d.hbm_bytes_per_second
+            self.hbm_free = max(engine, self.hbm_free) + nbytes / self.device.hbm_bytes_per_second
             end = max(end, self.hbm_free)
         return end
 
@@ -123,45 +209,55 @@ class ModelCosts:
             self.l2_held -= self.l2.popitem(last=False)[1]
         return False
 
-    def load(self, i: int, block: int, now: float) -> float:
-        inst, t = self.instances[i], now
-        blocks = self.blocks(i)
-        for part in inst.reads:
-            nbytes = math.ceil(self._bytes(part) / blocks)
-            hit = self._cached((part, block, blocks), nbytes)
-            self.l2_hits += nbytes if hit else 0
-            self.hbm_read += 0 if hit else nbytes
-            t = self._transfer(t, nbytes, not hit)
-        return t - now
-
-    def store(self, i: int, now: float) -> float:
-        t = now
-        for part in self.instances[i].writes:
+    def load(self, i: int, block: int, now: float) -> tuple[float, float]:
+        """(seconds the DMA engine is busy, seconds until the block is in the core's buffers)."""
+        shape, inst = self._shape(i), self.instances[i]
+        parts: Parts = ()
+        if block % (shape.per_tile if shape else 1) == 0:
+            parts += self._tile(i, block)[0]
+        if shape is not None and shape.stream is not None:
+            parts += shape.stream.regions(*inst.coords, *shape.tile_coords(block), block % shape.per_tile)[0]
+        engine = now
+        for part in parts:
             nbytes = self._bytes(part)
-            self._cached((part, 0, 1), nbytes)  # what a consumer reads whole next is in L2
-            self.hbm_written += nbytes
-            t = self._transfer(t, nbytes, True)
-        return t - now
+            if nbytes:
+                hit = self._cached(part, nbytes)
+                self.l2_hits += nbytes if hit else 0
+                self.hbm_read += 0 if hit else nbytes
+                engine = self._move(engine, nbytes, not hit)
+        busy = engine - now
+        return busy, busy + (self.device.dma_startup_seconds if engine > now else 0.0)
+
+    def store(self, i: int, block: int, now: float) -> float:
+        engine = now
+        for part in self._tile(i, block)[1]:
+            nbytes = self._bytes(part)
+            if nbytes:
+                self._cached(part, nbytes)  # what a consumer reads whole next is in L2
+                self.hbm_written += nbytes
+                engine = self._move(engine, nbytes, True)
+        return engine - now + (self.device.dma_startup_seconds if engine > now else 0.0)
 
     def compute(self, i: int, block: int) -> float:
-        inst, d = self.instances[i], self.device
-        shape = self.shapes.get(inst.name)
+        inst, d, shape = self.instances[i], self.device, self._shape(i)
         if shape is None:  # a host (opaque) task: one pass over its bytes
             return inst.bytes / d.dma_bytes_per_second
         written = inst.writes[0][0] if inst.writes else None
         lanes = d.vector_bytes_per_cycle // max(1, self.itemsize.get(written, 4))
         if shape.core != "cube" or not inst.writes:
             return inst.flops / shape.blocks / lanes / d.clock_hz
-        # the cube: whole 16x16x16 fractals of (output tile) x (this block's k); then one vector
-        # pass over the output tile for the epilogue (casts, bias, activation) after the last block
-        outputs = _box_elements(inst.writes[0][1])
+        # the cube: whole 16x16x16 fractals of (this tile's outputs) x (this block's k); the rest of the
+        # tile's arithmetic (2 flops per multiply-accumulate are the cube's) on the vector unit after its last block
+        writes = self._tile(i, block)[1]
+        outputs = _box_elements(writes[0][1]) if writes else 0
         f = d.cube_fractal
-        k = max(1, shape.reduce_extent // shape.blocks)
-        fractals = math.ceil(outputs / (f * f)) * math.ceil(k / f)
+        fractals = math.ceil(outputs / (f * f)) * math.ceil(shape.block_reduce / f)
         rate = 1.0 if min(self.itemsize[t] for t, _ in inst.reads) <= 2 else d.cube_float32_share
         cycles = fractals * (f ** 3 / d.cube_macs_per_cycle) / rate
-        if block == shape.blocks - 1:
-            cycles += outputs / lanes
+        if self.stores(i, block) and outputs:  # (a tile its guards leave empty computes nothing)
+            tiles = shape.blocks // shape.per_tile
+            cube_flops = 2 * shape.tile_outputs * shape.block_reduce * shape.per_tile
+            cycles += max(0, inst.flops / tiles - cube_flops) / lanes
         return cycles / d.clock_hz
 
     def statistics(self) -> dict:
@@ -169,34 +265,29 @@ class ModelCosts:
                 "l2_hit_bytes": self.l2_hits}
 
 
-def check_buffers(device: DeviceModel, instances: Sequence[Instance], shapes: Mapping[str, KernelShape],
-                  itemsize: Mapping[str, int], prefetch: int) -> None:
-    """Refuse, at build time, a task whose block does not fit its core's buffers (ScheduleError)."""
-    seen: set[str] = set()
-    for inst in instances:
-        shape = shapes.get(inst.name)
-        if shape is None or inst.name in seen:
-            continue
-        seen.add(inst.name)
-        sizes = [(_box_elements(r) * itemsize[t]) for t, r in inst.reads]
-        blocks_in = [math.ceil(s / shape.blocks) for s in sizes]
-        out_elements = sum(_box_elements(r) for _, r in inst.writes)
-        out = sum(_box_elements(r) * itemsize[t] for t, r in inst.writes)
-        ahead = 1 + prefetch
-        hint = "split the task's reduction loop (streamed in blocks) or make its tile smaller"
+def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsize: Mapping[str, int],
+                  prefetch: int) -> None:
+    """Refuse, at build time, a task whose tile does not fit its core's buffers (ScheduleError)."""
+    ahead = 1 + prefetch
+    hint = "split the task's reduction loop (streamed in blocks) or make its tile smaller"
+    for name, shape in shapes.items():
+        tile_in = _box_bytes(shape.tile.reads, itemsize)
+        block_in = _box_bytes(shape.stream.reads, itemsize) if shape.stream else tile_in
+        out = _box_bytes(shape.tile.writes, itemsize)
+        in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
         if shape.core == "cube":
+            out_elements = sum(math.prod(min(x, size) for _, x, size in box) for _, box in shape.tile.writes)
             needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
-                      "its output tile's accumulators"),
-                     ("L0A/L0B", max(blocks_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
+                      "its tile's accumulators"),
+                     ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
                       "its largest input block"),
-                     ("L1", ahead * sum(blocks_in), device.l1_bytes,
-                      f"{ahead} input block(s) in flight (prefetch {prefetch})")]
+                     ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})")]
         else:
-            needs = [("UB", ahead * sum(blocks_in) + out, device.ub_bytes,
+            needs = [("UB", in_flight + sum(out), device.ub_bytes,
                       f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs")]
         for buffer, need, capacity, what in needs:
             if need > capacity:
-                raise ScheduleError(f"task {inst.name!r} needs {_kib(need)} of {buffer} for {what}, but a "
+                raise ScheduleError(f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
                                     f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}")
 
 

@@ -28,6 +28,7 @@ from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Instance, Launcher, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
+from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
 from ptowsp.workloads import ComputeTask
@@ -218,3 +219,6 @@ class CpuBackend:
 
     def compile(self, schedule: Schedule, device: None = None) -> CpuExecutable:
         return CpuExecutable(schedule)
+
+    def schedule_choices(self, device: None) -> Choose:
+        return keep_default

@@ -16,6 +16,7 @@ from ptowsp.backends.host import host_instance
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
+from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.te import evaluate
 from ptowsp.workloads import ComputeTask
 from ptowsp.workloads.inputs import read_only
@@ -61,3 +62,6 @@ class NumpyBackend:
 
     def compile(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
         return NumpyExecutable(schedule)
+
+    def schedule_choices(self, device: None) -> Choose:
+        return keep_default
