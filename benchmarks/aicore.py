@@ -15,8 +15,8 @@ numbers come from the cpu backend's kernels and are checked against numpy
    busy and is clearly faster than prefetch(0).
 2. Dispatch-bound regime: 10,000 tiny vector tasks (rows of 128 float32 of
    an elementwise chain) with 1..3 scheduler threads and beyond, until the
-   orchestrator binds; then 10,000 larger rows (16384 float32 through 10
-   elementwise steps, ~7 us each) on a one-cluster device, where a second
+   orchestrator binds; then 10,000 larger rows (16384 float32 through 6
+   elementwise steps, ~6 us each) on a one-cluster device, where a second
    scheduler thread helps until its two vector cores saturate.
 3. Fusion on the device: the zoo transformer block, unfused vs
    `fuse_by_category()` vs the default schedule (fusion plus grouping).
@@ -112,7 +112,7 @@ def dispatch_bound() -> None:
     for schedulers in (1, 2, 3, 4, 6, 8):
         m, _ = measure(s, inputs, DEVICE.model_copy(update={"schedulers": schedulers}))
         row("10k tiny vector tasks", f"{schedulers} scheduler thread(s)", m)
-    rows = zoo.elementwise_chain((10_000, 16384), 10)
+    rows = zoo.elementwise_chain((10_000, 16384), 6)
     inputs = random_inputs(rows)
     s = rows.schedule().fuse_by_category().parallel(rows.outputs[0], "i")
     for schedulers in (1, 2, 3):
