@@ -30,13 +30,19 @@ never shows in the result: every duration comes from the backend's
   the slot free.
 
 A kernel computes its numbers when its first block's compute begins: every
-producer has stored by then.  trio runs the virtual threads woken at the same
-instant in an order it draws at random; `csp.deterministic_order()` fixes the
-draw, so the same program gives the same trace on any machine.
+producer has stored by then.  Virtual threads woken at the same instant must
+run in a fixed order for the trace to repeat.  trio breaks ties between equal
+deadlines by object addresses (which differ from process to process), so
+every timed wait goes through one `_Timeline` that wakes them in the order
+they asked; trio then runs a batch in an order it draws at random, and
+`csp.deterministic_order()` fixes that draw.  So the same program gives the
+same trace on any machine, whatever ran before it in the process.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -78,6 +84,36 @@ class DeviceCosts(Protocol):
         """Whether instance i stores a tile of its output after computing `block`."""
 
     def store(self, i: int, block: int, now: float) -> float: ...
+
+
+class _Timeline:
+    """Timed waits woken in the order they were asked: one driver sleeps until the earliest."""
+
+    def __init__(self) -> None:
+        self.due: list[tuple[float, int, trio.Event]] = []
+        self.order = itertools.count()
+        self.changed = ParkingLot()
+
+    async def until(self, when: float) -> None:
+        if when <= trio.current_time():
+            return
+        event = trio.Event()
+        heapq.heappush(self.due, (when, next(self.order), event))
+        self.changed.unpark_all()
+        await event.wait()
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await trio.lowlevel.checkpoint()
+        else:
+            await self.until(trio.current_time() + seconds)
+
+    async def drive(self) -> None:
+        while True:
+            with trio.move_on_at(self.due[0][0] if self.due else float("inf")):
+                await self.changed.park()  # a new, earlier wake-up may have arrived
+            while self.due and self.due[0][0] <= trio.current_time():
+                heapq.heappop(self.due)[2].set()
 
 
 class _Nudge:
@@ -130,7 +166,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     sched = Scheduler(table, options, placer(options.policy), trio.current_time, wakeup=lambda: nudge)
     for w in sched.workers:
         w.idle = True  # every placement nudges the schedulers
-    record, window_lot = _Recorder(), ParkingLot()
+    record, window_lot, clock = _Recorder(), ParkingLot(), _Timeline()
     window_waits: list[tuple[float, float]] = []
     notices: list[deque] = [deque() for _ in range(costs.schedulers)]
     n = len(table.instances)
@@ -148,7 +184,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 await window_lot.park()
                 window_waits.append((start, trio.current_time()))
             start = trio.current_time()
-            await trio.sleep(costs.orchestrate_seconds)
+            await clock.sleep(costs.orchestrate_seconds)
             record.busy(orchestrator_row, start, trio.current_time())
             sched.admit(i)
 
@@ -176,7 +212,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
             core, i = picked
             core.held += 1
             start = trio.current_time()
-            await trio.sleep(costs.schedule_seconds)
+            await clock.sleep(costs.schedule_seconds)
             record.busy(scheduler_rows + s, start, trio.current_time())
             core.inbox.append((i, trio.current_time() + costs.dispatch_seconds))
             core.lot.unpark_all()
@@ -193,13 +229,11 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
         await until(at)
         return i
 
-    async def until(when: float) -> None:
-        if when > trio.current_time():
-            await trio.sleep(when - trio.current_time())
+    until = clock.until
 
     async def timed(i: int, stage: str | None, core: _Core, seconds: float) -> None:
         start = trio.current_time()
-        await trio.sleep(seconds)
+        await clock.sleep(seconds)
         record.stage(i, stage, core.index, start, trio.current_time())
 
     async def compute(i: int, block: int, core: _Core) -> None:
@@ -216,7 +250,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
         start = trio.current_time()
         busy, ready = costs.load(i, block, start)
         record.stage(i, "load", core.index, start, start + ready)
-        await trio.sleep(busy)
+        await clock.sleep(busy)
         return start + ready
 
     async def store(i: int, block: int, core: _Core, nursery: trio.Nursery) -> None:
@@ -225,7 +259,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
             nursery.start_soon(notice, i, core)
 
     async def notice(i: int, core: _Core) -> None:
-        await trio.sleep(costs.completion_seconds)
+        await clock.sleep(costs.completion_seconds)
         s = core.index % costs.schedulers
         notices[s].append((i, core))
         lots[s].unpark_all()
@@ -253,8 +287,8 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
         async def compute_stage() -> None:
             async with to_store:
-                async for i, block, arrival in from_load:
-                    await until(arrival)  # RAW: compute may use the block once it has landed
+                async for i, block, landed in from_load:
+                    await until(landed)  # RAW: compute may use the block once it has landed
                     await compute(i, block, core)
                     free.release()
                     if costs.stores(i, block):
@@ -271,13 +305,16 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
     async def main() -> None:
         with trio.move_on_after(options.timeout or STALL_SECONDS) as deadline:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(orchestrator)
-                for s in range(costs.schedulers):
-                    nursery.start_soon(scheduler, s)
-                run_core = pipelined_core if options.prefetch else serial_core
-                for core in cores:
-                    nursery.start_soon(run_core, core, nursery)
+            async with trio.open_nursery() as timing:
+                timing.start_soon(clock.drive)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(orchestrator)
+                    for s in range(costs.schedulers):
+                        nursery.start_soon(scheduler, s)
+                    run_core = pipelined_core if options.prefetch else serial_core
+                    for core in cores:
+                        nursery.start_soon(run_core, core, nursery)
+                timing.cancel_scope.cancel()
         if deadline.cancelled_caught:
             raise RunTimeout(f"the device run did not finish within {options.timeout or STALL_SECONDS} device "
                              f"seconds ({sched.completed} of {n} task instances done)")

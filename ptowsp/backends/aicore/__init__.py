@@ -36,14 +36,17 @@ class AicoreExecutable:
         self.schedule, self.device = schedule, device
         self.cpu = CpuExecutable(schedule)
         wl, program = schedule.workload, self.cpu.program
-        own_reduce = program.schedule.reduce_loops
-        self.shapes: dict[str, KernelShape] = {
-            name: kernel_shape(kernel, schedule.cores.get(name) or self._core(name), self._reduce_loops(name),
-                               set(own_reduce(name)))
-            for name, kernel in program.kernels.items()}
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}
         if unknown:
             raise BuildError(f"the aicore target has cube and vector cores; bind(..., core=) named {sorted(unknown)}")
+        resolved = program.schedule  # fusion applied: epilogue anchors are computed at their consumers
+        self.shapes: dict[str, KernelShape] = {}
+        for name, kernel in program.kernels.items():
+            members = self._members(name)
+            cube = any(wl.category(t) is Category.COMPLEX_OUT_FUSABLE for t in members)
+            core = schedule.cores.get(name) or ("cube" if cube else "vector")
+            reduce = {prefix + r for task, prefix in members.items() for r in resolved.reduce_loops(task)}
+            self.shapes[name] = kernel_shape(kernel, core, reduce, set(resolved.reduce_loops(name)))
         classes = {name: shape.core for name, shape in self.shapes.items()}
         self.table = TaskTable([dataclasses.replace(inst, core=classes.get(inst.name, "vector"))
                                 for inst in self.cpu.table.instances], after=self.cpu.table.after)
@@ -53,7 +56,8 @@ class AicoreExecutable:
 
     def _members(self, kernel: str) -> dict[str, str]:
         """The tasks lowered into `kernel`, each with the prefix lowering gave its loops: the kernel's
-        own task, and those computed at it, at any depth (fusion's epilogue anchors among them)."""
+        own task, and those computed at it, at any depth (fusion's epilogue anchors among them).
+        A kernel with a complex-out-fusable (matrix-multiply-shaped) member runs on a cube core."""
         placed = self.program.schedule.compute_at_locations
         members = {kernel: ""}
         for task in placed:
@@ -63,17 +67,6 @@ class AicoreExecutable:
             if chain[-1] == kernel:
                 members[task] = "".join(f"{t}." for t in reversed(chain[:-1]))
         return members
-
-    def _core(self, kernel: str) -> str:
-        """A kernel with a matrix-multiply-shaped task in it (complex-out-fusable) runs on a cube core."""
-        wl = self.schedule.workload
-        cube = any(wl.category(t) is Category.COMPLEX_OUT_FUSABLE for t in self._members(kernel))
-        return "cube" if cube else "vector"
-
-    def _reduce_loops(self, kernel: str) -> set[str]:
-        """Every reduction loop of the kernel's body, by its lowered name."""
-        resolved = self.program.schedule
-        return {prefix + r for task, prefix in self._members(kernel).items() for r in resolved.reduce_loops(task)}
 
     @functools.cached_property
     def program(self):

@@ -37,6 +37,7 @@ From the lowered loop IR of each kernel:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -72,7 +73,7 @@ class KernelShape:
     @property
     def tile_outputs(self) -> int:
         """Elements of a whole tile's first output (guards ignored, as in the instance's flops)."""
-        return math.prod(min(x, size) for _, x, size in self.tile.writes[0][1]) if self.tile.writes else 0
+        return _largest(self.tile.writes[0][1]) if self.tile.writes else 0
 
     @property
     def per_tile(self) -> int:
@@ -131,18 +132,21 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     tile = statement_access(tile_body, tile_vars)
     block = statement_access(stream.body, [*tile_vars, stream.var])
     reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
-    path_extents = tuple(lp.extent for lp in path)
-    return KernelShape(core, path_extents, KernelAccess(tile.grid, reads, tile.writes, tile.flops, tile.bytes),
-                       block, reduce)
+    return KernelShape(core, tuple(lp.extent for lp in path), dataclasses.replace(tile, reads=reads), block, reduce)
 
 
 def _box_elements(region: Region) -> int:
     return math.prod(max(0, stop - start) for start, stop in region)
 
 
+def _largest(box) -> int:
+    """Elements of a KernelAccess box at its full extent (clipped to the tensor, not to guards)."""
+    return math.prod(min(extent, size) for _, extent, size in box)
+
+
 def _box_bytes(access_parts, itemsize: Mapping[str, int]) -> list[int]:
-    """Bytes of each (unclipped, largest) box of a KernelAccess's reads or writes."""
-    return [math.prod(min(extent, size) for _, extent, size in box) * itemsize[name] for name, box in access_parts]
+    """Bytes of each (largest) box of a KernelAccess's reads or writes."""
+    return [_largest(box) * itemsize[name] for name, box in access_parts]
 
 
 def _kib(n: float) -> str:
@@ -217,26 +221,27 @@ class ModelCosts:
             parts += self._tile(i, block)[0]
         if shape is not None and shape.stream is not None:
             parts += shape.stream.regions(*inst.coords, *shape.tile_coords(block), block % shape.per_tile)[0]
+        return self._transfer(parts, now, loading=True)
+
+    def store(self, i: int, block: int, now: float) -> float:
+        return self._transfer(self._tile(i, block)[1], now, loading=False)[1]
+
+    def _transfer(self, parts: Parts, now: float, loading: bool) -> tuple[float, float]:
+        """(busy, ready) of moving `parts` through the core's DMA engine from device time `now`: loads
+        are served by L2 where it holds them; stores go to HBM and stay in L2 for their consumer."""
         engine = now
         for part in parts:
             nbytes = self._bytes(part)
             if nbytes:
-                hit = self._cached(part, nbytes)
-                self.l2_hits += nbytes if hit else 0
-                self.hbm_read += 0 if hit else nbytes
+                hit = self._cached(part, nbytes) and loading
+                if loading:
+                    self.l2_hits += nbytes if hit else 0
+                    self.hbm_read += 0 if hit else nbytes
+                else:
+                    self.hbm_written += nbytes
                 engine = self._move(engine, nbytes, not hit)
         busy = engine - now
         return busy, busy + (self.device.dma_startup_seconds if engine > now else 0.0)
-
-    def store(self, i: int, block: int, now: float) -> float:
-        engine = now
-        for part in self._tile(i, block)[1]:
-            nbytes = self._bytes(part)
-            if nbytes:
-                self._cached(part, nbytes)  # what a consumer reads whole next is in L2
-                self.hbm_written += nbytes
-                engine = self._move(engine, nbytes, True)
-        return engine - now + (self.device.dma_startup_seconds if engine > now else 0.0)
 
     def compute(self, i: int, block: int) -> float:
         inst, d, shape = self.instances[i], self.device, self._shape(i)
@@ -276,7 +281,7 @@ def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsi
         out = _box_bytes(shape.tile.writes, itemsize)
         in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
         if shape.core == "cube":
-            out_elements = sum(math.prod(min(x, size) for _, x, size in box) for _, box in shape.tile.writes)
+            out_elements = sum(_largest(box) for _, box in shape.tile.writes)
             needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
                       "its tile's accumulators"),
                      ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
