@@ -18,13 +18,20 @@ named `tensor.scope`, as in TVM.
 An anchor that is a grid loop (or no loop: the whole task instance) stages
 around the kernel body; grid loops inside the anchor then count as inner
 loops over their whole extent.
+
+A `shared` buffer belongs to a GPU thread block, not to one thread: loops
+around the anchor that are bound to `threadIdx` axes count as inner loops
+too (TVM relaxes thread axes the same way), so the box covers what every
+thread of the block reads and its start does not depend on the thread.  On a
+target that runs those loops one after another, each iteration fills the
+whole box: the same values, more copying.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ptowsp.lower.ir import GLOBAL, Allocate, Buffer, For, Stmt, block, bound_loops, map_exprs, stmt_exprs
+from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Buffer, For, Stmt, block, bound_loops, map_exprs, stmt_exprs
 from ptowsp.lower.regions import Box, read_box
 from ptowsp.te import Expr, Op, substitute, walk
 
@@ -40,11 +47,12 @@ def global_reads(s: Stmt, tensor: str, skip: str | None = None) -> list[Expr]:
     return here + [n for c in s.children() for n in global_reads(c, tensor, skip)]
 
 
-def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, outer_grid: dict[str, int]) -> Stmt:
+def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, relaxed: dict[str, int]) -> Stmt:
+    """Stage the reads in `body`; loops in `relaxed` (outside the anchor) count as ranging over their extent."""
     reads = global_reads(body, tensor.name)
     if not reads:
         return body  # this occurrence of the anchor does not read the tensor
-    box = read_box([r.src for r in reads], bound_loops(body) | outer_grid, tensor.shape)
+    box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape)
     local = Buffer(name, box.extents, tensor.dtype, scope)
 
     def redirect(n: Expr) -> Expr | None:
@@ -63,11 +71,12 @@ def stage(stmt: Stmt, anchor: str | None, grid: tuple[tuple[str, int], ...], ten
         inside = grid[grid_names.index(anchor) + 1:] if anchor is not None else ()
         return _stage_body(stmt, tensor, name, scope, fill, dict(inside))
 
-    def visit(s: Stmt) -> Stmt:
+    def visit(s: Stmt, threads: dict[str, int]) -> Stmt:
         if isinstance(s, For) and s.var == anchor:
-            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, {}))
-        children = s.children()
-        return s.with_children([visit(c) for c in children])
+            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, threads))
+        if isinstance(s, For) and scope == SHARED and s.kind.startswith("threadIdx."):
+            threads = {**threads, s.var: s.extent}
+        return s.with_children([visit(c, threads) for c in s.children()])
 
-    return visit(stmt)
+    return visit(stmt, {})
 

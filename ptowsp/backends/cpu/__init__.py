@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import itertools
 import time
 from collections.abc import Callable, Mapping
 
@@ -22,10 +21,10 @@ from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
-from ptowsp.backends.host import host_instance
+from ptowsp.backends.host import host_instance, kernel_instances
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
-from ptowsp.runtime import Instance, Launcher, Options, TaskTable, Trace, execute
+from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
@@ -143,10 +142,7 @@ class CpuExecutable:
             if entry is None:
                 instances.append(host_instance(wl.task(name)))
                 continue
-            access, core = entry.access, cores.get(name)
-            for coords in itertools.product(*(range(extent) for extent in entry.grid)):
-                reads, writes = access.regions(*coords)
-                instances.append(Instance(name, coords, reads, writes, core, access.grid, access.bytes, access.flops))
+            instances.extend(kernel_instances(name, entry.grid, entry.access, cores.get(name)))
         return TaskTable(instances, after=self.memory_plan.reuses)
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options,

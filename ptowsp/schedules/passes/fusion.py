@@ -10,7 +10,7 @@ fused task is lowered, bounds-checked and compiled like any other:
   `fuse_by_category` keeps it materialised instead, so no work is repeated.
 - **epilogue**: an injective consumer E of a complex-out-fusable producer P
   (matmul, conv) takes P's spatial loop schedule (tiling, order, task grid,
-  vectorisation), and P is computed per output tile inside it (compute_at at
+  GPU thread axes, vectorisation), and P is computed per output tile inside it (compute_at at
   the last of P's loops outside its reduction).  P's result then lives in a
   tile-sized local buffer: the intermediate tensor is never written to memory.
 
@@ -232,7 +232,7 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
         task = getattr(step, "task", None)
         if step.kind in ("fuse_tasks", "fuse_by_category"):
             continue
-        if (task in folded and step.kind in _TASK_STEPS) or (task in anchors and step.kind == "parallel"):
+        if (task in folded and step.kind in _TASK_STEPS) or (task in anchors and _spans_tiles(step)):
             dropped.append(step.call())
             continue
         out._apply(step)
@@ -244,13 +244,19 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
         names = dict(zip(wl.task(f.producer).loop_names, wl.task(f.consumer).loop_names, strict=True))
         reduce_roots = {part for lp in s.nest(f.producer).loops if lp.reduce for part in lp.name.split(".")}
         for step in s.steps:
-            if getattr(step, "task", None) == f.producer and step.kind in LOOP_STEPS:
+            if getattr(step, "task", None) == f.producer and (step.kind in LOOP_STEPS or _spans_tiles(step)):
                 moved = _translate(step, f.consumer, names, reduce_roots)
                 if moved is not None:
                     out._apply(moved)
         tile = _tile_loop(s, f.producer)
         out._apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
     return out
+
+
+def _spans_tiles(step: st._Step) -> bool:
+    """A step that places the anchor's tiles (task grid, GPU thread axes): it moves to the epilogue,
+    which walks the tiles; the anchor, computed once per tile inside it, keeps none."""
+    return step.kind == "parallel" or (step.kind == "bind" and getattr(step, "thread", None) is not None)
 
 
 def _rename(loop: str, names: dict[str, str]) -> str:
