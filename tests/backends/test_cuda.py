@@ -1,0 +1,206 @@
+"""The cuda target without a GPU: PTX for every conformance workload, the SPMD rewrite run by the
+host emulator against the reference, the default binding, and the errors a GPU schedule can meet.
+Tests that need a GPU skip with the reason where none is present."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.backends.cuda import CudaBackend, generate
+from ptowsp.backends.cuda.emulate import emulate
+from ptowsp.backends.cuda.spmd import MAX_STATIC_SHARED_BYTES
+from ptowsp.lower.ir import Barrier, walk_stmts
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.random_schedule import random_schedule
+from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
+from tests.conformance.test_conformance import assert_close
+
+PTXAS = shutil.which("ptxas")
+GPU = "cuda" in pw.targets()
+
+
+def cuda_default(wl: pw.Workload) -> pw.Schedule:
+    """What pw.build(wl, target="cuda") compiles."""
+    return default_schedule(wl, vector_bytes=CudaBackend.vector_bytes, workers=2,
+                            choose=CudaBackend().schedule_choices(None))
+
+
+def gpu_matmul(wl: pw.Workload, block: int = 8, thread: int = 2, k_block: int = 4) -> pw.Schedule:
+    """TVM's shared-memory matmul: a block tile per CUDA block, a register tile per thread, A and B
+    staged in shared memory per k block, the accumulators in registers."""
+    s = wl.schedule().tile("C", i=block, j=block).split("C", "i.inner", thread).split("C", "j.inner", thread)
+    s.split("C", "k", k_block).reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k.outer",
+                                       "k.inner", "i.inner.inner", "j.inner.inner")
+    s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
+    s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.x")
+    s.cache_read("C", "A", "shared", "k.outer").cache_read("C", "B", "shared", "k.outer")
+    return s.cache_write("C", "local")
+
+
+def assemble(ptx: str, tmp_path) -> None:
+    """ptxas accepts the PTX for sm_90 (the check the driver's JIT makes on a GPU)."""
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    done = subprocess.run([PTXAS, "-arch=sm_90", str(source), "-o", str(tmp_path / "kernel.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_ptx_for_every_conformance_workload(case, tmp_path):
+    wl = case.make()
+    schedules = [cuda_default(wl), wl.schedule(), hand_schedule(wl), fused_schedule(wl),
+                 hand_schedule(wl).fuse_by_category(), random_schedule(wl, 0), random_schedule(wl, 1)]
+    for schedule in schedules:
+        code = generate(schedule)
+        entries = re.findall(r"\.visible \.entry (\w+)\(", code.ptx)
+        assert sorted(entries) == sorted(code.symbols[t] for t in code.program.kernels)
+        for task, kernel in code.kernels.items():
+            assert ("blockIdx" in str(kernel.body) or "threadIdx" in str(kernel.body)) == (
+                kernel.blocks != (1, 1, 1) or kernel.threads != (1, 1, 1)), task
+        barriers = any(isinstance(st, Barrier) for k in code.kernels.values() for st in walk_stmts(k.body))
+        assert ("bar.sync" in code.ptx) == barriers
+        # shared memory where the schedule asks (LLVM may keep a cache_write buffer in registers instead)
+        assert ".shared" not in code.ptx or any(k.shared for k in code.kernels.values())
+        assert not barriers or ".shared" in code.ptx
+        if PTXAS:
+            assemble(code.ptx, tmp_path)
+
+
+def test_ptxas_is_there_to_check_the_ptx():
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) is not installed: PTX is generated but not assembled")
+    assert subprocess.run([PTXAS, "--version"], capture_output=True).returncode == 0
+
+
+EMULATED = ["matmul_int32", "matmul_float16", "matmul_prime", "softmax", "softmax_prime", "layernorm", "rmsnorm",
+            "attention_causal", "conv2d_strided", "conv2d_unpadded", "elementwise_chain", "transpose",
+            "broadcast_add", "stencil_blur", "int_arith", "float16_chain", "two_outputs", "opaque_middle",
+            "size_one", "compare_to_bool", "casts", "guarded_reduction", "float64_matmul", "multi_axis_sum",
+            "gather_rows"]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in EMULATED], ids=lambda c: c.name)
+def test_emulated_gpu_matches_the_reference(case):
+    """The threads of each block run in lockstep between barriers on the host: what the GPU computes."""
+    wl = case.make()
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)
+    rtol = max(case.rtol, 1e-5)
+    for schedule in (cuda_default(wl), wl.schedule(), fused_schedule(wl), random_schedule(wl, 2)):
+        got = emulate(generate(schedule), inputs)
+        assert_close(got, expected, wl, rtol, context=f"emulated cuda under\n{schedule}")
+
+
+@pytest.mark.parametrize("shape", [(16, 16, 16), (13, 24, 9)])
+def test_shared_memory_matmul(shape):
+    """Cooperative fills, barriers and register accumulators; a non-dividing shape is guarded
+    inside the thread's tile, so every thread still reaches every barrier."""
+    n, m, k = shape
+    wl = pw.zoo.matmul(n, m, k)
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)
+    schedule = gpu_matmul(wl, block=8, thread=2, k_block=4) if n == 16 else gpu_matmul(wl, 8, 1, 4)
+    code = generate(schedule)
+    kernel = code.kernels["C"]
+    assert kernel.blocks == (-(-m // 8), -(-n // 8), 1)
+    assert sorted(b.name for b in kernel.shared) == ["A.shared", "B.shared"]
+    assert ".shared" in code.ptx and "bar.sync" in code.ptx
+    local = [b for b in code.kernels["C"].body.__repr__().split("Buffer(")[1:] if "C.local" in b]
+    assert local and "shape=(1, 1, 1, 1" in local[0]  # the thread's own tile: dims of thread axes dropped
+    assert_close(emulate(code, inputs), expected, wl, 1e-5)
+    assert_close(pw.build(schedule, target="cpu").run(**inputs), expected, wl, 1e-5)
+
+
+def test_default_binding_spreads_a_kernel_over_blocks_and_threads():
+    wl = pw.zoo.elementwise_chain((64, 45), 3)
+    code = generate(wl.schedule().fuse_by_category())
+    (kernel,) = code.kernels.values()
+    assert kernel.threads == (240, 1, 1) and kernel.blocks == (12, 1, 1)  # 2880 = 12 x 240: no tail
+    prime = pw.zoo.elementwise_chain((31, 37), 2)
+    code = generate(prime.schedule().fuse_by_category())
+    (kernel,) = code.kernels.values()
+    assert kernel.threads == (256, 1, 1) and kernel.blocks == (5, 1, 1)  # 1147 is 31 x 37: a guarded tail
+    inputs = random_inputs(prime)
+    assert_close(emulate(code, inputs), pw.reference(prime, **inputs), prime, 1e-5)
+
+
+def test_task_grid_loops_are_separate_launches():
+    wl = pw.zoo.matmul(16, 8, 4)
+    s = wl.schedule().split("C", "i", 4).parallel("C", "i.outer")
+    code = generate(s)
+    assert code.kernels["C"].grid == (("i.outer", 4),)
+    assert ".param .u64 " in code.ptx.split("ptowsp_0_C(")[1].split(")")[0]  # the grid coordinate
+    inputs = random_inputs(wl)
+    assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-5)
+
+
+def test_epilogue_fusion_moves_thread_bindings_to_the_epilogue():
+    wl = pw.zoo.mlp(8, 16, 8, 4)
+    s = wl.schedule().tile("H", i=4, j=4).bind("H", "i.outer", "blockIdx.x").bind("H", "j.inner", "threadIdx.x")
+    code = generate(s.fuse_by_category())
+    assert any(k.blocks == (2, 1, 1) and k.threads == (4, 1, 1) for k in code.kernels.values())
+    inputs = random_inputs(wl)
+    assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
+
+
+def test_illegal_bindings_raise_schedule_errors():
+    wl = pw.zoo.matmul(64, 64, 64)
+    with pytest.raises(pw.ScheduleError, match="thread axis is bound to two loops"):
+        wl.schedule().bind("C", "i", "threadIdx.x").bind("C", "j", "threadIdx.x")
+    with pytest.raises(pw.ScheduleError, match="4096 threads per block exceed the limit of 1024"):
+        wl.schedule().bind("C", "i", "threadIdx.y").bind("C", "j", "threadIdx.x")
+    with pytest.raises(pw.ScheduleError, match="k is a reduction loop"):
+        wl.schedule().bind("C", "k", "threadIdx.x")
+    big = pw.zoo.matmul(256, 256, 256)
+    with pytest.raises(pw.ScheduleError, match=r"task 'C': .* bytes of shared memory .* exceed the 49152 bytes"):
+        generate(gpu_matmul(big, block=128, thread=8, k_block=64))
+    assert MAX_STATIC_SHARED_BYTES == 49152
+    odd = pw.zoo.matmul(20, 20, 8)  # threads of 8 x 8 over a 20-wide tile: a guarded tail around the barrier
+    s = odd.schedule().split("C", "i", 8).bind("C", "i.outer", "blockIdx.x").bind("C", "i.inner", "threadIdx.x")
+    s.cache_read("C", "B", "shared", "k")
+    with pytest.raises(pw.ScheduleError, match="shared buffer B.shared is filled where threads of a block disagree"):
+        generate(s)
+
+
+def test_float64_math_without_libm_is_refused():
+    wl = pw.Workload("exp64")
+    x = wl.input("x", (8,), dtype="float64")
+    wl.output(wl.compute("y", (8,), lambda i: pw.exp(x[i])))
+    with pytest.raises(pw.BuildError, match="float64 exp is not supported on the cuda target"):
+        generate(wl.schedule())
+
+
+def test_pow_follows_numpy_for_negative_bases_and_zero_exponents():
+    wl = pw.Workload("pow")
+    x, y = wl.input("x", (6,)), wl.input("y", (6,))
+    wl.output(wl.compute("z", (6,), lambda i: x[i] ** y[i] + x[i] ** 3))
+    inputs = {"x": np.array([-2, -2, -2, 0, 1, 3], np.float32), "y": np.array([3, 2, 0.5, 0, 7, -1], np.float32)}
+    with np.errstate(invalid="ignore"):
+        expected = pw.reference(wl, **inputs)
+    np.testing.assert_allclose(emulate(generate(wl.schedule()), inputs)["z"], expected["z"], rtol=1e-6)
+
+
+def test_unavailable_target_says_why():
+    if GPU:
+        pytest.skip("a GPU is present: the target is available")
+    reason = CudaBackend().unavailable_reason()
+    assert reason is not None and "cuda" not in pw.targets()
+    with pytest.raises(pw.BuildError, match=re.escape(f"target 'cuda' is unavailable here: {reason}")):
+        pw.build(pw.zoo.matmul(4, 4, 4), target="cuda")
+
+
+@pytest.mark.skipif(not GPU, reason="no CUDA driver and GPU on this machine")
+def test_on_the_gpu_with_kernel_times_from_cuda_events():
+    wl = pw.zoo.matmul(64, 48, 80)
+    inputs = random_inputs(wl)
+    prog = pw.build(gpu_matmul(wl, block=16, thread=2, k_block=8), target="cuda")
+    assert_close(prog.run(**inputs), pw.reference(wl, **inputs), wl, 1e-5)
+    (event,) = [e for e in prog.trace.events if e.name == "C"]
+    assert 0 < event.active <= event.end - event.start
