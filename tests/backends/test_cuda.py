@@ -7,17 +7,21 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
+import types
 
 import numpy as np
 import pytest
 
 import ptowsp as pw
-from ptowsp.backends.cuda import CudaBackend, generate
+from ptowsp.backends import cuda as cuda_target
+from ptowsp.backends.cuda import CudaBackend, driver, generate
 from ptowsp.backends.cuda.emulate import emulate
 from ptowsp.backends.cuda.spmd import MAX_STATIC_SHARED_BYTES
 from ptowsp.lower.ir import Barrier, walk_stmts
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.random_schedule import random_schedule
+from tests.backends import fake_cuda_driver
 from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
 from tests.conformance.test_conformance import assert_close
 
@@ -204,3 +208,60 @@ def test_on_the_gpu_with_kernel_times_from_cuda_events():
     assert_close(prog.run(**inputs), pw.reference(wl, **inputs), wl, 1e-5)
     (event,) = [e for e in prog.trace.events if e.name == "C"]
     assert 0 < event.active <= event.end - event.start
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The cuda target on the fake driver: launches run on the host emulator."""
+    kernels: dict = {}
+    fake = fake_cuda_driver.make(kernels)
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = fake
+    package = types.ModuleType("cuda")
+    package.bindings = bindings
+    for name, module in {"cuda": package, "cuda.bindings": bindings, "cuda.bindings.driver": fake}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    real_generate = cuda_target.generate
+
+    def recording(*args, **kwargs):
+        code = real_generate(*args, **kwargs)
+        kernels.update({code.symbols[t]: k for t, k in code.kernels.items()})
+        return code
+
+    monkeypatch.setattr(cuda_target, "generate", recording)
+    driver.unavailable_reason.cache_clear()
+    driver.device.cache_clear()
+    try:
+        yield fake
+    finally:
+        driver.unavailable_reason.cache_clear()
+        driver.device.cache_clear()
+        vars(driver._current).clear()
+
+
+@pytest.mark.parametrize("name", ["opaque_middle", "matmul_prime", "two_outputs", "size_one"])
+def test_executable_through_a_fake_driver(fake_gpu, name):
+    """Memory, uploads, argument order, launch shapes, host tasks and event times, end to end."""
+    assert "cuda" in pw.targets()
+    case = next(c for c in CASES if c.name == name)
+    wl = case.make()
+    inputs = random_inputs(wl)
+    before = {k: v.copy() for k, v in inputs.items()}
+    expected = pw.reference(wl, **inputs)
+    for schedule in (hand_schedule(wl), wl):
+        prog = pw.build(schedule, target="cuda", workers=2)
+        for _ in range(2):  # device memory is reused by the next run
+            assert_close(prog.run(**inputs), expected, wl, max(case.rtol, 1e-5))
+        kernels = [e for e in prog.trace.events if e.name in prog.program.kernels]
+        assert kernels and all(e.active == fake_cuda_driver.KERNEL_MILLISECONDS / 1e3 for e in kernels)
+    for k, v in inputs.items():
+        np.testing.assert_array_equal(v, before[k])
+    assert fake_gpu.launches and all(isinstance(f, str) for f, _ in fake_gpu.launches)
+
+
+def test_shared_memory_matmul_through_a_fake_driver(fake_gpu):
+    wl = pw.zoo.matmul(16, 24, 12)
+    inputs = random_inputs(wl)
+    prog = pw.build(gpu_matmul(wl, block=8, thread=2, k_block=4), target="cuda", workers=1)
+    assert_close(prog.run(**inputs), pw.reference(wl, **inputs), wl, 1e-5)
+    assert [f for f, _ in fake_gpu.launches] == ["ptowsp_0_C"]

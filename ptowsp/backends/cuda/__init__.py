@@ -74,8 +74,8 @@ class CudaExecutable:
         self.program = self.code.program
         self.module = driver.Module(self.code.ptx)
         wl = schedule.workload
-        tensors = {**{n: t for n, t in wl.inputs.items()}, **{t.name: t for name in self.program.order
-                                                                for t in wl.task(name).outputs}}
+        tensors = {n: wl.tensor(n) for n in wl.inputs} | {t.name: t for name in self.program.order
+                                                          for t in wl.task(name).outputs}
         self.memory = {name: driver.Memory(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize)
                        for name, t in tensors.items()}
         for name, value in self.program.constants.items():
