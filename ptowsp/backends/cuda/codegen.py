@@ -36,48 +36,10 @@ _MATH = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", O
 _SMALL_POWERS = range(-4, 5)  # x ** n for these constant n: multiplications, exact as numpy's
 
 
-class GpuEmitter(KernelEmitter):
-    """Emits one GPU kernel into an NVPTX module; `emit()` returns the function."""
+class NoLibm:
+    """Math without libm for an emitter: what the GPU computes inline (a mixin, so the tests can
+    run the same code generation on the host and compare it with numpy)."""
 
-    def __init__(self, module: ir.Module, kernel: GpuKernel, symbol: str):
-        super().__init__(module, kernel, symbol)  # type: ignore[arg-type]  # the same fields a Kernel has
-        self.fn.calling_convention = "ptx_kernel"
-        self.symbol = symbol
-        entry = ir.IRBuilder(self.entry)
-        for axis, register in _SREG.items():
-            read = entry.call(ir.Function(module, ir.FunctionType(I32, []), register)
-                              if register not in module.globals else module.globals[register], [])
-            self.env[axis] = entry.zext(read, I64, name=axis)
-
-    def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Barrier):
-            barrier = declare(self.module, "llvm.nvvm.barrier0", [], ir.FunctionType(ir.VoidType(), []))
-            self.b.call(barrier, [])
-        elif isinstance(s, For) and s.kind not in ("serial", "unrolled"):
-            super().stmt(replace(s, kind="serial"))
-        else:
-            super().stmt(s)
-
-    def allocate(self, s: Allocate) -> None:
-        buf = s.buffer
-        count = 1
-        for n in buf.shape:
-            count *= n
-        entry = ir.IRBuilder(self.entry)
-        if buf.scope == SHARED:
-            name = f"{self.symbol}.{buf.name}"
-            array = ir.ArrayType(MEMORY[buf.dtype], count)
-            memory = self.module.globals.get(name)
-            if memory is None:
-                memory = ir.GlobalVariable(self.module, array, name, addrspace=3)
-                memory.linkage, memory.initializer, memory.align = "internal", ir.Constant(array, ir.Undefined), 16
-            pointer = entry.addrspacecast(memory, ir.PointerType())
-        else:
-            pointer = entry.alloca(MEMORY[buf.dtype], size=ir.Constant(I64, count), name=buf.name)
-        self.pointers[buf.name], self.buffers[buf.name] = pointer, buf
-        self.stmt(s.body)
-
-    # -- math without libm ----------------------------------------------------------
     def through_float32(self, x: ir.Value, dtype: str, what: str, fn) -> ir.Value:
         """fn on float32 scalars, for a float32 or float16 value (float16: widened, then rounded)."""
         if dtype == "float64":
@@ -133,3 +95,45 @@ class GpuEmitter(KernelEmitter):
         result = b.select(negative, b.select(whole, signed, f(float("nan"))), magnitude)
         one = b.or_(b.fcmp_ordered("==", y, f(0.0)), b.fcmp_ordered("==", x, f(1.0)))
         return b.select(one, f(1.0), result)
+
+
+class GpuEmitter(NoLibm, KernelEmitter):
+    """Emits one GPU kernel into an NVPTX module; `emit()` returns the function."""
+
+    def __init__(self, module: ir.Module, kernel: GpuKernel, symbol: str):
+        super().__init__(module, kernel, symbol)  # type: ignore[arg-type]  # the same fields a Kernel has
+        self.fn.calling_convention = "ptx_kernel"
+        self.symbol = symbol
+        entry = ir.IRBuilder(self.entry)
+        for axis, register in _SREG.items():
+            read = entry.call(ir.Function(module, ir.FunctionType(I32, []), register)
+                              if register not in module.globals else module.globals[register], [])
+            self.env[axis] = entry.zext(read, I64, name=axis)
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Barrier):
+            barrier = declare(self.module, "llvm.nvvm.barrier0", [], ir.FunctionType(ir.VoidType(), []))
+            self.b.call(barrier, [])
+        elif isinstance(s, For) and s.kind not in ("serial", "unrolled"):
+            super().stmt(replace(s, kind="serial"))
+        else:
+            super().stmt(s)
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        count = 1
+        for n in buf.shape:
+            count *= n
+        entry = ir.IRBuilder(self.entry)
+        if buf.scope == SHARED:
+            name = f"{self.symbol}.{buf.name}"
+            array = ir.ArrayType(MEMORY[buf.dtype], count)
+            memory = self.module.globals.get(name)
+            if memory is None:
+                memory = ir.GlobalVariable(self.module, array, name, addrspace=3)
+                memory.linkage, memory.initializer, memory.align = "internal", ir.Constant(array, ir.Undefined), 16
+            pointer = entry.addrspacecast(memory, ir.PointerType())
+        else:
+            pointer = entry.alloca(MEMORY[buf.dtype], size=ir.Constant(I64, count), name=buf.name)
+        self.pointers[buf.name], self.buffers[buf.name] = pointer, buf
+        self.stmt(s.body)
