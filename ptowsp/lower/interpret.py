@@ -73,19 +73,27 @@ class Interpreter:
             raise TypeError(f"unknown statement {s!r}")
 
 
-def interpret(program: Program, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-    """Run every task instance of the program in table order; return the outputs."""
+def run_instances(program: Program, inputs: Mapping[str, np.ndarray], fresh, run_kernel) -> dict[str, np.ndarray]:
+    """Every task instance in table order: opaque tasks on the host, kernels through
+    `run_kernel(task, arrays, grid env)`; each stored tensor starts as `fresh(shape, dtype)`."""
     wl = program.workload
-    arrays: dict[str, np.ndarray] = {**program.constants, **validate_inputs(wl, inputs)}
+    arrays: dict[str, np.ndarray] = {**program.constants, **validate_inputs(wl, dict(inputs))}
     for name in program.order:
         for t in wl.task(name).outputs:
-            arrays[t.name] = np.zeros(t.shape, t.dtype)
-    interpreter = Interpreter(arrays)
+            arrays[t.name] = fresh(t.shape, t.dtype)
     for task, coords in program.launches():
         kernel = program.kernels.get(task)
         if kernel is None:
             arrays.update(run_opaque(wl.task(task), arrays))  # type: ignore[arg-type]
             continue
-        env = {name: c for (name, _), c in zip(kernel.grid, coords, strict=True)}
-        interpreter.run(kernel.body, env)
+        run_kernel(task, arrays, {name: c for (name, _), c in zip(kernel.grid, coords, strict=True)})
     return {name: arrays[name].copy() for name in wl.outputs}
+
+
+def interpret(program: Program, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    """Run every task instance of the program in table order; return the outputs."""
+
+    def run_kernel(task: str, arrays: dict[str, np.ndarray], env: dict[str, int]) -> None:
+        Interpreter(arrays).run(program.kernels[task].body, env)
+
+    return run_instances(program, inputs, np.zeros, run_kernel)

@@ -83,18 +83,24 @@ def _write_atomically(path: pathlib.Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
+def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm.ModuleRef:
+    """Parse and verify the module, then run LLVM's -O3 pipeline for `tm` (with or without the
+    loop and SLP vectorizers)."""
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    options.loop_vectorization = vectorize
+    options.slp_vectorization = vectorize
+    builder = llvm.create_pass_builder(tm, options)
+    builder.getModulePassManager().run(parsed, builder)
+    return parsed
+
+
 def compile_object(module: ir.Module, key: str, manifest: dict) -> bytes:
     """Optimise and compile the module for the host; store the object and manifest under `key`."""
     module.triple = llvm.get_process_triple()
     tm = target_machine()
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    options = llvm.create_pipeline_tuning_options(speed_level=3)
-    options.loop_vectorization = True
-    options.slp_vectorization = True
-    builder = llvm.create_pass_builder(tm, options)
-    builder.getModulePassManager().run(parsed, builder)
-    data = tm.emit_object(parsed)
+    data = tm.emit_object(optimise(module, tm, vectorize=True))
     _write_atomically(cache_dir() / f"{key}.o", data)
     _write_atomically(cache_dir() / f"{key}.json", json.dumps(manifest).encode())  # last: marks it complete
     return data

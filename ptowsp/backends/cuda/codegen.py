@@ -17,6 +17,7 @@ one changes what differs on a GPU:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from llvmlite import ir
@@ -121,9 +122,7 @@ class GpuEmitter(NoLibm, KernelEmitter):
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer
-        count = 1
-        for n in buf.shape:
-            count *= n
+        count = math.prod(buf.shape)
         entry = ir.IRBuilder(self.entry)
         if buf.scope == SHARED:
             name = f"{self.symbol}.{buf.name}"

@@ -20,10 +20,8 @@ import numpy as np
 from ptowsp.backends.cuda import CudaCode
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import TaskError
-from ptowsp.lower.interpret import Interpreter
+from ptowsp.lower.interpret import Interpreter, run_instances
 from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Stmt, Store
-from ptowsp.workloads.inputs import validate_inputs
-from ptowsp.workloads.reference import run_opaque
 
 
 def _poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -83,18 +81,9 @@ def run_block(kernel: GpuKernel, arrays: dict[str, np.ndarray], env: dict[str, i
 
 def emulate(code: CudaCode, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run every task instance of the generated program on the host, as the GPU would; the outputs."""
-    program = code.program
-    wl = program.workload
-    arrays: dict[str, np.ndarray] = {**program.constants, **validate_inputs(wl, dict(inputs))}
-    for name in program.order:
-        for t in wl.task(name).outputs:
-            arrays[t.name] = _poisoned(t.shape, t.dtype)
-    for task, coords in program.launches():
-        kernel = code.kernels.get(task)
-        if kernel is None:
-            arrays.update(run_opaque(wl.task(task), arrays))  # type: ignore[arg-type]
-            continue
-        grid = {name: c for (name, _), c in zip(kernel.grid, coords, strict=True)}
+    def run_kernel(task: str, arrays: dict[str, np.ndarray], grid: dict[str, int]) -> None:
+        kernel = code.kernels[task]
         for ids in itertools.product(*(range(n) for n in kernel.blocks)):
             run_block(kernel, arrays, {**grid, **dict(zip(BLOCK_AXES, ids, strict=True))})
-    return {name: arrays[name].copy() for name in wl.outputs}
+
+    return run_instances(code.program, inputs, _poisoned, run_kernel)

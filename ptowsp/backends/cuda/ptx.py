@@ -12,6 +12,7 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ptowsp.backends.cpu.jit import optimise
 from ptowsp.errors import BuildError
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -45,11 +46,4 @@ def compile_ptx(module: ir.Module, arch: int = DEFAULT_ARCH) -> str:
     module.triple = TRIPLE
     tm = target_machine(arch)
     module.data_layout = str(tm.target_data)
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    options = llvm.create_pipeline_tuning_options(speed_level=3)
-    options.loop_vectorization = False
-    options.slp_vectorization = False
-    builder = llvm.create_pass_builder(tm, options)
-    builder.getModulePassManager().run(parsed, builder)
-    return tm.emit_assembly(parsed)
+    return tm.emit_assembly(optimise(module, tm, vectorize=False))
