@@ -1,15 +1,24 @@
 """Task instances for the runtime: whole tasks (opaque tasks on every target, every task on the
-numpy target) and the instances of a compiled kernel's task grid."""
+numpy target), the instances of a compiled kernel's task grid, and the table of one run.
+
+A task with a domain (`wl.compute(..., domain=)`) gets no instance for a tile wholly outside it.
+The orchestrator decides this from the tile's bounds (te/domain.py) when it builds the run's
+table, if the domain reads only the run's inputs; a domain over data the run computes (a router's
+counts) is decided once the instance is ready, and an empty one is retired unrun.
+"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ptowsp.lower.access import KernelAccess
-from ptowsp.runtime import Instance
+from ptowsp.runtime import Instance, TaskTable
+from ptowsp.te import Op, walk
+from ptowsp.te.domain import may_hold
+from ptowsp.workloads import Workload
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 
 
@@ -18,15 +27,74 @@ def _whole(tensor) -> tuple[tuple[int, int], ...]:
 
 
 def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
-    """One instance that reads every input and writes every output of `task` whole."""
+    """One instance that reads every input and writes every output of `task` whole (shapes bound)."""
     outputs = task.outputs
     moved = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize for t in (*task.inputs, *outputs))
     return Instance(task.name, (), tuple((t.name, _whole(t)) for t in task.inputs),
                     tuple((t.name, _whole(t)) for t in outputs), bytes=moved)
 
 
-def kernel_instances(name: str, grid: tuple[int, ...], access: KernelAccess, core: str | None) -> Iterator[Instance]:
+def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
+                     sizes: tuple[int, ...] = ()) -> Iterator[Instance]:
     """One instance per point of a kernel's task grid, with the regions it reads and writes there."""
+    regions, flops, moved = access.at(sizes)
     for coords in itertools.product(*(range(extent) for extent in grid)):
-        reads, writes = access.regions(*coords)
-        yield Instance(name, coords, reads, writes, core, access.grid, access.bytes, access.flops)
+        reads, writes = regions(*coords)
+        yield Instance(name, coords, reads, writes, core, access.grid, moved, flops)
+
+
+def grid_extents(sources: Sequence[str], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """A kernel's grid at a binding (the manifest keeps each extent as Python source over the sizes)."""
+    return tuple(int(s) if s.lstrip("-").isdigit() else int(eval(s, {"min": min, "max": max}, dict(sizes)))  # noqa: S307
+                 for s in sources)
+
+
+def _tile(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
+    """The task's loop ranges over one instance: the box of its output the instance writes."""
+    region = dict(writes)[task.name]
+    return {n: (lo, hi - 1) for n, (lo, hi) in zip(task.loop_names, region, strict=True)}
+
+
+def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[str], KernelAccess]],
+              cores: Mapping[str, str], sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None,
+              after: Mapping[str, Sequence[str]] | None = None) -> TaskTable:
+    """The task table of one run: kernel instances at the sizes' binding, host instances for the
+    rest, tiles outside a domain left out (`arrays` None: keep them; the table is then the same for
+    every run at this binding)."""
+    bound = wl.bind(sizes)
+    values = tuple(sizes[n] for n in wl.sizes)
+    instances: list[Instance] = []
+    deferred: dict[int, ComputeTask] = {}
+    for name in order:
+        if name not in kernels:
+            instances.append(host_instance(bound.task(name)))
+            continue
+        grid, access = kernels[name]
+        task = wl.task(name)
+        domain = task.domain if isinstance(task, ComputeTask) and arrays is not None else None
+        early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants
+                                           for t in _reads(domain))
+        for inst in kernel_instances(name, grid_extents(grid, sizes), access, cores.get(name), values):
+            if domain is not None and early and not may_hold(domain, _tile(task, inst.writes), arrays):
+                continue
+            if domain is not None and not early:
+                deferred[len(instances)] = task
+            instances.append(inst)
+    if not deferred:
+        return TaskTable(instances, after=after)
+    table = instances
+
+    def skip(i: int) -> bool:
+        task = deferred.get(i)
+        return task is not None and not may_hold(task.domain, _tile(task, table[i].writes), arrays)
+
+    return TaskTable(instances, after=after, skip=skip)
+
+
+def domain_outputs(wl: Workload) -> set[str]:
+    """Tensors of tasks with a domain: zero-filled before each run, as skipped tiles write nothing."""
+    return {name for name in wl.tasks if isinstance(t := wl.task(name), ComputeTask) and t.domain is not None}
+
+
+def _reads(e) -> list:
+    return [n.arg for n in walk(e) if n.op is Op.LOAD]

@@ -21,48 +21,30 @@ import numpy as np
 from ptowsp.lower.ir import GLOBAL, For, Stmt, Store, bound_loops, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.regions import read_box
-from ptowsp.te import Expr, Op, walk
+from ptowsp.te import Expr, Op, sizes, walk
+from ptowsp.te.sizes import Extent, python_source
 
-Box = tuple[tuple[str, int, int], ...]  # (start as Python source over g0, g1, ..., extent, size) per dimension
+Box = tuple[tuple[str, str, str], ...]  # (start over g0, g1, ..., extent, size) per dimension, as Python source
 Region = tuple[tuple[int, int], ...]
-
-_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.FLOORDIV: "//", Op.MOD: "%"}
-_NOT_ARITHMETIC = {Op.CONST, Op.VAR, Op.RVAR, Op.LOAD, Op.CAST}
-
-
-def _source(e: Expr, grid: dict[str, str]) -> str | None:
-    """e as a Python integer expression over the grid variables, or None if it uses anything else."""
-    if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
-        return str(e.arg)
-    if e.op is Op.VAR:
-        return grid.get(e.arg[0])
-    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
-        return _source(e.src[0], grid)
-    parts = [_source(s, grid) for s in e.src]
-    if any(p is None for p in parts):
-        return None
-    if e.op in _INFIX:
-        return f"({parts[0]} {_INFIX[e.op]} {parts[1]})"
-    if e.op is Op.NEG:
-        return f"(-{parts[0]})"
-    if e.op in (Op.MIN, Op.MAX):
-        return f"{e.op.name.lower()}({parts[0]}, {parts[1]})"
-    return None
+Regions = tuple[tuple[tuple[str, Region], ...], tuple[tuple[str, Region], ...]]
+_NOT_ARITHMETIC = {Op.CONST, Op.VAR, Op.RVAR, Op.LOAD, Op.CAST, Op.SIZE}
 
 
 @dataclass(frozen=True)
 class KernelAccess:
-    """Per-instance access boxes and cost of one kernel, as data."""
+    """Per-instance access boxes and cost of one kernel, as data: Python source over the grid
+    coordinates (g0, g1, ...) and the workload's sizes (by name)."""
 
     grid: tuple[str, ...]
     reads: tuple[tuple[str, Box], ...]
     writes: tuple[tuple[str, Box], ...]
-    flops: int
-    bytes: int
+    flops: str
+    bytes: str
+    sizes: tuple[str, ...] = ()
 
     @functools.cached_property
-    def regions(self) -> Callable[..., tuple[tuple[tuple[str, Region], ...], tuple[tuple[str, Region], ...]]]:
-        """f(*coords) -> (reads, writes) as ((tensor, ((start, stop), ...)), ...)."""
+    def _bind(self) -> Callable[..., tuple[Callable[..., Regions], int, int]]:
+        """f(*sizes) -> (regions(*coords), flops, bytes) at that binding."""
         def boxes(entries: tuple[tuple[str, Box], ...]) -> str:
             def dims(box: Box) -> str:
                 return "".join(f"(max(0, {start}), min({size}, {start} + {extent}))," for start, extent, size in box)
@@ -70,29 +52,49 @@ class KernelAccess:
             return "(" + "".join(f"({name!r}, ({dims(box)}))," for name, box in entries) + ")"
 
         params = ", ".join(f"g{k}" for k in range(len(self.grid)))
-        code = f"lambda {params}: ({boxes(self.reads)}, {boxes(self.writes)})"
-        return eval(code, {"min": min, "max": max})  # noqa: S307 - source built above from integer expressions
+        regions = f"lambda {params}: ({boxes(self.reads)}, {boxes(self.writes)})"
+        code = f"lambda {', '.join(self.sizes)}: ({regions}, {self.flops}, {self.bytes})"
+        return eval(code, {"min": min, "max": max})  # noqa: S307 - source built here from integer expressions
+
+    @functools.cached_property
+    def _bindings(self) -> dict[tuple[int, ...], tuple[Callable[..., Regions], int, int]]:
+        return {}
+
+    def at(self, sizes: tuple[int, ...] = ()) -> tuple[Callable[..., Regions], int, int]:
+        """(regions(*coords) -> (reads, writes), flops, bytes) of one instance at a binding of the sizes
+        (their values in `self.sizes` order)."""
+        found = self._bindings.get(sizes)
+        if found is None:
+            if len(self._bindings) >= 64:
+                self._bindings.clear()
+            found = self._bindings[sizes] = self._bind(*sizes)
+        return found
+
+    @property
+    def regions(self) -> Callable[..., Regions]:
+        """f(*coords) -> (reads, writes) as ((tensor, ((start, stop), ...)), ...) (no symbolic sizes)."""
+        return self.at()[0]
 
     def to_json(self) -> dict:
         return {"grid": list(self.grid), "reads": [[n, [list(d) for d in b]] for n, b in self.reads],
                 "writes": [[n, [list(d) for d in b]] for n, b in self.writes], "flops": self.flops,
-                "bytes": self.bytes}
+                "bytes": self.bytes, "sizes": list(self.sizes)}
 
     @classmethod
     def from_json(cls, data: dict) -> KernelAccess:
         def boxes(entries) -> tuple[tuple[str, Box], ...]:
-            return tuple((n, tuple((str(s), int(x), int(size)) for s, x, size in b)) for n, b in entries)
+            return tuple((n, tuple((str(s), str(x), str(size)) for s, x, size in b)) for n, b in entries)
 
-        return cls(tuple(data["grid"]), boxes(data["reads"]), boxes(data["writes"]), int(data["flops"]),
-                   int(data["bytes"]))
+        return cls(tuple(data["grid"]), boxes(data["reads"]), boxes(data["writes"]), str(data["flops"]),
+                   str(data["bytes"]), tuple(data.get("sizes", ())))
 
 
 def kernel_access(kernel: Kernel) -> KernelAccess:
     """The boxes one instance of `kernel` reads and writes, as functions of its grid coordinates."""
-    return statement_access(kernel.body, [name for name, _ in kernel.grid])
+    return statement_access(kernel.body, [name for name, _ in kernel.grid], kernel.sizes)
 
 
-def statement_access(body: Stmt, outer: Sequence[str]) -> KernelAccess:
+def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str] = ()) -> KernelAccess:
     """The boxes one run of `body` reads and writes, as functions of the `outer` loop variables
     around it (a task's grid, or the grid and the loops of a kernel down to one of its blocks)."""
     grid = {name: f"g{k}" for k, name in enumerate(outer)}
@@ -114,32 +116,39 @@ def statement_access(body: Stmt, outer: Sequence[str]) -> KernelAccess:
             box = read_box(indices, inner, buffer.shape, shift=False)
             dims = []
             for start, extent, size in zip(box.starts, box.extents, buffer.shape, strict=True):
-                source = _source(start, grid)
-                dims.append((source, extent, size) if source is not None else ("0", size, size))
+                whole = python_source(size, {})
+                source = python_source(start, grid)
+                extent_source = python_source(extent, {})
+                if source is None or extent_source is None:  # an index the inference cannot follow (a gather)
+                    dims.append(("0", whole, whole))
+                else:
+                    dims.append((source, extent_source, whole))
             out.append((buffer.name, tuple(dims)))
         return tuple(out)
 
     reads = boxes({b: i for b, i in loads.items() if b.name not in written})
     writes = boxes(stores)
     itemsize = {b.name: np.dtype(b.dtype).itemsize for b in (*loads, *stores)}
-    moved = sum(itemsize[name] * int(np.prod([min(x, size) for _, x, size in box])) for name, box in (*reads, *writes))
-    return KernelAccess(tuple(grid), reads, writes, _flops(body), moved)
+    moved = " + ".join(f"{itemsize[name]} * {' * '.join(f'min({x}, {size})' for _, x, size in box) or '1'}"
+                       for name, box in (*reads, *writes)) or "0"
+    return KernelAccess(tuple(grid), reads, writes, python_source(_flops(body), {}) or "0", moved,
+                        tuple(size_names))
 
 
-def _statements(s: Stmt, trips: int):
+def _statements(s: Stmt, trips: Extent):
     """Every statement with the number of times one instance runs it (guards ignored)."""
     yield s, trips
-    inner = trips * s.extent if isinstance(s, For) else trips
+    inner = sizes.mul(trips, s.extent) if isinstance(s, For) else trips
     for c in s.children():
         yield from _statements(c, inner)
 
 
-def _flops(body: Stmt) -> int:
+def _flops(body: Stmt) -> Extent:
     """Arithmetic operations one instance performs: per store, its value's operations times its trips."""
-    total = 0
+    total: Extent = 0
     for s, trips in _statements(body, 1):
         if isinstance(s, Store):
-            total += trips * _operations(s.value)
+            total = sizes.add(total, sizes.mul(trips, _operations(s.value)))
     return total
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from ptowsp.te import Expr, Op, substitute
+from ptowsp.te.sizes import Extent
 
 GLOBAL, LOCAL, SHARED, UB = "global", "local", "shared", "ub"
 
@@ -23,7 +24,7 @@ class Buffer:
     """A named array a kernel reads or writes: a workload tensor (global) or a local allocation."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Extent, ...]  # symbolic dimensions only in global buffers (local ones have a size)
     dtype: str
     scope: str = GLOBAL
 
@@ -35,8 +36,8 @@ class Buffer:
         return self.name
 
 
-def var(name: str, extent: int) -> Expr:
-    """A loop variable (int64) ranging over 0..extent-1."""
+def var(name: str, extent: Extent) -> Expr:
+    """A loop variable (int64) ranging over 0..extent-1 (the extent may be symbolic)."""
     return Expr(Op.VAR, "int64", (), (name, extent))
 
 
@@ -58,7 +59,7 @@ class For(Stmt):
     """for var in 0..extent-1, run as `kind`: serial, vectorized, unrolled, parallel or a GPU axis."""
 
     var: str
-    extent: int
+    extent: Extent
     kind: str
     body: Stmt
 
@@ -149,12 +150,15 @@ def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
     return s
 
 
-def bound_loops(s: Stmt) -> dict[str, int]:
-    """Every loop variable a statement binds, with its largest extent (a name may recur)."""
-    extents: dict[str, int] = {}
+def bound_loops(s: Stmt) -> dict[str, Extent]:
+    """Every loop variable a statement binds, with its largest extent (a name may recur; a symbolic
+    extent wins over a number)."""
+    extents: dict[str, Extent] = {}
     for n in walk_stmts(s):
         if isinstance(n, For):
-            extents[n.var] = max(n.extent, extents.get(n.var, 0))
+            old = extents.get(n.var, 0)
+            extents[n.var] = max(n.extent, old) if isinstance(old, int) and isinstance(n.extent, int) else (
+                n.extent if isinstance(old, int) else old)
     return extents
 
 

@@ -52,7 +52,8 @@ from ptowsp.lower.tidy import tidy
 from ptowsp.schedules import LoopNest, Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
-from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
+from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import binary, unary, where
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
 
@@ -64,10 +65,20 @@ class Kernel:
     """The code one task instance runs; its free variables are the grid loops."""
 
     name: str
-    grid: tuple[tuple[str, int], ...]  # (loop name, extent) of the task grid, outermost first
+    grid: tuple[tuple[str, Extent], ...]  # (loop name, extent) of the task grid, outermost first
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
     body: Stmt
+    sizes: tuple[str, ...] = ()  # the workload's symbolic sizes: arguments after the grid coordinates
+
+
+def local_shape(task: str, name: str, extents) -> tuple[int, ...]:
+    """The shape of a local buffer: every extent a number, else BuildError naming the loop to split."""
+    for e in extents:
+        if not isinstance(e, int):
+            raise BuildError(f"task {task!r}: local buffer {name} would span a loop of symbolic extent {e}; "
+                             "split that loop and keep the buffer inside its outer part")
+    return tuple(extents)
 
 
 def buffer_of(tensor) -> Buffer:
@@ -145,7 +156,7 @@ class _Lowering:
         self.inner = [lp for lp in self.nest.loops if lp.annotation != "parallel"]
         self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
-        self.body = to_buffers(inline_producers(self.task.body, wl, schedule.inlined))
+        self.body = to_buffers(inline_producers(self.task.value, wl, schedule.inlined))
 
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
@@ -215,7 +226,7 @@ class _Lowering:
         """A buffer with one element per iteration of `loops` (the accumulator, or the cache_write
         buffer when `scope` is given), and its index."""
         name = f"{self.name}_acc" if scope is None else f"{self.name}.{scope}"
-        shape = tuple(lp.extent for lp in loops) or (1,)
+        shape = local_shape(self.name, name, [lp.extent for lp in loops]) or (1,)
         index = tuple(var(lp.name, lp.extent) for lp in loops) or (const(0, "int64"),)
         return Buffer(name, shape, dtype, scope or LOCAL), index
 
@@ -296,7 +307,9 @@ class _Lowering:
             position -= 1
         partial_loops = self.inner[position:]
         index = tuple(var(lp.name, lp.extent) for lp in [*per_tile, *partial_loops])
-        part = Buffer(f"{self.name}_lanes", tuple(lp.extent for lp in [*per_tile, *partial_loops]), acc.dtype, LOCAL)
+        part = Buffer(f"{self.name}_lanes", local_shape(self.name, f"{self.name}_lanes",
+                                                        [lp.extent for lp in [*per_tile, *partial_loops]]),
+                      acc.dtype, LOCAL)
 
         def over_partials(stmt: Stmt, keep_kinds: bool) -> Stmt:  # no guards: every partial is folded
             for lp in reversed(partial_loops):
@@ -351,7 +364,7 @@ def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: 
     """
     task = wl.task(name)
     assert isinstance(task, ComputeTask)
-    holders = {axis: var(f"@{name}.{axis}", size - extent + 1)
+    holders = {axis: var(f"@{name}.{axis}", sizes.add(sizes.sub(size, extent), 1))
                for axis, size, extent in zip(task.loop_names, task.tensor.shape, box.extents, strict=True)}
     lowering = _Lowering(wl, schedule, name, region=(holders, buffer))
     if lowering.grid:
@@ -414,5 +427,5 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
             for n in walk(e):
                 if n.op is Op.LOAD and n.arg.scope == "global" and n.arg.name != name:
                     reads.setdefault(n.arg.name, n.arg)
-    return Kernel(name, lowering.grid, tuple(reads.values()), (lowering.out,), body)
+    return Kernel(name, lowering.grid, tuple(reads.values()), (lowering.out,), body, tuple(wl.sizes))
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ptowsp.errors import BuildError
 from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Buffer, For, Stmt, block, bound_loops, map_exprs, stmt_exprs
 from ptowsp.lower.regions import Box, read_box
 from ptowsp.te import Expr, Op, substitute, walk
@@ -53,6 +54,10 @@ def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, r
     if not reads:
         return body  # this occurrence of the anchor does not read the tensor
     box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape)
+    symbolic = [str(e) for e in box.extents if not isinstance(e, int)]
+    if symbolic:
+        raise BuildError(f"{name}: the part of {tensor.name} read there is {symbolic[0]} elements long, a symbolic "
+                         "size; a buffer needs a fixed size: split the symbolic loop and place it at the outer part")
     local = Buffer(name, box.extents, tensor.dtype, scope)
 
     def redirect(n: Expr) -> Expr | None:

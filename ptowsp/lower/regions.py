@@ -12,13 +12,18 @@ box, which over-approximates but never misses an element.
 The box is then clamped into the tensor by shifting it inwards (Halide's
 ShiftInwards): an edge iteration computes a few elements it does not need
 rather than reading outside the producer's domain, and no extent varies.
+
+With symbolic sizes an extent may be an expression (a task instance that
+walks a whole row of `n` elements reads a box `n` wide); the task table
+evaluates it at each binding.  A buffer's box needs a number: placement
+refuses a symbolic one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, walk
+from ptowsp.te import Expr, Op, const, sizes, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import binary
 
@@ -26,7 +31,7 @@ from ptowsp.te.expr import binary
 @dataclass(frozen=True)
 class Box:
     starts: tuple[Expr, ...]  # int64 expressions of the loops outside the anchor
-    extents: tuple[int, ...]
+    extents: tuple[sizes.Extent, ...]
 
 
 @dataclass(frozen=True)
@@ -84,36 +89,60 @@ def _key(base: Expr | None) -> str:
     return "" if base is None else str(base)
 
 
-def _dimension(indices: list[Expr], inner: dict[str, int], size: int, shift: bool) -> tuple[Expr, int]:
+def _low(coef: int, extent: sizes.Extent) -> sizes.Extent:
+    """The least value of coef * v for v in [0, extent)."""
+    return 0 if coef >= 0 else sizes.mul(coef, sizes.sub(extent, 1))
+
+
+def _high(coef: int, extent: sizes.Extent) -> sizes.Extent:
+    return 0 if coef <= 0 else sizes.mul(coef, sizes.sub(extent, 1))
+
+
+def _bound(form: _Affine, inner: dict, side) -> sizes.Extent:
+    total: sizes.Extent = form.offset
+    for v, c in form.coefs:
+        total = sizes.add(total, side(c, inner[v]))
+    return total
+
+
+def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool) -> tuple[Expr, sizes.Extent]:
     """(start, extent) of one dimension over all accesses, shifted into [0, size) when `shift`."""
     forms = [_affine(i, inner) for i in indices]
     if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
-        lo = min(f.offset + sum(min(0, c * (inner[v] - 1)) for v, c in f.coefs) for f in forms)  # type: ignore
-        hi = max(f.offset + sum(max(0, c * (inner[v] - 1)) for v, c in f.coefs) for f in forms)  # type: ignore
+        lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
+        highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
+        lo, hi = lows[0], highs[0]
+        for x, y in zip(lows[1:], highs[1:]):
+            lo, hi = sizes.minimum(lo, x), sizes.maximum(hi, y)
         base = forms[0].base  # type: ignore[union-attr]
     else:  # numeric bounds over every loop, inner and outer
         bounds = [interval(i) for i in indices]
         known = [b for b in bounds if b is not None]
-        lo, hi = (min(b[0] for b in known), max(b[1] for b in known)) if len(known) == len(bounds) else (0, size - 1)
+        lo, hi = (min(b[0] for b in known), max(b[1] for b in known)) if len(known) == len(bounds) else \
+            (0, sizes.sub(size, 1))
         base = None
-    extent = max(1, min(hi - lo + 1, size))
-    start = _plus(base, const(lo, "int64")) if lo else (base if base is not None else const(0, "int64"))
+    extent = sizes.minimum(sizes.add(sizes.sub(hi, lo), 1), size)
+    if isinstance(extent, int):
+        extent = max(1, extent)
+    start = base if isinstance(lo, int) and lo == 0 else _plus(base, sizes.as_expr(lo))
+    start = start if start is not None else const(0, "int64")
     return (_shift_inwards(start, extent, size) if shift else start), extent
 
 
-def _shift_inwards(start: Expr, extent: int, size: int) -> Expr:
+def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent) -> Expr:
     """clamp(start, 0, size - extent), each side dropped where the bounds of start already hold it."""
-    if start.op is Op.CONST:
-        return const(min(max(int(start.arg), 0), size - extent), "int64")
-    lo, hi = interval(start) or (-1, size)
+    last = sizes.sub(size, extent)
+    if start.op is Op.CONST and isinstance(last, int):
+        return const(min(max(int(start.arg), 0), last), "int64")
+    lo, hi = interval(start) or (-1, None)
     if lo < 0:
         start = binary(Op.MAX, start, const(0, "int64"))
-    if hi > size - extent:
-        start = binary(Op.MIN, start, const(size - extent, "int64"))
+    if hi is None or not isinstance(last, int) or hi > last:
+        start = binary(Op.MIN, start, sizes.as_expr(last))
     return start
 
 
-def read_box(accesses: list[tuple[Expr, ...]], inner: dict[str, int], shape: tuple[int, ...],
+def read_box(accesses: list[tuple[Expr, ...]], inner: dict, shape: tuple,
              shift: bool = True) -> Box:
     """The box of a tensor that index tuples read while the `inner` loops run, shifted into the
     tensor (constant extent; for buffers) or, with shift=False, left for the caller to clip."""

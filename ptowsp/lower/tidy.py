@@ -100,7 +100,7 @@ def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
 
 def _tidy(s: Stmt) -> Stmt:
     """Drop unit loops (their variable becomes 0) and fold every load and store index."""
-    if isinstance(s, For) and s.extent == 1:
+    if isinstance(s, For) and isinstance(s.extent, int) and s.extent == 1:
         zero = const(0, "int64")
         return _tidy(_with_value(s.body, s.var, zero))
     if isinstance(s, Store):

@@ -145,6 +145,8 @@ class Scheduler:
     def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float],
                  wakeup: Callable[[], threading.Condition] | None = None):
         self.instances, self.preds = table.instances, table.predecessors
+        self.skip = table.skip  # instances whose work turns out empty once their inputs exist
+        self.skipped = 0
         self.clock = clock
         self.lock = threading.Lock()
         wakeup = wakeup or (lambda: threading.Condition(self.lock))  # the device clock wakes trio tasks instead
@@ -215,9 +217,13 @@ class Scheduler:
 
     # -- scheduler ------------------------------------------------------------------------
     def place(self, i: int, maker: int | None) -> None:
+        if self.skip is not None and self.skip(i):  # ready, but nothing to compute: retire it unrun
+            self.skipped += 1
+            self.retire(i, -1)
+            return
         inst = self.instances[i]
         eligible = self.eligible[inst.core]
-        producers = [self.ran_on[p] for p in self.preds[i]] if self.needs_producers else []
+        producers = [self.ran_on[p] for p in self.preds[i] if self.ran_on[p] >= 0] if self.needs_producers else []
         w = self.workers[self.placer.place(inst, eligible, maker, producers)]
         w.queue.append(i)
         if w.idle:
@@ -242,15 +248,19 @@ class Scheduler:
         return None
 
     def complete(self, i: int, w: _Worker) -> None:
+        self.retire(i, w.index)
+
+    def retire(self, i: int, worker: int) -> None:
+        """Instance i is done (run by `worker`, or skipped: -1); its ready successors are placed."""
         self.done[i] = 1
-        self.ran_on[i] = w.index
+        self.ran_on[i] = worker
         succ = self.successors[i]
         if succ is not None:
             self.successors[i] = None
             for s in succ:
                 self.remaining[s] -= 1
                 if not self.remaining[s]:
-                    self.place(s, w.index)
+                    self.place(s, None if worker < 0 else worker)
         self.completed += 1
         self.free += 1
         if self.completed == len(self.instances):
@@ -454,3 +464,4 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
     trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in sched.window_waits)
     trace.deps = [(p, i) for i, ps in enumerate(sched.preds) if sched.done[i] for p in ps]
     trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(sched.window_waits)}
+    trace.statistics["skipped"] = sched.skipped

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -115,9 +115,13 @@ def _bits(mask: int) -> list[int]:
 class TaskTable:
     """Instances in an order every dependency respects, and (computed once) their predecessors."""
 
-    def __init__(self, instances: Sequence[Instance], after: Mapping[str, Sequence[str]] | None = None):
+    def __init__(self, instances: Sequence[Instance], after: Mapping[str, Sequence[str]] | None = None,
+                 skip: Callable[[int], bool] | None = None):
         self.instances = tuple(instances)
         self.after = dict(after or {})  # tensor -> tensors whose every access precedes its writes
+        # asked once an instance is ready (its inputs written): True retires it without running it,
+        # for work that depends on data computed during the run (a domain over a router's counts)
+        self.skip = skip
 
     def __len__(self) -> int:
         return len(self.instances)

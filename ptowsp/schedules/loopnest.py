@@ -14,12 +14,20 @@ lowering recovers each original loop variable:
 `v = v.outer * factor + v.inner` (guarded by `v < extent` when the factor
 does not divide the extent) and `a = f // extent(b)`, `b = f % extent(b)` for
 `f = a.b.fused`.
+
+Extents may be symbolic (te/sizes.py): splitting a loop of extent `n` by 8
+gives `(n + 7) // 8` outer iterations and a guarded tail, since no factor
+is known to divide a size.  Loops that vectorize, unroll or form a GPU block
+need a number: split a symbolic loop and annotate its inner part.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+
+from ptowsp.te import sizes
+from ptowsp.te.sizes import Extent
 
 SERIAL, VECTORIZED, UNROLLED, PARALLEL = "serial", "vectorized", "unrolled", "parallel"
 MAX_VECTOR_LANES = 64
@@ -34,7 +42,7 @@ class StepError(Exception):
 @dataclass(frozen=True)
 class Loop:
     name: str
-    extent: int
+    extent: Extent
     reduce: bool  # iterates a reduction axis (or a part of one)
     annotation: str = SERIAL  # serial, vectorized, unrolled, parallel, or a GPU thread axis
 
@@ -45,11 +53,13 @@ class SplitRelation:
     outer: str
     inner: str
     factor: int
-    parent_extent: int
+    parent_extent: Extent
 
     @property
     def guarded(self) -> bool:
-        """True when the factor leaves a tail: the inner loop runs past the extent."""
+        """True when the factor may leave a tail: the inner loop runs past the extent."""
+        if not isinstance(self.parent_extent, int):
+            return self.factor > 1
         return self.parent_extent % self.factor != 0 and self.factor < self.parent_extent
 
 
@@ -58,7 +68,7 @@ class FuseRelation:
     outer: str
     inner: str
     fused: str
-    inner_extent: int
+    inner_extent: Extent
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ class LoopNest:
     relations: tuple[SplitRelation | FuseRelation, ...] = ()
 
     @staticmethod
-    def of(spatial: list[tuple[str, int]], reduce: list[tuple[str, int]]) -> LoopNest:
+    def of(spatial: list[tuple[str, Extent]], reduce: list[tuple[str, Extent]]) -> LoopNest:
         """The initial nest: spatial loops outermost, then the reduction's loops."""
         return LoopNest(tuple(Loop(n, e, False) for n, e in spatial) + tuple(Loop(n, e, True) for n, e in reduce))
 
@@ -94,8 +104,8 @@ class LoopNest:
             raise StepError(f"split factor must be an integer >= 1, got {factor!r}")
         position, loop = self.index(name), self.loop(name)
         self._require_serial(loop, "split")
-        outer = Loop(f"{name}.outer", math.ceil(loop.extent / factor), loop.reduce)
-        inner = Loop(f"{name}.inner", min(factor, loop.extent), loop.reduce)
+        outer = Loop(f"{name}.outer", sizes.ceil_div(loop.extent, factor), loop.reduce)
+        inner = Loop(f"{name}.inner", _split_inner(factor, loop.extent), loop.reduce)
         for new in (outer, inner):
             if new.name in self.names:
                 raise StepError(f"splitting {name} would create {new.name}, which exists already")
@@ -112,7 +122,7 @@ class LoopNest:
             raise StepError(f"cannot fuse the reduction loop {(la if la.reduce else lb).name} with a spatial loop")
         for loop in (la, lb):
             self._require_serial(loop, "fused")
-        fused = Loop(f"{outer}.{inner}.fused", la.extent * lb.extent, la.reduce)
+        fused = Loop(f"{outer}.{inner}.fused", sizes.mul(la.extent, lb.extent), la.reduce)
         loops = list(self.loops)
         loops[a: b + 1] = [fused]
         return self._with(loops, FuseRelation(outer, inner, fused.name, lb.extent))
@@ -135,6 +145,9 @@ class LoopNest:
             self._require_serial(loop, annotation)
             if loop.reduce and annotation not in (UNROLLED, VECTORIZED):
                 raise StepError(f"{name} is a reduction loop; {annotation} iterations would race on the same outputs")
+            if annotation != PARALLEL and not annotation.startswith("blockIdx.") and not isinstance(loop.extent, int):
+                raise StepError(f"{name} has the symbolic extent {loop.extent}; split it and make the inner loop "
+                                f"{annotation}")
             if annotation == VECTORIZED and loop.extent > MAX_VECTOR_LANES:
                 raise StepError(f"{name} has extent {loop.extent}; split it to at most {MAX_VECTOR_LANES} lanes first")
             if annotation == UNROLLED and loop.extent > MAX_UNROLL:
@@ -142,7 +155,7 @@ class LoopNest:
             marked.add(name)
         return self._with([replace(lp, annotation=annotation) if lp.name in marked else lp for lp in self.loops])
 
-    def with_root_extents(self, roots: dict[str, int]) -> LoopNest:
+    def with_root_extents(self, roots: dict[str, Extent]) -> LoopNest:
         """The same splits, fusions, order and annotations over root loops of other extents.
 
         A task computed at another task's loop runs its own schedule over the
@@ -153,10 +166,10 @@ class LoopNest:
         for rel in self.relations:
             if isinstance(rel, SplitRelation):
                 n = extent[rel.parent]
-                extent[rel.outer], extent[rel.inner] = math.ceil(n / rel.factor), min(rel.factor, n)
+                extent[rel.outer], extent[rel.inner] = sizes.ceil_div(n, rel.factor), _split_inner(rel.factor, n)
                 relations.append(replace(rel, parent_extent=n))
             else:
-                extent[rel.fused] = extent[rel.outer] * extent[rel.inner]
+                extent[rel.fused] = sizes.mul(extent[rel.outer], extent[rel.inner])
                 relations.append(replace(rel, inner_extent=extent[rel.inner]))
         return LoopNest(tuple(replace(lp, extent=extent[lp.name]) for lp in self.loops), tuple(relations))
 
@@ -177,10 +190,16 @@ class LoopNest:
         threads = [a for a in annotations if "Idx." in a]
         if len(set(threads)) != len(threads):
             raise StepError(f"a GPU thread axis is bound to two loops: {self._show()}")
-        block = math.prod(lp.extent for lp in self.loops if lp.annotation.startswith("threadIdx."))
+        block = math.prod(lp.extent for lp in self.loops if lp.annotation.startswith("threadIdx."))  # static
         if block > MAX_THREADS_PER_BLOCK:
             raise StepError(f"{block} threads per block exceed the limit of {MAX_THREADS_PER_BLOCK}")
         return self
 
     def _show(self) -> str:
         return ", ".join(f"{lp.name}[{lp.annotation}]" if lp.annotation != SERIAL else lp.name for lp in self.loops)
+
+
+def _split_inner(factor: int, extent: Extent) -> int:
+    """The inner loop of a split: the factor, or a static extent it exceeds (a symbolic one may be
+    smaller at run time; the split's guard covers that)."""
+    return min(factor, extent) if isinstance(extent, int) else factor

@@ -22,10 +22,12 @@ from ptowsp.te import dtypes
 
 
 class Op(enum.Enum):
-    # leaves: CONST arg=value; VAR/RVAR arg=(name, extent) (spatial / reduce loop variable)
+    # leaves: CONST arg=value; VAR/RVAR arg=(name, extent) (spatial / reduce loop variable, the extent
+    # an int or an expression over sizes); SIZE arg=name (a symbolic size, bound at run time: te/sizes.py)
     CONST = enum.auto()
     VAR = enum.auto()
     RVAR = enum.auto()
+    SIZE = enum.auto()
     # memory: LOAD arg=Tensor, src=indices
     LOAD = enum.auto()
     # unary math (operand dtype == result dtype)
@@ -127,7 +129,7 @@ class Expr:
         return self.arg[0]
 
     @property
-    def extent(self) -> int:
+    def extent(self) -> int | Expr:
         if self.op not in (Op.VAR, Op.RVAR):
             raise AttributeError(f"{self.op.name} expressions have no extent")
         return self.arg[1]
@@ -180,7 +182,7 @@ class Tensor:
     """
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | Expr, ...]  # an Expr for a symbolic dimension (te/sizes.py)
     dtype: str
     owner: int = field(default=0, repr=False)  # id of the workload that declared it
 
@@ -190,7 +192,14 @@ class Tensor:
 
     @property
     def size(self) -> int:
+        if not all(isinstance(d, int) for d in self.shape):
+            raise ShapeError(f"tensor {self.name} has symbolic shape {self.shape_text}; its size is known only "
+                             "once the sizes are bound (Workload.bind)")
         return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def shape_text(self) -> str:
+        return shape_text(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -200,7 +209,7 @@ class Tensor:
         items = index if isinstance(index, tuple) else (index,)
         if len(items) != self.ndim:
             raise ShapeError(
-                f"tensor {self.name} has {self.ndim} dimension(s) {self.shape} "
+                f"tensor {self.name} has {self.ndim} dimension(s) {self.shape_text} "
                 f"but was indexed with {len(items)} index expression(s)"
             )
         indices = []
@@ -214,12 +223,7 @@ class Tensor:
             if not dtypes.is_int(expr.dtype):
                 raise DTypeError(
                     f"tensor {self.name}, index {pos} ({expr}) has dtype {expr.dtype}; "
-                    "indices must be integer expressions of loop variables and constants"
-                )
-            if any(node.op is Op.LOAD for node in walk(expr)):
-                raise ShapeError(
-                    f"tensor {self.name}, index {pos} ({expr}) reads a tensor; "
-                    "indirect indexing is not supported yet"
+                    "indices must be integer expressions of loop variables, constants and integer tensor reads"
                 )
             indices.append(expr)
         return Expr(Op.LOAD, self.dtype, tuple(indices), self)
@@ -229,6 +233,12 @@ class Tensor:
 
 
 # -- construction ---------------------------------------------------------------
+
+
+def shape_text(shape) -> str:
+    """(n, 4096): how a shape reads in messages and in a workload's text."""
+    items = [str(d) for d in shape]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
 def const(value: bool | int | float, dtype: str) -> Expr:

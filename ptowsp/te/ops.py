@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
 from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, lift, unary
+from ptowsp.te import sizes
 
 __all__ = [
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
@@ -81,10 +82,13 @@ def minimum(x: Operand, y: Operand) -> Expr:
 _axis_names = (f"r{n}" for n in itertools.count())
 
 
-def reduce_axis(extent: int, name: str | None = None) -> Expr:
-    """A reduction variable ranging over 0..extent-1, for use inside pw.sum/max/min."""
-    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
-        raise ShapeError(f"reduce axis {name or ''} needs a positive integer extent, got {extent!r}")
+def reduce_axis(extent: int | str | Expr, name: str | None = None) -> Expr:
+    """A reduction variable ranging over 0..extent-1, for use inside pw.sum/max/min; the extent
+    may be a size name ("n") or an expression over sizes, bound at run time."""
+    if isinstance(extent, (str, Expr)):
+        extent = sizes.dimension(extent, f"reduce axis {name or ''}")
+    elif isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
+        raise ShapeError(f"reduce axis {name or ''} needs a positive integer extent or a size name, got {extent!r}")
     if name is None:
         name = next(_axis_names)
     if not isinstance(name, str) or not name.isidentifier():

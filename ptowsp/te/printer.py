@@ -44,6 +44,8 @@ def to_text(e: Expr) -> str:
         return repr(e.arg)
     if op in (Op.VAR, Op.RVAR):
         return e.arg[0]
+    if op is Op.SIZE:
+        return e.arg
     if op is Op.LOAD:
         return f"{e.arg.name}[{', '.join(to_text(i) for i in e.src)}]"
     if op in _INFIX:

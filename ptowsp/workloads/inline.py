@@ -20,7 +20,7 @@ def inline_producers(body: Expr, wl: Workload, inlined: Collection[str]) -> Expr
         producer = wl.task(e.arg.name)
         assert isinstance(producer, ComputeTask)
         at = {name: index for name, index in zip(producer.loop_names, e.src, strict=True)}
-        inner = inline_producers(producer.body, wl, inlined)
+        inner = inline_producers(producer.value, wl, inlined)
         return substitute(inner, lambda n: at[n.arg[0]] if n.op is Op.VAR else None)
 
     return substitute(body, replace)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ptowsp.errors import InputError, WorkloadError
+from ptowsp.te import sizes
 from ptowsp.workloads.workload import Workload
 
 
@@ -17,13 +18,15 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def random_inputs(wl: Workload, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(wl: Workload, seed: int = 0, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Seeded inputs of the declared shapes and dtypes: normal floats, small integers (-5..5), coin-flip
-    booleans.  What tests, the AutoScheduler's checking run and the CLI feed a workload."""
+    booleans.  What tests, the AutoScheduler's checking run and the CLI feed a workload.  A workload
+    with symbolic sizes needs their values (`sizes`)."""
     rng = np.random.default_rng(seed)
+    bound = wl.bind(sizes or {})
     out = {}
     for name in wl.inputs:
-        t = wl.tensor(name)
+        t = bound.tensor(name)
         if t.dtype == "bool":
             out[name] = rng.integers(0, 2, t.shape).astype(bool)
         elif t.dtype in ("int32", "int64"):
@@ -49,17 +52,41 @@ def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.n
     arrays = {}
     for name in wl.inputs:
         t = wl.tensor(name)
-        expected = f"a {t.dtype} array of shape {t.shape}"
+        expected = f"a {t.dtype} array of shape {t.shape_text}"
         if name not in given:
             raise InputError(f"missing input {name!r} of workload {wl.name!r}: expected {expected}")
         value = given[name]
         if not isinstance(value, np.ndarray):
             raise InputError(f"input {name!r}: expected {expected}, got {type(value).__name__}")
-        if value.shape != t.shape:
+        if value.ndim != t.ndim or any(isinstance(d, int) and d != n for d, n in zip(t.shape, value.shape)):
             raise InputError(f"input {name!r}: expected {expected}, got shape {value.shape}")
         if value.dtype != np.dtype(t.dtype):
             raise InputError(
                 f"input {name!r}: expected {expected}, got dtype {value.dtype}; convert with .astype({t.dtype!r})"
             )
         arrays[name] = read_only(value)
+    input_sizes(wl, arrays)
     return arrays
+
+
+def input_sizes(wl: Workload, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """The value of each symbolic size, read from the input that declares it; InputError when another
+    input disagrees (or a size is 0)."""
+    found: dict[str, int] = {}
+    for size, (name, dim) in wl.size_sources.items():
+        found[size] = int(arrays[name].shape[dim])
+        if found[size] < 1:
+            raise InputError(f"input {name!r} gives size {size} = 0 (dimension {dim}); sizes must be at least 1")
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        for d, dim in enumerate(t.shape):
+            if isinstance(dim, int):
+                continue
+            want = sizes.value(dim, found)
+            if arrays[name].shape[d] != want:
+                given = ", ".join(f"{k}={v}" for k, v in found.items() if k in sizes.names_in(dim))
+                source = wl.size_sources
+                origin = "; ".join(f"{k} from input {source[k][0]!r}" for k in sorted(sizes.names_in(dim)))
+                raise InputError(f"input {name!r}: dimension {d} is {dim} = {want} ({given}; {origin}), "
+                                 f"got shape {arrays[name].shape}")
+    return found

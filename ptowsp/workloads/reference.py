@@ -6,7 +6,7 @@ import numpy as np
 
 from ptowsp.errors import TaskError
 from ptowsp.te import evaluate
-from ptowsp.workloads.inputs import read_only, validate_inputs
+from ptowsp.workloads.inputs import input_sizes, read_only, validate_inputs
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 from ptowsp.workloads.workload import Workload
 
@@ -17,7 +17,8 @@ def reference(wl: Workload, **inputs: np.ndarray) -> dict[str, np.ndarray]:
     Inputs are validated (InputError) and never modified.  Intermediates are
     dropped after their last reader so memory stays near the live set.
     """
-    return run_tasks(wl, validate_inputs(wl, inputs))
+    arrays = validate_inputs(wl, inputs)
+    return run_tasks(wl.bind(input_sizes(wl, arrays)), arrays)
 
 
 def matches(got: np.ndarray, want: np.ndarray, rtol: float = 1e-3) -> bool:
@@ -34,7 +35,7 @@ def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarr
     for name in wl.tasks:
         task = wl.task(name)
         if isinstance(task, ComputeTask):
-            values[name] = read_only(evaluate(task.body, task.loop_names, task.tensor.shape, values))
+            values[name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
         else:
             values.update(run_opaque(task, values))
         for t in task.inputs:

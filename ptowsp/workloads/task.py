@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, Tensor, walk
+from ptowsp.te import Expr, Op, Tensor, const, walk, where
 
 
 class Category(enum.Enum):
@@ -30,6 +30,7 @@ class ComputeTask:
     axes: tuple[Expr, ...]  # VAR nodes, one per output dimension, outermost first
     body: Expr
     category: Category
+    domain: Expr | None = None  # bool over the loop variables: where the task computes (elsewhere: zero)
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
@@ -37,19 +38,28 @@ class ComputeTask:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        """Tensors the body reads, in first-read order."""
+        """Tensors the body and the domain read, in first-read order."""
         seen: dict[str, Tensor] = {}
-        for node in walk(self.body):
+        for node in walk(self.value):
             if node.op is Op.LOAD:
                 seen.setdefault(node.arg.name, node.arg)
         return tuple(seen.values())
+
+    @property
+    def value(self) -> Expr:
+        """What each element holds: the body inside the domain, zero outside (the body is not
+        evaluated there, so it may read out of bounds or through indices that hold garbage)."""
+        if self.domain is None:
+            return self.body
+        return where(self.domain, self.body, const(0, self.body.dtype))
 
     @property
     def loop_names(self) -> tuple[str, ...]:
         return tuple(a.arg[0] for a in self.axes)
 
     def __str__(self) -> str:
-        return f"{self.name}[{', '.join(self.loop_names)}] = {self.body}"
+        text = f"{self.name}[{', '.join(self.loop_names)}] = {self.body}"
+        return text if self.domain is None else f"{text} where {self.domain}"
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,15 @@ import contextlib
 import hashlib
 import inspect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
 from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
-from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, walk
+from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
+from ptowsp.te.sizes import Extent
 from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 
@@ -34,19 +35,14 @@ def register_schedule_factory(factory: Callable[[Workload], Any]) -> None:
 OutputSpec = tuple[str, Sequence[int]] | tuple[str, Sequence[int], str]
 
 
-def normalize_shape(shape: object, what: str) -> tuple[int, ...]:
-    """A shape as a tuple of positive ints, or ShapeError naming `what`."""
-    items = (shape,) if isinstance(shape, int) else shape
+def normalize_shape(shape: object, what: str) -> tuple[Extent, ...]:
+    """A shape as a tuple of positive ints and symbolic sizes (te/sizes.py), or ShapeError naming `what`."""
+    items = (shape,) if isinstance(shape, (int, str, Expr)) else shape
     try:
         items = tuple(items)  # type: ignore[arg-type]
     except TypeError:
-        raise ShapeError(f"{what}: shape must be a tuple of positive ints, got {shape!r}") from None
-    for n in items:
-        if isinstance(n, str):
-            raise ShapeError(f"{what}: symbolic size {n!r} is not supported yet; give an integer")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ShapeError(f"{what}: shape must be a tuple of positive ints, got {shape!r}")
-    return items
+        raise ShapeError(f"{what}: shape must be a tuple of positive ints or size names, got {shape!r}") from None
+    return tuple(sizes.dimension(n, what) for n in items)
 
 
 def _constant_array(what: str, value: object, dtype: object) -> np.ndarray:
@@ -106,13 +102,24 @@ class Workload:
         self._tasks: dict[str, Task] = {}
         self._outputs: list[str] = []
         self._graph = nx.DiGraph()
+        self._sizes: dict[str, tuple[str, int]] = {}  # size name -> (input, dimension) that declares it
+        self._bound: dict[tuple[tuple[str, int], ...], Workload] = {}  # bindings made so far (bind)
 
     # -- definition -------------------------------------------------------------
-    def input(self, name: str, shape: Sequence[int] | int, dtype: str = "float32") -> Tensor:
-        """Declare an input array the caller passes to run/reference by name."""
+    def input(self, name: str, shape: Sequence[int | str] | int | str, dtype: str = "float32") -> Tensor:
+        """Declare an input array the caller passes to run/reference by name.
+
+        A dimension given as a name ("n") is a symbolic size: bound at each run
+        from this input's array, the same for every input and task that uses it.
+        """
         self._claim(name, "input")
         with _blame(name):
-            tensor = Tensor(name, normalize_shape(shape, f"input {name!r}"), dtypes.normalize(dtype), self._id)
+            dims = normalize_shape(shape, f"input {name!r}")
+            for d, dim in enumerate(dims):
+                if isinstance(dim, Expr) and dim.op is Op.SIZE:
+                    self._sizes.setdefault(dim.arg, (name, d))
+            self._check_sizes(dims, f"input {name!r}")
+            tensor = Tensor(name, dims, dtypes.normalize(dtype), self._id)
         self._tensors[name] = tensor
         self._inputs.append(name)
         self._graph.add_node(name, kind="input", tensor=tensor)
@@ -142,11 +149,19 @@ class Workload:
         self._graph.add_node(name, kind="constant", tensor=tensor)
         return tensor
 
-    def compute(self, name: str, shape: Sequence[int] | int, fn: Callable[..., object]) -> Tensor:
-        """Define `name[loops] = fn(*loops)`; fn's parameter names become the loop names."""
+    def compute(self, name: str, shape: Sequence[int | str] | int | str, fn: Callable[..., object],
+                domain: Callable[..., object] | None = None) -> Tensor:
+        """Define `name[loops] = fn(*loops)`; fn's parameter names become the loop names.
+
+        `domain(*loops)` (same loops) is a bool condition, which may read integer
+        tensors (`lambda b, s: s < lens[b]`): the task computes only where it holds
+        and the other elements are zero; task instances whose tile lies wholly
+        outside are never generated.
+        """
         self._claim(name, "task")
         with _blame(name):
             shape = normalize_shape(shape, f"compute {name!r}")
+            self._check_sizes(shape, f"compute {name!r}")
             loop_names = self._loop_names(name, shape, fn)
             axes = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loop_names, shape, strict=True))
             result = fn(*axes)
@@ -154,9 +169,12 @@ class Workload:
                 raise ShapeError(f"the function returned tensor {result.name} itself; index it: {result.name}[...]")
             body = lift(result)
             self._check_body(name, body, loop_names)
-            check_bounds(body)
-        tensor = Tensor(name, shape, body.dtype, self._id)
-        task = ComputeTask(name, tensor, axes, body, infer_category(body, loop_names))
+            self._check_sizes([body], "the expression")
+            where_ = None if domain is None else self._domain(domain, axes, loop_names)
+            task = ComputeTask(name, Tensor(name, shape, body.dtype, self._id), axes, body,
+                               infer_category(body, loop_names), where_)
+            check_bounds(task.value)
+        tensor = task.tensor
         self._add_task(task)
         return tensor
 
@@ -186,10 +204,9 @@ class Workload:
                 out_name, out_shape, *dtype = spec
                 if out_name != name:
                     self._claim(out_name, "opaque output")
-                outs.append(
-                    Tensor(out_name, normalize_shape(out_shape, f"output {out_name!r}"),
-                           dtypes.normalize(dtype[0] if dtype else "float32"), self._id)
-                )
+                dims = normalize_shape(out_shape, f"output {out_name!r}")
+                self._check_sizes(dims, f"output {out_name!r}")
+                outs.append(Tensor(out_name, dims, dtypes.normalize(dtype[0] if dtype else "float32"), self._id))
             if len({t.name for t in outs}) != len(outs):
                 raise WorkloadError(f"opaque outputs repeat a name: {[t.name for t in outs]}")
         self._add_task(OpaqueTask(name, fn, ins, tuple(outs)))
@@ -234,6 +251,46 @@ class Workload:
         return list(self._inputs)
 
     @property
+    def sizes(self) -> list[str]:
+        """The symbolic sizes, in the order inputs declare them (empty for a static workload)."""
+        return list(self._sizes)
+
+    @property
+    def size_sources(self) -> dict[str, tuple[str, int]]:
+        """{size: (input, dimension)} where each run reads the size's value."""
+        return dict(self._sizes)
+
+    def size(self, name: str) -> Expr:
+        """A symbolic size as an int64 expression, for use inside compute functions."""
+        if name not in self._sizes:
+            raise WorkloadError(f"workload {self.name!r} has no size {name!r}; sizes: {', '.join(self._sizes) or '(none)'}")
+        return sizes.size_var(name)
+
+    def bind(self, binding: Mapping[str, int] | None = None, **named: int) -> Workload:
+        """The workload at one binding of its sizes: every shape and extent a number.
+
+        The reference, the task table and the memory plan of a run work on this
+        (kernels are compiled once, over the symbols).  Bindings are cached.
+        """
+        values = {**(binding or {}), **named}
+        missing = [n for n in self._sizes if n not in values]
+        unknown = [n for n in values if n not in self._sizes]
+        if missing or unknown:
+            raise WorkloadError(f"workload {self.name!r}: bind needs exactly its sizes "
+                                f"({', '.join(self._sizes) or 'none'}), got {', '.join(values) or 'none'}")
+        for n, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ShapeError(f"workload {self.name!r}: size {n} must be a positive int, got {v!r}")
+        if not values:
+            return self
+        key = tuple((n, int(values[n])) for n in self._sizes)
+        if key not in self._bound:
+            if len(self._bound) >= 32:
+                self._bound.pop(next(iter(self._bound)))
+            self._bound[key] = bind_workload(self, dict(key))
+        return self._bound[key]
+
+    @property
     def constants(self) -> dict[str, np.ndarray]:
         """{name: read-only array} of the constants, in declaration order (not among `inputs`)."""
         return dict(self._constants)
@@ -271,8 +328,8 @@ class Workload:
 
     def __str__(self) -> str:
         lines = [f"workload {self.name}"]
-        lines += [f"  input {t.name}{list(t.shape)} {t.dtype}" for t in map(self.tensor, self._inputs)]
-        lines += [f"  constant {t.name}{list(t.shape)} {t.dtype} sha256:{self._constant_digests[t.name]}"
+        lines += [f"  input {t.name}{_dims(t)} {t.dtype}" for t in map(self.tensor, self._inputs)]
+        lines += [f"  constant {t.name}{_dims(t)} {t.dtype} sha256:{self._constant_digests[t.name]}"
                   for t in map(self.tensor, self._constants)]
         for task in self._tasks.values():
             lines.append(f"  {task}    # {task.category.value}")
@@ -314,6 +371,30 @@ class Workload:
             )
         return tuple(p.name for p in params)
 
+    def _domain(self, fn: Callable[..., object], axes: tuple[Expr, ...], loop_names: tuple[str, ...]) -> Expr:
+        """The domain condition: bool, over these loops, reading only integer tensors, no reduction."""
+        if not callable(fn):
+            raise WorkloadError(f"domain= needs a function of the loop variables, got {fn!r}")
+        cond = lift(fn(*axes))
+        if cond.dtype != "bool":
+            raise DTypeError(f"domain must be a bool condition such as s < lens[b], got {cond.dtype}: {cond}")
+        for node in walk(cond):
+            if node.op is Op.REDUCE or node.op is Op.RVAR:
+                raise WorkloadError(f"domain {cond} reduces; a domain is a condition on the task's own loops")
+            if node.op is Op.LOAD and not dtypes.is_int(node.dtype):
+                raise DTypeError(f"domain {cond} reads {node.arg.name}, a {node.dtype} tensor; a domain may "
+                                 "read integer tensors only (lengths, counts, offsets)")
+        self._check_body("domain", cond, loop_names)
+        self._check_sizes([cond], "the domain")
+        return cond
+
+    def _check_sizes(self, items, what: str) -> None:
+        """Every size used is declared by an input (so each run can bind it)."""
+        for n in sorted(sizes.names_in(items)):
+            if n not in self._sizes:
+                raise WorkloadError(f"{what} uses size {n!r}, which no input declares; give an input "
+                                    f"a dimension named {n!r} first")
+
     def _check_body(self, name: str, body: Expr, loop_names: tuple[str, ...]) -> None:
         """Tensors belong here, loop variables are this task's, reduce axes are bound."""
         for node in walk(body):
@@ -349,3 +430,49 @@ class Workload:
                 self._graph.edges[source, task.name]["tensors"].append(t.name)
             else:
                 self._graph.add_edge(source, task.name, tensors=[t.name])
+
+
+def _dims(t: Tensor) -> str:
+    """[n, 4096]: a tensor's shape in a workload's text (and so its fingerprint)."""
+    return "[" + ", ".join(str(d) for d in t.shape) + "]"
+
+
+def bind_workload(wl: Workload, binding: dict[str, int]) -> Workload:
+    """A copy of `wl` with every size replaced by its value (Workload.bind; bounds checked again)."""
+    out = Workload(wl.name)
+    tensors: dict[str, Tensor] = {}
+
+    def bound_tensor(t: Tensor) -> Tensor:
+        if t.name not in tensors:
+            tensors[t.name] = Tensor(t.name, sizes.bind_shape(t.shape, binding), t.dtype, out._id)
+        return tensors[t.name]
+
+    def bound_expr(e: Expr) -> Expr:
+        e = sizes.bind(e, binding)
+        return substitute(e, lambda n: Expr(Op.LOAD, n.dtype, tuple(map(bound_expr, n.src)), bound_tensor(n.arg))
+                          if n.op is Op.LOAD else None)
+
+    for name in wl.inputs:
+        t = bound_tensor(wl.tensor(name))
+        out._tensors[name] = t
+        out._inputs.append(name)
+        out._graph.add_node(name, kind="input", tensor=t)
+    for name, value in wl.constants.items():
+        t = bound_tensor(wl.tensor(name))
+        out._tensors[name], out._constants[name] = t, value
+        out._constant_digests[name] = wl._constant_digests[name]
+        out._graph.add_node(name, kind="constant", tensor=t)
+    for name in wl.tasks:
+        task = wl.task(name)
+        with _blame(name):
+            if isinstance(task, ComputeTask):
+                body = bound_expr(task.body)
+                check_bounds(body)
+                axes = tuple(bound_expr(a) for a in task.axes)
+                domain = None if task.domain is None else bound_expr(task.domain)
+                out._add_task(ComputeTask(name, bound_tensor(task.tensor), axes, body, task.category, domain))
+            else:
+                out._add_task(OpaqueTask(name, task.fn, tuple(map(bound_tensor, task.inputs)),
+                                         tuple(map(bound_tensor, task.outputs))))
+    out._outputs = list(wl.outputs)
+    return out

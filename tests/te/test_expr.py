@@ -96,7 +96,7 @@ def test_expression_has_no_truth_value(env):
         (lambda a, n, i: a[i, 0:2], pw.ShapeError, "slices"),
         (lambda a, n, i: a[i, 0.5], pw.DTypeError, "index 1"),
         (lambda a, n, i: a[i, a[i, 0]], pw.DTypeError, "float32"),
-        (lambda a, n, i: a[i, n[i]], pw.ShapeError, "indirect"),
+        (lambda a, n, i: a[i, a[i, 0]], pw.DTypeError, "indices must be integer"),
         (lambda a, n, i: (a[i, 0] > 0) + (a[i, 0] < 1), pw.DTypeError, "two bool"),
         (lambda a, n, i: -(a[i, 0] > 0), pw.DTypeError, "negate"),
         (lambda a, n, i: a[i, 0] & a[i, 0], pw.DTypeError, "bool or integer"),

@@ -34,6 +34,10 @@ class AicoreExecutable:
 
     def __init__(self, schedule: Schedule, device: DeviceModel):
         self.schedule, self.device = schedule, device
+        if schedule.workload.sizes:
+            raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
+                             f"({', '.join(schedule.workload.sizes)}), which the aicore target does not take yet; "
+                             "build Workload.bind(...) for one binding")
         self.cpu = CpuExecutable(schedule)
         wl, program = schedule.workload, self.cpu.program
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}
@@ -47,12 +51,16 @@ class AicoreExecutable:
             core = schedule.cores.get(name) or ("cube" if cube else "vector")
             reduce = {prefix + r for task, prefix in members.items() for r in resolved.reduce_loops(task)}
             self.shapes[name] = kernel_shape(kernel, core, reduce, set(resolved.reduce_loops(name)))
-        classes = {name: shape.core for name, shape in self.shapes.items()}
-        self.table = TaskTable([dataclasses.replace(inst, core=classes.get(inst.name, "vector"))
-                                for inst in self.cpu.table.instances], after=self.cpu.table.after)
+        self.classes = {name: shape.core for name, shape in self.shapes.items()}
+        self.table = self._on_cores(self.cpu.table)
         names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
+
+    def _on_cores(self, table: TaskTable) -> TaskTable:
+        """The cpu's table with each instance on its core class."""
+        return TaskTable([dataclasses.replace(inst, core=self.classes.get(inst.name, "vector"))
+                          for inst in table.instances], after=table.after, skip=table.skip)
 
     def _members(self, kernel: str) -> dict[str, str]:
         """The tasks lowered into `kernel`, each with the prefix lowering gave its loops: the kernel's
@@ -77,13 +85,17 @@ class AicoreExecutable:
         return self.cpu.memory_plan
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
-        costs = ModelCosts(self.device, self.table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
+        statistics = {}
 
-        def on_device(launcher, opts: Options) -> Trace:
-            return execute_device(self.table, launcher, opts, costs)
+        def on_device(table: TaskTable, launcher, opts: Options) -> Trace:
+            table = self._on_cores(table)  # the run's table: domains may have left tiles out
+            costs = ModelCosts(self.device, table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
+            trace = execute_device(table, launcher, opts, costs)
+            statistics.update(costs.statistics())
+            return trace
 
         outputs, trace = self.cpu.run(inputs, options, execute_table=on_device)
-        trace.statistics["memory"] = costs.statistics()
+        trace.statistics["memory"] = statistics
         return outputs, trace
 
 

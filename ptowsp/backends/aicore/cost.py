@@ -141,7 +141,7 @@ def _box_elements(region: Region) -> int:
 
 def _largest(box) -> int:
     """Elements of a KernelAccess box at its full extent (clipped to the tensor, not to guards)."""
-    return math.prod(min(extent, size) for _, extent, size in box)
+    return math.prod(min(int(extent), int(size)) for _, extent, size in box)  # static workloads only
 
 
 def _box_bytes(access_parts, itemsize: Mapping[str, int]) -> list[int]:

@@ -21,7 +21,7 @@ from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
-from ptowsp.backends.host import host_instance, kernel_instances
+from ptowsp.backends.host import domain_outputs, run_table
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
@@ -30,7 +30,9 @@ from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
+from ptowsp.te.sizes import python_source
 from ptowsp.workloads import ComputeTask
+from ptowsp.workloads.inputs import input_sizes
 from ptowsp.workloads.reference import run_opaque
 
 
@@ -64,7 +66,7 @@ class _Entry:
 
     symbol: str
     arguments: tuple[str, ...]  # inputs, then outputs
-    grid: tuple[int, ...]
+    grid: tuple[str, ...]  # extents as Python source over the sizes
     access: KernelAccess
 
 
@@ -90,29 +92,46 @@ class CpuExecutable:
         self.folded = fold.fold_constants(wl)
         self.constants = {**wl.constants, **self.folded}
         self.order: tuple[str, ...] = tuple(manifest["order"])
-        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(e["grid"]),
+        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(str(g) for g in e["grid"]),
                                      KernelAccess.from_json(e["access"]))
                         for task, e in manifest["kernels"].items()}
         self.functions = {}
+        self.sizes = tuple(wl.sizes)  # passed to every kernel after its grid coordinates
         for task, entry in self.entries.items():
             signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(entry.arguments)),
-                                         *([ctypes.c_int64] * len(entry.grid)))
+                                         *([ctypes.c_int64] * (len(entry.grid) + len(self.sizes))))
             self.functions[task] = signature(self._object.address(entry.symbol))
-        self.memory_plan = self._plan_memory()
+        self.zeroed = domain_outputs(wl)  # outputs of tasks with a domain: skipped tiles leave zeros
+        self._plans: dict[tuple[int, ...], MemoryPlan] = {}
+        self._tables: dict[tuple[int, ...], TaskTable] = {}
         self.buffers = Recycler()  # outputs and arena of earlier runs that the caller has let go of
         self.compile_seconds = time.perf_counter() - start
 
-    def _plan_memory(self) -> MemoryPlan:
-        """Offsets in one arena for the intermediates the tasks store (not inputs, constants, outputs)."""
-        wl = self.schedule.workload
-        steps, sizes = [], {}
-        for name in self.order:
-            task, entry = wl.task(name), self.entries.get(name)
-            writes = [t.name for t in task.outputs]
-            reads = [t.name for t in task.inputs] if entry is None else [a for a in entry.arguments if a not in writes]
-            steps.append((reads, writes))
-            sizes.update({t.name: t.nbytes for t in task.outputs if t.name not in wl.outputs})
-        return plan_memory(steps, sizes)
+    def _key(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(sizes[n] for n in self.sizes)
+
+    def plan_for(self, sizes: Mapping[str, int]) -> MemoryPlan:
+        """Offsets in one arena for the intermediates the tasks store (not inputs, constants, outputs,
+        nor the zero-filled outputs of tasks with a domain), at a binding of the sizes."""
+        key = self._key(sizes)
+        if key not in self._plans:
+            wl = self.schedule.workload.bind(sizes)
+            steps, nbytes = [], {}
+            for name in self.order:
+                task, entry = wl.task(name), self.entries.get(name)
+                writes = [t.name for t in task.outputs]
+                reads = [t.name for t in task.inputs] if entry is None else \
+                    [a for a in entry.arguments if a not in writes]
+                steps.append((reads, writes))
+                nbytes.update({t.name: t.nbytes for t in task.outputs
+                               if t.name not in wl.outputs and t.name not in self.zeroed})
+            self._plans[key] = plan_memory(steps, nbytes)
+        return self._plans[key]
+
+    @property
+    def memory_plan(self) -> MemoryPlan:
+        """The memory plan of a workload without symbolic sizes (see plan_for)."""
+        return self.plan_for({})
 
     @functools.cached_property
     def program(self) -> Program:
@@ -126,42 +145,56 @@ class CpuExecutable:
             symbol = f"ptowsp_{name}"
             KernelEmitter(module, kernel, symbol).emit()
             kernels[name] = {"symbol": symbol, "arguments": [b.name for b in (*kernel.inputs, *kernel.outputs)],
-                             "grid": [extent for _, extent in kernel.grid],
+                             "grid": [python_source(extent, {}) for _, extent in kernel.grid],
                              "access": program.access[name].to_json()}
         self.module_text = str(module)
         manifest = {"order": list(program.order), "kernels": kernels}
         return compile_object(module, key, manifest), manifest
 
-    @functools.cached_property
+    def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
+        """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
+        binding of the sizes; with the run's `arrays`, tiles outside a domain are left out."""
+        key = self._key(sizes)
+        if arrays is not None and self.zeroed:
+            return self._make_table(sizes, arrays)
+        if key not in self._tables:
+            self._tables[key] = self._make_table(sizes, None)
+        return self._tables[key]
+
+    def _make_table(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None) -> TaskTable:
+        kernels = {name: (entry.grid, entry.access) for name, entry in self.entries.items()}
+        return run_table(self.schedule.workload, self.order, kernels, self.schedule.cores, sizes, arrays,
+                         after=self.plan_for(sizes).reuses)
+
+    @property
     def table(self) -> TaskTable:
-        """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order."""
-        wl, cores = self.schedule.workload, self.schedule.cores
-        instances = []
-        for name in self.order:
-            entry = self.entries.get(name)
-            if entry is None:
-                instances.append(host_instance(wl.task(name)))
-                continue
-            instances.extend(kernel_instances(name, entry.grid, entry.access, cores.get(name)))
-        return TaskTable(instances, after=self.memory_plan.reuses)
+        """The task table of a workload without symbolic sizes, every tile included."""
+        return self.table_for({})
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options,
-            execute_table: Callable[[Launcher, Options], Trace] | None = None) -> tuple[dict[str, np.ndarray], Trace]:
-        """Run on the real clock, or through `execute_table(launcher, options)` (the aicore target's device clock)."""
+            execute_table: Callable[[TaskTable, Launcher, Options], Trace] | None = None
+            ) -> tuple[dict[str, np.ndarray], Trace]:
+        """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
+        target's device clock)."""
         wl = self.schedule.workload
+        sizes = input_sizes(wl, inputs)
+        bound = wl.bind(sizes)
         arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
-        plan = self.memory_plan
+        plan = self.plan_for(sizes)
         arena = self.buffers.empty(" arena", (plan.arena_bytes + ALIGN,), np.uint8)
         base = -arena.ctypes.data % ALIGN
         for name in self.order:
-            for t in wl.task(name).outputs:
+            for t in bound.task(name).outputs:
                 if t.name in plan.offsets:
                     at = base + plan.offsets[t.name]
                     arrays[t.name] = arena[at:at + t.nbytes].view(t.dtype).reshape(t.shape)
                 else:
                     arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
-        launch = _Launch(self, arrays)
-        trace = (execute_table or functools.partial(execute, self.table))(launch, options)
+                    if t.name in self.zeroed:
+                        arrays[t.name].fill(0)
+        table = self.table_for(sizes, arrays)
+        launch = _Launch(self, table, arrays, self._key(sizes))
+        trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
         # a folded output is shared by every run: each gets its own writable copy
@@ -173,10 +206,11 @@ class _Launch:
 
     load = store = None
 
-    def __init__(self, exe: CpuExecutable, arrays: dict[str, np.ndarray]):
-        self.instances = exe.table.instances
-        self.workload = exe.schedule.workload
+    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], sizes: tuple[int, ...]):
+        self.instances = table.instances
+        self.workload = exe.schedule.workload.bind(dict(zip(exe.sizes, sizes)))
         self.arrays = arrays
+        self.sizes = sizes
         # arrays are fixed for the run, so each kernel's pointer arguments are too
         self.bound = {name: (exe.functions[name], tuple(arrays[a].ctypes.data for a in entry.arguments))
                       for name, entry in exe.entries.items()}
@@ -193,7 +227,7 @@ class _Launch:
                 np.copyto(self.arrays[name], value)
             return
         function, pointers = bound
-        function(*pointers, *inst.coords)
+        function(*pointers, *inst.coords, *self.sizes)
 
 
 class CpuBackend:

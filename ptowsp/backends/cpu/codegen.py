@@ -22,12 +22,13 @@ import math
 
 from llvmlite import ir
 
+from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store
-from ptowsp.te import Expr, Op
+from ptowsp.te import Expr, Op, sizes
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 REGISTER = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.HalfType(),
@@ -88,17 +89,18 @@ def _lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int
         c = _coefficient(index, var)
         if c is None:
             return None
-        total, stride = total + c * stride, stride * size
-    return total
+        total, stride = sizes.add(total, sizes.mul(c, stride)), sizes.mul(stride, size)
+    return total if isinstance(total, int) else None
 
 
-class KernelEmitter:
+class KernelEmitter(DivMod):
     """Emits one kernel into a module; `emit()` returns the function."""
 
     def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
         self.module, self.kernel = module, kernel
         buffers = list(kernel.inputs) + list(kernel.outputs)
-        fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * len(buffers) + [I64] * len(kernel.grid))
+        scalars = len(kernel.grid) + len(kernel.sizes)
+        fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * len(buffers) + [I64] * scalars)
         self.fn = ir.Function(module, fn_type, symbol)
         self.pointers: dict[str, ir.Value] = {}
         self.buffers: dict[str, Buffer] = {}
@@ -107,9 +109,13 @@ class KernelEmitter:
             arg.name = b.name
             self.pointers[b.name], self.buffers[b.name] = arg, b
         self.env: dict[str, ir.Value] = {}
-        for arg, (name, _) in zip(self.fn.args[len(buffers):], kernel.grid, strict=True):
+        for arg, (name, _) in zip(self.fn.args[len(buffers):], kernel.grid, strict=False):
             arg.name = name
             self.env[name] = arg
+        self.sizes: dict[str, ir.Value] = {}  # symbolic sizes, the last arguments
+        for arg, name in zip(self.fn.args[len(buffers) + len(kernel.grid):], kernel.sizes, strict=True):
+            arg.name = f"size.{name}"
+            self.sizes[name] = arg
         self.lanes = 0  # > 0 inside a vectorized loop: every value is a vector of this many lanes
         self.lane_var: str | None = None
         self.store_mask: ir.Value | None = None  # lanes whose stores the enclosing guards allow
@@ -154,6 +160,8 @@ class KernelEmitter:
                 self.stmt(s.body)
             del self.env[s.var]
             return
+        if not isinstance(s.extent, int) and s.kind in ("unrolled", "vectorized"):
+            raise TypeError(f"loop {s.var} is {s.kind} over the symbolic extent {s.extent}")
         counter = ir.IRBuilder(self.entry).alloca(I64, name=f"{s.var}.ptr")
         self.b.store(ir.Constant(I64, 0), counter)
         header = self.fn.append_basic_block(f"{s.var}.head")
@@ -162,7 +170,7 @@ class KernelEmitter:
         self.b.branch(header)
         self.b.position_at_end(header)
         index = self.b.load(counter, typ=I64)
-        self.b.cbranch(self.b.icmp_signed("<", index, ir.Constant(I64, s.extent)), body, done)
+        self.b.cbranch(self.b.icmp_signed("<", index, self.extent(s.extent)), body, done)
         self.b.position_at_end(body)
         self.env[s.var] = index
         self.serial.append(s)
@@ -172,6 +180,16 @@ class KernelEmitter:
         self.b.branch(header)
         self.b.position_at_end(done)
         del self.env[s.var]
+
+    def extent(self, extent: int | Expr) -> ir.Value:
+        """A loop bound or stride: a constant, or computed from the size arguments (scalar code)."""
+        if isinstance(extent, int):
+            return ir.Constant(I64, extent)
+        saved, self.lanes = self.lanes, 0
+        try:
+            return self.value(extent, None)
+        finally:
+            self.lanes = saved
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer
@@ -197,11 +215,15 @@ class KernelEmitter:
     def flat_index(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
         """Row-major element offset (a vector of offsets in vector mode)."""
         flat = self.k(I64, 0)
-        stride = 1
+        stride: int | Expr = 1
         for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
             term = self.value(index, mask)
-            flat = self.b.add(flat, self.b.mul(term, self.k(I64, stride)) if stride != 1 else term)
-            stride *= size
+            if isinstance(stride, int):
+                flat = self.b.add(flat, self.b.mul(term, self.k(I64, stride)) if stride != 1 else term)
+            else:
+                scale = self.extent(stride)
+                flat = self.b.add(flat, self.b.mul(term, self.splat(scale) if self.lanes else scale))
+            stride = sizes.mul(stride, size)
         if mask is not None:  # off the chosen side of a where: read element 0, always in bounds
             flat = self.b.select(mask, flat, self.k(I64, 0))
         return flat
@@ -325,7 +347,8 @@ class KernelEmitter:
         if self.serial and pointer.type.is_opaque:
             loop = self.serial[-1]
             step = _lane_stride(buf, indices, loop.var)
-            ahead = prefetch_ahead(None if step is None else step * ITEMSIZE[buf.dtype], loop.extent)
+            trips = loop.extent if isinstance(loop.extent, int) else 1 << 20  # a symbolic loop: assume long
+            ahead = prefetch_ahead(None if step is None else step * ITEMSIZE[buf.dtype], trips)
             if ahead is not None:
                 prefetch(self.b, self.module, pointer, ahead, write)
 
@@ -354,6 +377,8 @@ class KernelEmitter:
         if op in (Op.VAR, Op.RVAR):
             bound = self.env[e.arg[0]]
             return self.splat(bound) if self.lanes and e.arg[0] != self.lane_var else bound
+        if op is Op.SIZE:
+            return self.splat(self.sizes[e.arg]) if self.lanes else self.sizes[e.arg]
         if op is Op.LOAD and self.lanes:
             return self.vector_load(e, mask)
         if op is Op.LOAD:
@@ -444,40 +469,6 @@ class KernelEmitter:
             if op in (Op.FLOORDIV, Op.MOD):
                 return self.int_divmod(a, b, t)[0 if op is Op.FLOORDIV else 1]
         raise TypeError(f"no {op.name} for {dtype}")
-
-    def int_divmod(self, a: ir.Value, b: ir.Value, t: ir.IntType) -> tuple[ir.Value, ir.Value]:
-        """Floor division and modulo as numpy: x // 0 == x % 0 == 0, MIN // -1 wraps."""
-        zero, one, minus = self.k(t, 0), self.k(t, 1), self.k(t, -1)
-        by_zero, by_minus = self.b.icmp_signed("==", b, zero), self.b.icmp_signed("==", b, minus)
-        safe = self.b.select(self.b.or_(by_zero, by_minus), one, b)
-        q, r = self.b.sdiv(a, safe), self.b.srem(a, safe)
-        fix = self.b.and_(self.b.icmp_signed("!=", r, zero),
-                          self.b.xor(self.b.icmp_signed("<", r, zero), self.b.icmp_signed("<", b, zero)))
-        q = self.b.select(fix, self.b.sub(q, one), q)
-        r = self.b.select(fix, self.b.add(r, b), r)
-        q = self.b.select(by_minus, self.b.sub(zero, a), q)
-        r = self.b.select(by_minus, zero, r)
-        return self.b.select(by_zero, zero, q), self.b.select(by_zero, zero, r)
-
-    def float_divmod(self, a: ir.Value, b: ir.Value, t: ir.Type) -> tuple[ir.Value, ir.Value]:
-        """numpy's npy_divmod: floor division and a modulo with the divisor's sign."""
-        zero, one, half = self.k(t, 0.0), self.k(t, 1.0), self.k(t, 0.5)
-        mod = self.b.frem(a, b)
-        div = self.b.fdiv(self.b.fsub(a, mod), b)
-        mod_nonzero = self.b.fcmp_unordered("!=", mod, zero)
-        fix = self.b.and_(mod_nonzero, self.b.xor(self.b.fcmp_ordered("<", b, zero),
-                                                   self.b.fcmp_ordered("<", mod, zero)))
-        mod = self.b.select(fix, self.b.fadd(mod, b), mod)
-        div = self.b.select(fix, self.b.fsub(div, one), div)
-        mod = self.b.select(mod_nonzero, mod, self.intrinsic("llvm.copysign", t, [zero, b]))
-        floored = self.intrinsic("llvm.floor", t, [div])
-        floored = self.b.select(self.b.fcmp_ordered(">", self.b.fsub(div, floored), half),
-                                self.b.fadd(floored, one), floored)
-        quotient = self.b.fdiv(a, b)
-        floored = self.b.select(self.b.fcmp_unordered("!=", div, zero), floored,
-                                self.intrinsic("llvm.copysign", t, [zero, quotient]))
-        by_zero = self.b.fcmp_ordered("==", b, zero)
-        return self.b.select(by_zero, quotient, floored), self.b.select(by_zero, self.b.frem(a, b), mod)
 
     def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
         s, d = REGISTER[src], self.ty(dst)

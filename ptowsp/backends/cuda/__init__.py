@@ -27,6 +27,7 @@ from ptowsp.backends.cuda.codegen import GpuEmitter
 from ptowsp.backends.cuda.ptx import DEFAULT_ARCH, compile_ptx
 from ptowsp.backends.cuda.spmd import MAX_STATIC_SHARED_BYTES, GpuKernel, to_spmd
 from ptowsp.backends.host import host_instance, kernel_instances
+from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
@@ -52,6 +53,10 @@ class CudaCode:
 def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
              max_shared_bytes: int = MAX_STATIC_SHARED_BYTES) -> CudaCode:
     """Compile a schedule to PTX for compute capability `arch` (90: sm_90); no GPU needed."""
+    if schedule.workload.sizes:
+        raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
+                         f"({', '.join(schedule.workload.sizes)}), which the cuda target does not take yet; "
+                         "build Workload.bind(...) for one binding")
     bound = with_default_binding(schedule)
     program = lower_program(schedule.workload, bound)
     module = ir.Module(name=schedule.workload.name)

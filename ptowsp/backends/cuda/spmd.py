@@ -65,6 +65,7 @@ class GpuKernel:
     blocks: tuple[int, int, int]
     threads: tuple[int, int, int]
     shared: tuple[Buffer, ...]  # one static array per shared buffer name
+    sizes: tuple[str, ...] = ()  # symbolic sizes: none yet on this target
 
     @property
     def shared_bytes(self) -> int:

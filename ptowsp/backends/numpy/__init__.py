@@ -19,7 +19,7 @@ from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.te import evaluate
 from ptowsp.workloads import ComputeTask
-from ptowsp.workloads.inputs import read_only
+from ptowsp.workloads.inputs import input_sizes, read_only
 from ptowsp.workloads.reference import run_opaque
 
 
@@ -28,12 +28,21 @@ class NumpyExecutable:
         self.schedule = schedule
         self.workload = schedule.workload
         self.constants = {**self.workload.constants, **fold.fold_constants(self.workload)}
-        self.table = TaskTable([host_instance(self.workload.task(name)) for name in self.workload.tasks
-                                if name not in self.constants])
+
+    def table_for(self, sizes: Mapping[str, int]) -> TaskTable:
+        bound = self.workload.bind(sizes)
+        return TaskTable([host_instance(bound.task(name)) for name in bound.tasks if name not in self.constants])
+
+    @property
+    def table(self) -> TaskTable:
+        return self.table_for({})
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+        sizes = input_sizes(self.workload, inputs)
+        bound = self.workload.bind(sizes)
+        table = self.table_for(sizes)
         values = {**self.constants, **inputs}
-        tasks = [self.workload.task(inst.name) for inst in self.table.instances]
+        tasks = [bound.task(inst.name) for inst in table.instances]
 
         class Launch:
             load = store = None
@@ -42,11 +51,11 @@ class NumpyExecutable:
             def compute(i: int) -> None:
                 task = tasks[i]
                 if isinstance(task, ComputeTask):
-                    values[task.name] = read_only(evaluate(task.body, task.loop_names, task.tensor.shape, values))
+                    values[task.name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
                 else:
                     values.update(run_opaque(task, values))
 
-        trace = execute(self.table, Launch, options)
+        trace = execute(table, Launch, options)
         return {name: np.array(values[name]) for name in self.workload.outputs}, trace
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion
 from ptowsp.schedules.schedule import Schedule
@@ -53,6 +54,7 @@ MIN_TASK_WORK = 1 << 15  # element operations per task instance
 TASKS_PER_WORKER = 4
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns)
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1
+TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
 Choose = Callable[[str, Sequence[Any], Any], Any]
@@ -75,8 +77,21 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
                      choose: Choose = keep_default) -> Schedule:
     """The schedule `pw.build(wl, target)` uses; `fuse=False` leaves every task stored on its own.
 
-    `choose` answers the generator's decisions (see the module docstring).
+    `choose` answers the generator's decisions (see the module docstring).  A workload with
+    symbolic sizes gets the schedule of a typical binding (every size TYPICAL_SIZE), replayed over
+    the symbols: splits of a size leave guarded tails, and a step that needs a number where a
+    size stands (vectorizing a whole symbolic loop) is left out.
     """
+    if wl.sizes:
+        typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
+                                   workers=workers, fuse=fuse, choose=choose)
+        s = Schedule(wl)
+        for step in typical.steps:
+            try:
+                s._apply(step)
+            except ScheduleError:
+                continue
+        return s
     s = Schedule(wl)
     folded = fold.foldable(wl)
     fuse = choose("fuse", (True, False), fuse)

@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from ptowsp.errors import BuildError
-from ptowsp.te import evaluate
+from ptowsp.te import evaluate, sizes
 from ptowsp.workloads import ComputeTask, Workload
 
 # per workload object: folded values computed so far
@@ -33,7 +33,8 @@ def foldable(wl: Workload) -> frozenset[str]:
     known = set(wl.constants)
     for name in wl.tasks:  # definition order: a task's inputs are decided before it
         task = wl.task(name)
-        if isinstance(task, ComputeTask) and all(t.name in known for t in task.inputs):
+        static = not sizes.names_in(task.tensor.shape) if isinstance(task, ComputeTask) else False
+        if static and all(t.name in known for t in task.inputs):
             known.add(name)
     return frozenset(known - set(wl.constants))
 
@@ -52,7 +53,7 @@ def fold_constants(wl: Workload) -> dict[str, np.ndarray]:
         task = wl.task(name)
         assert isinstance(task, ComputeTask)
         try:
-            result = evaluate(task.body, task.loop_names, task.tensor.shape, values)
+            result = evaluate(task.value, task.loop_names, task.tensor.shape, values)
         except Exception as e:
             raise BuildError(f"constant folding: task {name!r} (which reads only constants) failed at build "
                              f"time: {type(e).__name__}: {e}") from e

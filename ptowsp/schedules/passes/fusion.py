@@ -198,7 +198,7 @@ def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str]) -> tuple[s
         return consumer, f"{consumer!r} is {wl.category(consumer).value}, not injective"
     if consumer in s.inlined or consumer in s.compute_at_locations or producer in s.compute_at_locations:
         return consumer, "a compute_inline or compute_at step already places one of them"
-    body = inline_producers(task.body, wl, inlined)
+    body = inline_producers(task.value, wl, inlined)
     own = tuple(task.loop_names)
     for node in walk(body):
         if node.op is Op.LOAD and node.arg.name == producer:

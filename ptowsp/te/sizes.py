@@ -1,0 +1,197 @@
+"""Symbolic sizes: dimensions named by the user and bound at run time from the input arrays.
+
+`wl.input("x", ("n", 4096))` makes `n` a size: an `Op.SIZE` leaf (int64)
+that shapes, loop extents and reduce axes may use, alone or in integer
+arithmetic (`n + 1`, `(n + 63) // 64` for the outer loop of a split).  An
+extent is therefore an `int` or such an expression; the helpers here keep
+integers integers, so a workload without sizes never sees an expression
+where it had a number.
+
+Kernels are compiled once over the symbols; `bind` turns an expression,
+tensor or workload piece into its value at one binding, which is how the
+reference, the task table and the memory plan handle each run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterable, Mapping
+
+from ptowsp.errors import ShapeError
+from ptowsp.te.expr import Expr, Op, binary, const, substitute, walk
+
+Extent = int | Expr
+_INT_OPS = {Op.ADD: int.__add__, Op.SUB: int.__sub__, Op.MUL: int.__mul__, Op.FLOORDIV: int.__floordiv__,
+            Op.MOD: int.__mod__, Op.MAX: max, Op.MIN: min}
+
+
+def size_var(name: str) -> Expr:
+    return Expr(Op.SIZE, "int64", (), name)
+
+
+def dimension(d: object, what: str) -> Extent:
+    """One entry of a shape: a positive int, a size name, or an int64 expression over sizes."""
+    if isinstance(d, str):
+        if not d.isidentifier():
+            raise ShapeError(f"{what}: a symbolic size must be an identifier, got {d!r}")
+        return size_var(d)
+    if isinstance(d, Expr):
+        stray = [n for n in walk(d) if n.op not in _INT_OPS and n.op not in (Op.SIZE, Op.CONST, Op.CAST)]
+        if d.dtype not in ("int32", "int64") or stray:
+            raise ShapeError(f"{what}: a symbolic dimension must be integer arithmetic over sizes, got {d}")
+        return d
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ShapeError(f"{what}: a dimension must be a positive int or a size name such as 'n', got {d!r}")
+    return d
+
+
+def is_static(x: object) -> bool:
+    return isinstance(x, int)
+
+
+def names_in(x: Extent | Expr | Iterable) -> set[str]:
+    """The size names an extent, a shape or an expression (its loop extents and tensor shapes too) uses."""
+    if isinstance(x, int):
+        return set()
+    if isinstance(x, Expr):
+        return set(_names(x))
+    return set().union(*(names_in(item) for item in x)) if not isinstance(x, str) else set()
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(e: Expr) -> frozenset[str]:
+    found: set[str] = set()
+    for n in walk(e):
+        if n.op is Op.SIZE:
+            found.add(n.arg)
+        elif n.op in (Op.VAR, Op.RVAR) and isinstance(n.arg[1], Expr):
+            found |= _names(n.arg[1])
+        elif n.op is Op.LOAD:
+            found |= names_in(n.arg.shape)
+    return frozenset(found)
+
+
+def as_expr(x: Extent) -> Expr:
+    return const(x, "int64") if isinstance(x, int) else x
+
+
+def add(a: Extent, b: Extent) -> Extent:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if isinstance(b, int) and b == 0:
+        return a
+    return binary(Op.ADD, as_expr(a), as_expr(b))
+
+
+def sub(a: Extent, b: Extent) -> Extent:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if isinstance(b, int) and b == 0:
+        return a
+    if isinstance(a, Expr) and isinstance(b, Expr) and a.same_as(b):
+        return 0
+    return binary(Op.SUB, as_expr(a), as_expr(b))
+
+
+def mul(a: Extent, b: Extent) -> Extent:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if (isinstance(a, int) and a == 0) or (isinstance(b, int) and b == 0):
+        return 0
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    return binary(Op.MUL, as_expr(a), as_expr(b))
+
+
+def ceil_div(a: Extent, factor: int) -> Extent:
+    if isinstance(a, int):
+        return -(-a // factor)
+    return a if factor == 1 else binary(Op.FLOORDIV, binary(Op.ADD, a, const(factor - 1, "int64")),
+                                        const(factor, "int64"))
+
+
+def minimum(a: Extent, b: Extent) -> Extent:
+    return _extreme(a, b, Op.MIN, min)
+
+
+def maximum(a: Extent, b: Extent) -> Extent:
+    return _extreme(a, b, Op.MAX, max)
+
+
+def _extreme(a: Extent, b: Extent, op: Op, pick) -> Extent:
+    if isinstance(a, int) and isinstance(b, int):
+        return pick(a, b)
+    if isinstance(a, Expr) and isinstance(b, Expr) and a.same_as(b):
+        return a
+    return binary(op, as_expr(a), as_expr(b))
+
+
+def value(x: Extent | Expr, sizes: Mapping[str, int]) -> int:
+    """The integer an extent takes at a binding (KeyError for a size not bound)."""
+    if isinstance(x, int):
+        return x
+    op = x.op
+    if op is Op.CONST:
+        return int(x.arg)
+    if op is Op.SIZE:
+        return sizes[x.arg]
+    if op is Op.CAST:
+        return value(x.src[0], sizes)
+    if op is Op.NEG:
+        return -value(x.src[0], sizes)
+    if op in _INT_OPS:
+        return _INT_OPS[op](value(x.src[0], sizes), value(x.src[1], sizes))
+    raise ShapeError(f"{x} is not integer arithmetic over sizes")
+
+
+def bind_shape(shape: tuple[Extent, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(value(d, sizes) for d in shape)
+
+
+def bind(e: Expr, sizes: Mapping[str, int]) -> Expr:
+    """e at a binding: sizes become constants, loop extents and tensor (or buffer) shapes numbers."""
+    if not sizes or not _names(e):
+        return e
+
+    def bound(n: Expr) -> Expr | None:
+        if n.op is Op.SIZE:
+            return const(sizes[n.arg], "int64")
+        if n.op in (Op.VAR, Op.RVAR) and isinstance(n.arg[1], Expr):
+            return Expr(n.op, n.dtype, (), (n.arg[0], value(n.arg[1], sizes)))
+        if n.op is Op.LOAD and names_in(n.arg.shape):
+            tensor = dataclasses.replace(n.arg, shape=bind_shape(n.arg.shape, sizes))
+            return Expr(Op.LOAD, n.dtype, tuple(bind(i, sizes) for i in n.src), tensor)
+        return None
+
+    return substitute(e, bound)
+
+
+def python_source(e: Extent | Expr, names: Mapping[str, str]) -> str | None:
+    """e as Python integer arithmetic, loop variables renamed by `names` and sizes by their own
+    names; None when e uses anything else (a load, a loop not in `names`)."""
+    if isinstance(e, int):
+        return str(e)
+    if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
+        return str(e.arg)
+    if e.op is Op.VAR:
+        return names.get(e.arg[0])
+    if e.op is Op.SIZE:
+        return e.arg
+    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
+        return python_source(e.src[0], names)
+    parts = [python_source(s, names) for s in e.src]
+    if any(p is None for p in parts):
+        return None
+    if e.op in _INFIX:
+        return f"({parts[0]} {_INFIX[e.op]} {parts[1]})"
+    if e.op is Op.NEG:
+        return f"(-{parts[0]})"
+    if e.op in (Op.MIN, Op.MAX):
+        return f"{e.op.name.lower()}({parts[0]}, {parts[1]})"
+    return None
+
+
+_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.FLOORDIV: "//", Op.MOD: "%"}
