@@ -81,7 +81,7 @@ def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:
 
 
 def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Sequence[str | None] | None = None,
-          window: int = DEFAULT_WINDOW, device: object | None = None) -> Built:
+          window: int = DEFAULT_WINDOW, device: object | None = None, debug: bool = False) -> Built:
     """Compile a schedule, or a workload with its default schedule (schedules/passes/default.py:
     fusion, grouping, tiling and a task grid for this target and number of workers).
 
@@ -89,6 +89,9 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     per worker (None runs any task; `bind(task, core=...)` restricts a task to its
     class).  `window`: how many task instances the orchestrator keeps in flight.
     `device`: the aicore target's `pw.DeviceModel` (its cores replace `workers`).
+    `debug`: check every gather's index values before each task instance runs, and raise
+    BoundsError naming the task, the index tensor and the value (without it, a bad index
+    reads the nearest edge element of the tensor).
     """
     found = backend(target)
     cores = found.cores(workers, device)
@@ -103,6 +106,6 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
         raise BuildError(f"window must be an integer >= 1, got {window!r}")
     step = schedule.dispatch_policy
     policy = Policy(step.policy, None if step.key is None else tuple(step.key))
-    options = Options(workers=cores, policy=policy, window=window,
-                      prefetch=schedule.prefetch_depth, title=f"ptowsp {schedule.workload.name} on {target}")
+    options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
+                      title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug))
     return Built(schedule, target, found.compile(schedule, device), options)

@@ -49,10 +49,15 @@ def grid_extents(sources: Sequence[str], sizes: Mapping[str, int]) -> tuple[int,
                  for s in sources)
 
 
-def _tile(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
-    """The task's loop ranges over one instance: the box of its output the instance writes."""
+def tile_of(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
+    """The task's loop ranges [start, stop) over one instance: the box of its output the instance writes."""
     region = dict(writes)[task.name]
-    return {n: (lo, hi - 1) for n, (lo, hi) in zip(task.loop_names, region, strict=True)}
+    return dict(zip(task.loop_names, region, strict=True))
+
+
+def _tile(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
+    """tile_of as inclusive intervals (te/domain.py)."""
+    return {n: (lo, hi - 1) for n, (lo, hi) in tile_of(task, writes).items()}
 
 
 def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[str], KernelAccess]],

@@ -86,8 +86,9 @@ def buffer_of(tensor) -> Buffer:
 
 
 def to_buffers(body: Expr) -> Expr:
-    """Reads of workload tensors become reads of global buffers (indices never read tensors)."""
-    return substitute(body, lambda n: Expr(Op.LOAD, n.dtype, n.src, buffer_of(n.arg)) if n.op is Op.LOAD else None)
+    """Reads of workload tensors become reads of global buffers (in gather indices too)."""
+    return substitute(body, lambda n: Expr(Op.LOAD, n.dtype, tuple(map(to_buffers, n.src)), buffer_of(n.arg))
+                      if n.op is Op.LOAD else None)
 
 
 def axis_values(nest: LoopNest) -> tuple[dict[str, Expr], list[Expr]]:
@@ -417,10 +418,29 @@ def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tup
     return stmt
 
 
+def clamp_gathers(body: Stmt) -> Stmt:
+    """An index that reads a tensor (a gather) is clamped into its dimension, so a bad index value
+    reads an edge element instead of memory outside the tensor (debug runs check the values
+    before the kernel runs and name the offender)."""
+    def clamp(n: Expr) -> Expr | None:
+        if n.op is not Op.LOAD or all(i.dtype == "int64" and not any(m.op is Op.LOAD for m in walk(i))
+                                      for i in n.src):
+            return None
+        indices = []
+        for i, size in zip(n.src, n.arg.shape, strict=True):
+            inner = cast(substitute(i, clamp), "int64")  # an index read from an int32 tensor, widened
+            if any(m.op is Op.LOAD for m in walk(i)):
+                inner = binary(Op.MIN, binary(Op.MAX, inner, const(0, "int64")), sizes.as_expr(sizes.sub(size, 1)))
+            indices.append(inner)
+        return Expr(Op.LOAD, n.dtype, tuple(indices), n.arg)
+
+    return map_exprs(body, lambda e: substitute(e, clamp))
+
+
 def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     """The kernel of compute task `name` under `schedule` (grid loops become parameters)."""
     lowering = _Lowering(wl, schedule, name)
-    body = tidy(place(wl, schedule, name, lowering.lower(), lowering.grid))
+    body = clamp_gathers(tidy(place(wl, schedule, name, lowering.lower(), lowering.grid)))
     reads: dict[str, Buffer] = {}
     for s in walk_stmts(body):
         for e in stmt_exprs(s):

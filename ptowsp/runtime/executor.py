@@ -103,6 +103,7 @@ class Options:
     prefetch: int = 0
     timeout: float | None = None
     title: str = "ptowsp"
+    debug: bool = False  # backends check what kernels cannot afford to (gather indices) before each instance
 
 
 def worker_classes(workers: int | Sequence[str | None] | None) -> tuple[str | None, ...]:

@@ -25,7 +25,7 @@ import numpy as np
 from ptowsp.errors import BoundsError
 from ptowsp.te import sizes
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
-from ptowsp.te.expr import COMPARE_OPS, Expr, Op, unary, walk
+from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
 
 ENUMERATION_LIMIT = 1 << 24  # loop points one index may be enumerated over
 
@@ -170,3 +170,43 @@ def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> 
                     f"{where}, but index {index} = {value[tuple(point)]} at {witness or 'every point'}; "
                     "guard the access with pw.where or shrink the loop"
                 )
+
+
+def gather_indices(body: Expr) -> list[tuple[Expr, int, Expr, tuple[Expr, ...]]]:
+    """(load, dimension, index, where-conditions on its path) of every index that reads a tensor."""
+    found, seen = [], set()
+    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(body, ())]
+    while stack:
+        e, conds = stack.pop()
+        if (id(e), conds) in seen:
+            continue
+        seen.add((id(e), conds))
+        if e.op is Op.LOAD:
+            found += [(e, d, i, conds) for d, i in enumerate(e.src) if reads_tensors(i)]
+        if e.op is Op.WHERE:
+            cond, then, other = e.src
+            stack += [(other, conds + (unary(Op.NOT, cond),)), (then, conds + (cond,)), (cond, conds)]
+        else:
+            stack += [(s, conds) for s in e.src]
+    return found
+
+
+def check_gathers(body: Expr, tile: dict[str, tuple[int, int]], arrays) -> None:
+    """BoundsError naming the index tensor and the value when a gather in `body` (extents bound)
+    reads outside its tensor anywhere in the tile (loop name -> [start, stop)); the debug check."""
+    for load, dim, index, conds in gather_indices(body):
+        guarded = index
+        for c in reversed(conds):
+            guarded = Expr(Op.WHERE, index.dtype, (c, guarded, const(0, index.dtype)))
+        variables = {n.arg[0]: n.arg[1] for c in (guarded,) for n in walk(c) if n.op in (Op.VAR, Op.RVAR)}
+        names = tuple(sorted(variables))
+        dom = Domain(names, tuple(tile.get(n, (0, variables[n])) for n in names))
+        values = np.broadcast_to(Evaluator(arrays).run(guarded, dom), dom.shape)
+        size = load.arg.shape[dim]
+        bad = (values < 0) | (values >= size)
+        if bad.any():
+            point = np.argwhere(bad)[0]
+            at = ", ".join(f"{n}={lo + p}" for n, (lo, _), p in zip(names, dom.ranges, point))
+            sources = ", ".join(sorted({n.arg.name for n in walk(index) if n.op is Op.LOAD}))
+            raise BoundsError(f"{load} reads dimension {dim} of {load.arg.name} (size {size}) at index "
+                              f"{int(values[tuple(point)])} taken from {sources} (at {at})")

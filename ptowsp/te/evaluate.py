@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ptowsp.te.expr import Expr, Op
+from ptowsp.errors import BoundsError
+from ptowsp.te.expr import Expr, Op, walk
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
 
@@ -136,7 +137,14 @@ class Evaluator:
         indices = [self.run(i, dom, mask) for i in e.src]
         if mask is not None:  # lanes outside the chosen side read element 0, then are discarded
             indices = [np.where(mask, i, 0) for i in indices]
-        return np.asarray(self.arrays[e.arg.name][tuple(indices)])
+        array = self.arrays[e.arg.name]
+        for dim, (index, expr) in enumerate(zip(indices, e.src)):
+            if index.size and (index.min() < 0 or index.max() >= array.shape[dim]):  # only a gather gets here
+                bad = index[(index < 0) | (index >= array.shape[dim])].flat[0]
+                source = ", ".join(sorted({n.arg.name for n in walk(expr) if n.op is Op.LOAD})) or "its indices"
+                raise BoundsError(f"{e} reads dimension {dim} of {e.arg.name} (size {array.shape[dim]}) at index "
+                                  f"{int(bad)}, a value read from {source}")
+        return np.asarray(array[tuple(indices)])
 
     def _where(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
         cond = self.run(e.src[0], dom, mask)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptowsp.errors import TaskError
+from ptowsp.errors import BoundsError, TaskError
 from ptowsp.te import evaluate
 from ptowsp.workloads.inputs import input_sizes, read_only, validate_inputs
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
@@ -35,7 +35,10 @@ def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarr
     for name in wl.tasks:
         task = wl.task(name)
         if isinstance(task, ComputeTask):
-            values[name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
+            try:
+                values[name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
+            except BoundsError as e:  # a gather's index out of its tensor
+                raise BoundsError(f"task {name!r}: {e}") from None
         else:
             values.update(run_opaque(task, values))
         for t in task.inputs:

@@ -263,7 +263,8 @@ class Workload:
     def size(self, name: str) -> Expr:
         """A symbolic size as an int64 expression, for use inside compute functions."""
         if name not in self._sizes:
-            raise WorkloadError(f"workload {self.name!r} has no size {name!r}; sizes: {', '.join(self._sizes) or '(none)'}")
+            known = ", ".join(self._sizes) or "(none)"
+            raise WorkloadError(f"workload {self.name!r} has no size {name!r}; sizes: {known}")
         return sizes.size_var(name)
 
     def bind(self, binding: Mapping[str, int] | None = None, **named: int) -> Workload:

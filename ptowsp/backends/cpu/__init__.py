@@ -21,7 +21,7 @@ from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
-from ptowsp.backends.host import domain_outputs, run_table
+from ptowsp.backends.host import domain_outputs, run_table, tile_of
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
@@ -30,8 +30,9 @@ from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
+from ptowsp.te.bounds import check_gathers, gather_indices
 from ptowsp.te.sizes import python_source
-from ptowsp.workloads import ComputeTask
+from ptowsp.workloads import ComputeTask, inline_producers
 from ptowsp.workloads.inputs import input_sizes
 from ptowsp.workloads.reference import run_opaque
 
@@ -193,7 +194,7 @@ class CpuExecutable:
                     if t.name in self.zeroed:
                         arrays[t.name].fill(0)
         table = self.table_for(sizes, arrays)
-        launch = _Launch(self, table, arrays, self._key(sizes))
+        launch = _Launch(self, table, arrays, self._key(sizes), options.debug)
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
@@ -206,11 +207,15 @@ class _Launch:
 
     load = store = None
 
-    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], sizes: tuple[int, ...]):
+    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], sizes: tuple[int, ...],
+                 debug: bool = False):
         self.instances = table.instances
         self.workload = exe.schedule.workload.bind(dict(zip(exe.sizes, sizes)))
         self.arrays = arrays
         self.sizes = sizes
+        # debug: the gathers of each kernel's task (inlined producers included), checked before it runs
+        self.gathers = {name: value for name in exe.entries if debug and gather_indices(
+            value := inline_producers(self.workload.task(name).value, self.workload, exe.schedule.inlined))}
         # arrays are fixed for the run, so each kernel's pointer arguments are too
         self.bound = {name: (exe.functions[name], tuple(arrays[a].ctypes.data for a in entry.arguments))
                       for name, entry in exe.entries.items()}
@@ -227,6 +232,8 @@ class _Launch:
                 np.copyto(self.arrays[name], value)
             return
         function, pointers = bound
+        if inst.name in self.gathers:
+            check_gathers(self.gathers[inst.name], tile_of(self.workload.task(inst.name), inst.writes), self.arrays)
         function(*pointers, *inst.coords, *self.sizes)
 
 

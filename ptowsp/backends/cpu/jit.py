@@ -96,8 +96,13 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm
     return parsed
 
 
+COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
+
+
 def compile_object(module: ir.Module, key: str, manifest: dict) -> bytes:
     """Optimise and compile the module for the host; store the object and manifest under `key`."""
+    global COMPILATIONS
+    COMPILATIONS += 1
     module.triple = llvm.get_process_triple()
     tm = target_machine()
     data = tm.emit_object(optimise(module, tm, vectorize=True))
