@@ -156,9 +156,9 @@ def bound_loops(s: Stmt) -> dict[str, Extent]:
     extents: dict[str, Extent] = {}
     for n in walk_stmts(s):
         if isinstance(n, For):
-            old = extents.get(n.var, 0)
-            extents[n.var] = max(n.extent, old) if isinstance(old, int) and isinstance(n.extent, int) else (
-                n.extent if isinstance(old, int) else old)
+            old = extents.get(n.var)
+            if old is None or (isinstance(old, int) and (not isinstance(n.extent, int) or n.extent > old)):
+                extents[n.var] = n.extent
     return extents
 
 

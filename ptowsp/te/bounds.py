@@ -47,9 +47,16 @@ def interval(e: Expr) -> tuple[int, int] | None:
     if op is Op.WHERE:
         a, b = interval(e.src[1]), interval(e.src[2])
         return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if op not in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN):
+    if op not in ARITHMETIC:
         return None
-    a, b = interval(e.src[0]), interval(e.src[1])
+    return combine(op, interval(e.src[0]), interval(e.src[1]))
+
+
+ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN})
+
+
+def combine(op: Op, a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    """Inclusive bounds of `a op b` for integer operands in the given bounds (None: unknown)."""
     if a is None or b is None:
         return None
     if op is Op.ADD:

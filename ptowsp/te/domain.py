@@ -17,10 +17,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ptowsp.te.bounds import ARITHMETIC, combine
 from ptowsp.te.expr import Expr, Op
 
 Interval = tuple[int, int]  # inclusive; bools as 0/1
-_ANY = None
 
 
 def may_hold(cond: Expr, tile: Mapping[str, Interval], arrays: Mapping[str, np.ndarray]) -> bool:
@@ -64,19 +64,8 @@ def _compute(e: Expr, tile, arrays, memo) -> Interval | None:
         return _logic(a, b, max)
     if a is None or b is None:
         return None
-    if op is Op.ADD:
-        return (a[0] + b[0], a[1] + b[1])
-    if op is Op.SUB:
-        return (a[0] - b[1], a[1] - b[0])
-    if op is Op.MUL:
-        products = [x * y for x in a for y in b]
-        return (min(products), max(products))
-    if op is Op.MAX:
-        return (max(a[0], b[0]), max(a[1], b[1]))
-    if op is Op.MIN:
-        return (min(a[0], b[0]), min(a[1], b[1]))
-    if op is Op.FLOORDIV and b[0] == b[1] and b[0] > 0:
-        return (a[0] // b[0], a[1] // b[0])
+    if op in ARITHMETIC:
+        return combine(op, a, b)
     return _compare(op, a, b)
 
 

@@ -139,9 +139,12 @@ class Evaluator:
             indices = [np.where(mask, i, 0) for i in indices]
         array = self.arrays[e.arg.name]
         for dim, (index, expr) in enumerate(zip(indices, e.src)):
-            if index.size and (index.min() < 0 or index.max() >= array.shape[dim]):  # only a gather gets here
+            sources = sorted({n.arg.name for n in walk(expr) if n.op is Op.LOAD})
+            if not sources or not index.size:  # affine indices were proven in bounds at definition
+                continue
+            if index.min() < 0 or index.max() >= array.shape[dim]:
                 bad = index[(index < 0) | (index >= array.shape[dim])].flat[0]
-                source = ", ".join(sorted({n.arg.name for n in walk(expr) if n.op is Op.LOAD})) or "its indices"
+                source = ", ".join(sources)
                 raise BoundsError(f"{e} reads dimension {dim} of {e.arg.name} (size {array.shape[dim]}) at index "
                                   f"{int(bad)}, a value read from {source}")
         return np.asarray(array[tuple(indices)])
