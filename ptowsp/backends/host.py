@@ -10,14 +10,14 @@ counts) is decided once the instance is ready, and an empty one is retired unrun
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Instance, TaskTable
 from ptowsp.te import Op, walk
-from ptowsp.te.domain import may_hold
+from ptowsp.te.domain import may_hold, may_hold_in
 from ptowsp.workloads import Workload
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 
@@ -35,10 +35,12 @@ def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
 
 
 def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
-                     sizes: tuple[int, ...] = ()) -> Iterator[Instance]:
-    """One instance per point of a kernel's task grid, with the regions it reads and writes there."""
+                     sizes: tuple[int, ...] = (),
+                     points: Iterable[tuple[int, ...]] | None = None) -> Iterator[Instance]:
+    """One instance per point of a kernel's task grid (or per point of `points`), with the regions it
+    reads and writes there."""
     regions, flops, moved = access.at(sizes)
-    for coords in itertools.product(*(range(extent) for extent in grid)):
+    for coords in itertools.product(*(range(extent) for extent in grid)) if points is None else points:
         reads, writes = regions(*coords)
         yield Instance(name, coords, reads, writes, core, access.grid, moved, flops)
 
@@ -60,6 +62,19 @@ def _tile(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
     return {n: (lo, hi - 1) for n, (lo, hi) in tile_of(task, writes).items()}
 
 
+def points_in_domain(task: ComputeTask, grid: Sequence[int], access: KernelAccess, sizes: tuple[int, ...],
+                     arrays: Mapping[str, np.ndarray]) -> list[tuple[int, ...]]:
+    """The grid points whose tile the domain may reach: every tile's bounds at once (numpy), so a
+    grid of thousands of tiles costs milliseconds."""
+    count = int(np.prod(grid))
+    coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
+    region = access.writes_over(sizes, coords)[task.name]
+    tiles = {n: (np.broadcast_to(lo, (count,)), np.broadcast_to(np.asarray(hi) - 1, (count,)))
+             for n, (lo, hi) in zip(task.loop_names, region, strict=True)}
+    keep = np.flatnonzero(may_hold_in(task.domain, tiles, arrays, count))
+    return list(zip(*(c[keep].tolist() for c in coords), strict=True)) if coords else [()] * len(keep)
+
+
 def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[str], KernelAccess]],
               cores: Mapping[str, str], sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None,
               after: Mapping[str, Sequence[str]] | None = None) -> TaskTable:
@@ -70,28 +85,42 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
     values = tuple(sizes[n] for n in wl.sizes)
     instances: list[Instance] = []
     deferred: dict[int, ComputeTask] = {}
+    grids: dict[str, tuple[int, ...]] = {}
     for name in order:
         if name not in kernels:
             instances.append(host_instance(bound.task(name)))
             continue
-        grid, access = kernels[name]
-        task = wl.task(name)
+        sources, access = kernels[name]
+        task, grid = wl.task(name), grids.setdefault(name, grid_extents(sources, sizes))
         domain = task.domain if isinstance(task, ComputeTask) and arrays is not None else None
-        early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants
-                                           for t in _reads(domain))
-        for inst in kernel_instances(name, grid_extents(grid, sizes), access, cores.get(name), values):
-            if domain is not None and early and not may_hold(domain, _tile(task, inst.writes), arrays):
-                continue
+        early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants for t in _reads(domain))
+        points = points_in_domain(task, grid, access, values, arrays) if early else None
+        for inst in kernel_instances(name, grid, access, cores.get(name), values, points):
             if domain is not None and not early:
                 deferred[len(instances)] = task
             instances.append(inst)
     if not deferred:
         return TaskTable(instances, after=after)
     table = instances
+    writers: dict[str, list[int]] = {}  # per deferred task: the instances writing what its domain reads
+    for task in {t.name: t for t in deferred.values()}.values():
+        read = {t.name for t in _reads(task.domain)}
+        writers[task.name] = [k for k, inst in enumerate(table) if any(t in read for t, _ in inst.writes)]
+    decided: dict[str, set[tuple[int, ...]]] = {}
 
-    def skip(i: int) -> bool:
+    def skip(i: int, done: Sequence[int]) -> bool:
+        """Once every writer of the data a task's domain reads has finished, all its tiles are decided
+        at once; before that (a domain over data still being written elsewhere), tile by tile."""
         task = deferred.get(i)
-        return task is not None and not may_hold(task.domain, _tile(task, table[i].writes), arrays)
+        if task is None:
+            return False
+        kept = decided.get(task.name)
+        if kept is None and all(done[k] for k in writers[task.name]):
+            _, access = kernels[task.name]
+            kept = decided[task.name] = set(points_in_domain(task, grids[task.name], access, values, arrays))
+        if kept is not None:
+            return table[i].coords not in kept
+        return not may_hold(task.domain, _tile(task, table[i].writes), arrays)
 
     return TaskTable(instances, after=after, skip=skip)
 

@@ -12,6 +12,7 @@ dimension), which keeps dependencies safe.
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,19 +43,32 @@ class KernelAccess:
     bytes: str
     sizes: tuple[str, ...] = ()
 
+    @staticmethod
+    def _boxes(entries: tuple[tuple[str, Box], ...]) -> str:
+        """((tensor, ((start, stop), ...)), ...) as Python source over g0, g1, ... and the sizes."""
+        def dims(box: Box) -> str:
+            return "".join(f"(max(0, {start}), min({size}, {start} + {extent}))," for start, extent, size in box)
+
+        return "(" + "".join(f"({name!r}, ({dims(box)}))," for name, box in entries) + ")"
+
     @functools.cached_property
     def _bind(self) -> Callable[..., tuple[Callable[..., Regions], int, int]]:
         """f(*sizes) -> (regions(*coords), flops, bytes) at that binding."""
-        def boxes(entries: tuple[tuple[str, Box], ...]) -> str:
-            def dims(box: Box) -> str:
-                return "".join(f"(max(0, {start}), min({size}, {start} + {extent}))," for start, extent, size in box)
-
-            return "(" + "".join(f"({name!r}, ({dims(box)}))," for name, box in entries) + ")"
-
         params = ", ".join(f"g{k}" for k in range(len(self.grid)))
-        regions = f"lambda {params}: ({boxes(self.reads)}, {boxes(self.writes)})"
+        regions = f"lambda {params}: ({self._boxes(self.reads)}, {self._boxes(self.writes)})"
         code = f"lambda {', '.join(self.sizes)}: ({regions}, {self.flops}, {self.bytes})"
         return eval(code, {"min": min, "max": max})  # noqa: S307 - source built here from integer expressions
+
+    @functools.cached_property
+    def _writes_over(self) -> Callable[..., Callable[..., tuple]]:
+        """f(*sizes) -> writes(*coordinate arrays): the write boxes of many instances at once (numpy)."""
+        params = ", ".join(f"g{k}" for k in range(len(self.grid)))
+        code = f"lambda {', '.join(self.sizes)}: lambda {params}: {self._boxes(self.writes)}"
+        return eval(code, {"min": np.minimum, "max": np.maximum})  # noqa: S307 - source built here
+
+    def writes_over(self, sizes: tuple[int, ...], coords: Sequence[np.ndarray]) -> dict[str, tuple]:
+        """tensor -> ((starts, stops), ...) per dimension, arrays over the instances at `coords`."""
+        return dict(self._writes_over(*sizes)(*coords))
 
     @functools.cached_property
     def _bindings(self) -> dict[tuple[int, ...], tuple[Callable[..., Regions], int, int]]:
@@ -89,14 +103,27 @@ class KernelAccess:
                    str(data["bytes"]), tuple(data.get("sizes", ())))
 
 
+def _reach(indices: list[tuple[Expr, ...]], dim: int, inner: dict) -> int | None:
+    """How many values dimension `dim`'s indices can take while the `inner` loops run: the product
+    of the extents of the inner loops they read (None where one is symbolic)."""
+    loops = {n.arg[0] for index in indices for n in walk(index[dim]) if n.op is Op.VAR and n.arg[0] in inner}
+    extents = [inner[v] for v in sorted(loops)]
+    return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
+
+
 def kernel_access(kernel: Kernel) -> KernelAccess:
     """The boxes one instance of `kernel` reads and writes, as functions of its grid coordinates."""
     return statement_access(kernel.body, [name for name, _ in kernel.grid], kernel.sizes)
 
 
-def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str] = ()) -> KernelAccess:
+def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str] = (),
+                     gathered_rows: bool = False) -> KernelAccess:
     """The boxes one run of `body` reads and writes, as functions of the `outer` loop variables
-    around it (a task's grid, or the grid and the loops of a kernel down to one of its blocks)."""
+    around it (a task's grid, or the grid and the loops of a kernel down to one of its blocks).
+
+    A gathered dimension covers the whole tensor (safe for dependencies); with `gathered_rows`
+    (for a cost model) it counts the rows the gather can reach instead: the trip count of the
+    loops its index reads, as if each row were fetched on its own."""
     grid = {name: f"g{k}" for k, name in enumerate(outer)}
     inner = bound_loops(body)
     loads: dict[object, list[tuple[Expr, ...]]] = defaultdict(list)
@@ -120,7 +147,11 @@ def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str]
                 source = python_source(start, grid)
                 extent_source = python_source(extent, {})
                 if source is None or extent_source is None:  # an index the inference cannot follow (a gather)
-                    dims.append(("0", whole, whole))
+                    rows = _reach(indices, len(dims), inner) if gathered_rows else None
+                    if rows is not None and isinstance(size, int):
+                        dims.append(("0", str(min(rows, size)), whole))
+                    else:
+                        dims.append(("0", whole, whole))
                 else:
                     dims.append((source, extent_source, whole))
             out.append((buffer.name, tuple(dims)))

@@ -17,8 +17,8 @@ indexed by them: one element per iteration when no spatial loop sits inside
 a reduction loop, else the tile of one iteration of the leading loops (the
 whole instance's tile when a reduction loop comes first).  The
 accumulator is the output itself when the epilogue is the identity and the
-dtypes agree.  Non-dividing splits guard the innermost statement with
-`axis < extent`.
+dtypes agree.  Non-dividing splits guard with `axis < extent`, placed
+just inside the last loop the guard reads.
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ class _Lowering:
     """State for lowering one task: its loops, guards and local buffers."""
 
     def __init__(self, wl: Workload, schedule: Schedule, name: str,
-                 region: tuple[dict[str, Expr], Buffer] | None = None):
-        """region: (origin of each spatial axis, local buffer) when the task is computed at another's loop."""
+                 region: tuple[dict[str, Expr], Buffer, tuple[Extent, ...]] | None = None):
+        """region: (origin of each spatial axis, local buffer, extent of each axis) when the task is
+        computed at another's loop."""
         self.task = wl.task(name)
         assert isinstance(self.task, ComputeTask)
         self.name = name
@@ -148,8 +149,8 @@ class _Lowering:
         self.out = buffer_of(self.task.tensor)
         self.origin: dict[str, Expr] = {}
         if region is not None:
-            self.origin, self.out = region
-            roots = dict(zip(self.task.loop_names, self.out.shape, strict=True))
+            self.origin, self.out, extents = region
+            roots = dict(zip(self.task.loop_names, extents, strict=True))
             self.nest = self.nest.with_root_extents(roots | dict(schedulable_reduce_axes(self.task.body)))
         self.values, self.guards = axis_values(self.nest)
         grid = [lp for lp in self.nest.loops if lp.annotation == "parallel"]
@@ -178,13 +179,22 @@ class _Lowering:
         names = {lp.name for lp in loops} | placed_outside
         guards = [g for g in self.guards
                   if _guard_vars(g) <= names and not (outer and _guard_vars(g) <= placed_outside)]
-        if guards:
-            cond = guards[0]
-            for g in guards[1:]:
-                cond = cond & g
-            stmt = IfThen(cond, stmt)
-        for lp in reversed(loops):
-            stmt = For(lp.name, lp.extent, lp.annotation, stmt)
+        depth = {lp.name: k for k, lp in enumerate(loops)}
+        threads = {lp.name for lp in loops if lp.annotation.startswith("threadIdx")}
+
+        def place(g: Expr) -> int:
+            """Just inside the last loop the guard reads, so a tail stops before its inner loops run (and
+            staging there sees the guard); a thread's guard stays innermost, where every thread of the
+            block has passed its barriers."""
+            used = _guard_vars(g)
+            return len(loops) - 1 if used & threads else max((depth[v] for v in used if v in depth), default=-1)
+
+        for k in range(len(loops) - 1, -2, -1):
+            here = [g for g in guards if place(g) == k]
+            if here:
+                stmt = IfThen(functools.reduce(lambda a, b: a & b, here), stmt)
+            if k >= 0:
+                stmt = For(loops[k].name, loops[k].extent, loops[k].annotation, stmt)
         return stmt
 
     def store(self, buffer: Buffer, indices: tuple[Expr, ...], value: Expr) -> Stmt:
@@ -367,7 +377,7 @@ def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: 
     assert isinstance(task, ComputeTask)
     holders = {axis: var(f"@{name}.{axis}", sizes.add(sizes.sub(size, extent), 1))
                for axis, size, extent in zip(task.loop_names, task.tensor.shape, box.extents, strict=True)}
-    lowering = _Lowering(wl, schedule, name, region=(holders, buffer))
+    lowering = _Lowering(wl, schedule, name, region=(holders, buffer, box.extents))
     if lowering.grid:
         consumer = schedule.compute_at_locations[name][0]
         raise BuildError(f"task {name!r} is computed at {consumer!r}, so its parallel loops "

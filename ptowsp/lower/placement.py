@@ -32,9 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ptowsp.errors import BuildError
-from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Buffer, For, Stmt, block, bound_loops, map_exprs, stmt_exprs
+from ptowsp.lower.ir import (GLOBAL, SHARED, Allocate, Buffer, For, IfThen, Stmt, block, bound_loops, map_exprs,
+                             stmt_exprs)
 from ptowsp.lower.regions import Box, read_box
-from ptowsp.te import Expr, Op, substitute, walk
+from ptowsp.te import Expr, Op, sizes, substitute, walk
+from ptowsp.te.bounds import conjuncts
 
 Fill = Callable[[Box, Buffer], Stmt]  # the statement that fills the buffer over the box
 
@@ -48,17 +50,19 @@ def global_reads(s: Stmt, tensor: str, skip: str | None = None) -> list[Expr]:
     return here + [n for c in s.children() for n in global_reads(c, tensor, skip)]
 
 
-def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, relaxed: dict[str, int]) -> Stmt:
-    """Stage the reads in `body`; loops in `relaxed` (outside the anchor) count as ranging over their extent."""
+def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, relaxed: dict[str, int],
+                known: tuple[Expr, ...] = ()) -> Stmt:
+    """Stage the reads in `body`; loops in `relaxed` (outside the anchor) count as ranging over their
+    extent; `known`: the conditions of the guards around the anchor."""
     reads = global_reads(body, tensor.name)
     if not reads:
         return body  # this occurrence of the anchor does not read the tensor
-    box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape)
-    symbolic = [str(e) for e in box.extents if not isinstance(e, int)]
+    box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape, known=known)
+    symbolic = [str(e) for e in box.extents if sizes.most(e) is None]
     if symbolic:
         raise BuildError(f"{name}: the part of {tensor.name} read there is {symbolic[0]} elements long, a symbolic "
                          "size; a buffer needs a fixed size: split the symbolic loop and place it at the outer part")
-    local = Buffer(name, box.extents, tensor.dtype, scope)
+    local = Buffer(name, tuple(map(sizes.most, box.extents)), tensor.dtype, scope)  # the fill covers the box
 
     def redirect(n: Expr) -> Expr | None:
         if n.op is Op.LOAD and n.arg.name == tensor.name and n.arg.scope == GLOBAL:
@@ -76,12 +80,15 @@ def stage(stmt: Stmt, anchor: str | None, grid: tuple[tuple[str, int], ...], ten
         inside = grid[grid_names.index(anchor) + 1:] if anchor is not None else ()
         return _stage_body(stmt, tensor, name, scope, fill, dict(inside))
 
-    def visit(s: Stmt, threads: dict[str, int]) -> Stmt:
+    def visit(s: Stmt, threads: dict[str, int], known: tuple[Expr, ...]) -> Stmt:
         if isinstance(s, For) and s.var == anchor:
-            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, threads))
+            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, threads, known))
         if isinstance(s, For) and scope == SHARED and s.kind.startswith("threadIdx."):
             threads = {**threads, s.var: s.extent}
-        return s.with_children([visit(c, threads) for c in s.children()])
+        if isinstance(s, IfThen):
+            known = known + conjuncts(s.cond)
+        return s.with_children([visit(c, threads, known) for c in s.children()])
 
-    return visit(stmt, {})
+    return visit(stmt, {}, ())
+
 

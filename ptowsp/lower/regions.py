@@ -105,7 +105,8 @@ def _bound(form: _Affine, inner: dict, side) -> sizes.Extent:
     return total
 
 
-def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool) -> tuple[Expr, sizes.Extent]:
+def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool,
+               known: tuple[Expr, ...] = ()) -> tuple[Expr, sizes.Extent]:
     """(start, extent) of one dimension over all accesses, shifted into [0, size) when `shift`."""
     forms = [_affine(i, inner) for i in indices]
     if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
@@ -126,25 +127,29 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
         extent = max(1, extent)
     start = base if isinstance(lo, int) and lo == 0 else _plus(base, sizes.as_expr(lo))
     start = start if start is not None else const(0, "int64")
-    return (_shift_inwards(start, extent, size) if shift else start), extent
+    return (_shift_inwards(start, extent, size, known) if shift else start), extent
 
 
-def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent) -> Expr:
-    """clamp(start, 0, size - extent), each side dropped where the bounds of start already hold it."""
+def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent, known: tuple[Expr, ...]) -> Expr:
+    """clamp(start, 0, size - extent), each side dropped where the bounds of start, or a condition
+    `start < size` known to hold there (a split's guard), already hold it."""
     last = sizes.sub(size, extent)
     if start.op is Op.CONST and isinstance(last, int):
         return const(min(max(int(start.arg), 0), last), "int64")
-    lo, hi = interval(start) or (-1, None)
+    lo, hi = interval(start) or (sizes.least(start), None)
+    below = extent == 1 and any(k.op is Op.LT and k.src[0].same_as(start) and k.src[1].same_as(sizes.as_expr(size))
+                                for k in known)
     if lo < 0:
         start = binary(Op.MAX, start, const(0, "int64"))
-    if hi is None or not isinstance(last, int) or hi > last:
+    if not below and (hi is None or not isinstance(last, int) or hi > last):
         start = binary(Op.MIN, start, sizes.as_expr(last))
     return start
 
 
 def read_box(accesses: list[tuple[Expr, ...]], inner: dict, shape: tuple,
-             shift: bool = True) -> Box:
+             shift: bool = True, known: tuple[Expr, ...] = ()) -> Box:
     """The box of a tensor that index tuples read while the `inner` loops run, shifted into the
-    tensor (constant extent; for buffers) or, with shift=False, left for the caller to clip."""
-    dims = [_dimension([a[d] for a in accesses], inner, size, shift) for d, size in enumerate(shape)]
+    tensor (constant extent; for buffers) or, with shift=False, left for the caller to clip;
+    `known`: conditions that hold where the box is read."""
+    dims = [_dimension([a[d] for a in accesses], inner, size, shift, known) for d, size in enumerate(shape)]
     return Box(tuple(s for s, _ in dims), tuple(e for _, e in dims))

@@ -56,7 +56,7 @@ from ptowsp.runtime.csp import deterministic_order
 from ptowsp.runtime.dispatch import placer
 from ptowsp.runtime.executor import Launcher, Options, Scheduler, raise_failure
 from ptowsp.runtime.table import TaskTable
-from ptowsp.runtime.trace import Event, Trace, Wait
+from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 
 STALL_SECONDS = 3600.0  # device seconds without finishing: a stall in the model, reported, never a hang
 
@@ -353,7 +353,7 @@ def _fill_trace(trace: Trace, table: TaskTable, options: Options, record: _Recor
         name = "orchestrate" if row == cores else "schedule"
         trace.events.extend(Event(name, (), row, "aicpu", start, end) for start, end in spans)
     trace.waits.extend(Wait(cores, "window", "task window", s, e) for s, e in window_waits)
-    trace.deps = [(p, i) for i, ps in enumerate(sched.preds) if sched.done[i] for p in ps]
+    trace.deps = Edges(sched.preds, list(sched.done))
     trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(window_waits)}
 
 

@@ -53,7 +53,7 @@ from ptowsp.errors import BuildError, PtowspError, RunTimeout, TaskError
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
 from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.table import TaskTable
-from ptowsp.runtime.trace import Event, Trace, Wait
+from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 
 DEFAULT_WINDOW = 1024
 ADMIT_BATCH = 64  # instances the orchestrator admits per turn, so workers start before a big table is in
@@ -218,7 +218,7 @@ class Scheduler:
 
     # -- scheduler ------------------------------------------------------------------------
     def place(self, i: int, maker: int | None) -> None:
-        if self.skip is not None and self.skip(i):  # ready, but nothing to compute: retire it unrun
+        if self.skip is not None and self.skip(i, self.done):  # ready, but nothing to compute: retire it unrun
             self.skipped += 1
             self.retire(i, -1)
             return
@@ -463,6 +463,6 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
         trace.statistics.update({t.name: t for t in w.tokens.values()})
     row = len(sched.workers)
     trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in sched.window_waits)
-    trace.deps = [(p, i) for i, ps in enumerate(sched.preds) if sched.done[i] for p in ps]
+    trace.deps = Edges(sched.preds, list(sched.done))
     trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(sched.window_waits)}
     trace.statistics["skipped"] = sched.skipped

@@ -27,6 +27,8 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
 
 
@@ -104,6 +106,11 @@ class RegionIndex:
 
 
 def _bits(mask: int) -> list[int]:
+    """The positions of a bitset's ones, in order (a long one through numpy: an instance that takes
+    over a tensor's memory waits for thousands of its accesses)."""
+    if mask.bit_count() > 64:
+        raw = np.frombuffer(mask.to_bytes((mask.bit_length() + 7) // 8, "little"), np.uint8)
+        return np.flatnonzero(np.unpackbits(raw, bitorder="little")).tolist()
     out = []
     while mask:
         low = mask & -mask
@@ -116,11 +123,12 @@ class TaskTable:
     """Instances in an order every dependency respects, and (computed once) their predecessors."""
 
     def __init__(self, instances: Sequence[Instance], after: Mapping[str, Sequence[str]] | None = None,
-                 skip: Callable[[int], bool] | None = None):
+                 skip: Callable[[int, Sequence[int]], bool] | None = None):
         self.instances = tuple(instances)
         self.after = dict(after or {})  # tensor -> tensors whose every access precedes its writes
-        # asked once an instance is ready (its inputs written): True retires it without running it,
-        # for work that depends on data computed during the run (a domain over a router's counts)
+        # skip(i, done) is asked once instance i is ready (its inputs written; done[k] is true for
+        # every instance k that has finished): True retires it without running it, for work that
+        # depends on data computed during the run (a domain over a router's counts)
         self.skip = skip
 
     def __len__(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,21 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e9:.0f} ns"
 
 
+class Edges:
+    """(producer id, consumer id) of every instance that ran, read lazily from the run's predecessor
+    lists: a task that takes over a tensor's memory waits for thousands of instances, and a run
+    should not pay for the pairs unless someone reads them."""
+
+    def __init__(self, preds: Sequence[Sequence[int]] = (), ran: Sequence[bool] = ()):
+        self._preds, self._ran = preds, ran
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((p, i) for i, ps in enumerate(self._preds) if self._ran[i] for p in ps)
+
+    def __len__(self) -> int:
+        return sum(len(ps) for ps, ran in zip(self._preds, self._ran) if ran)
+
+
 @dataclass
 class Trace:
     """Events, waits and dependency edges of one run, with the workers they ran on."""
@@ -100,7 +116,7 @@ class Trace:
     lanes: int | None = None  # rows that are workers (the rest: orchestrator, ...); None: all
     events: list[Event] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
-    deps: list[tuple[int, int]] = field(default_factory=list)  # (producer id, consumer id)
+    deps: Iterable[tuple[int, int]] = field(default_factory=list)  # (producer id, consumer id): a list or Edges
     duration: float = 0.0  # run start to run end
     clock: str = "real"
     title: str = "ptowsp"

@@ -24,6 +24,7 @@ import numpy as np
 
 from ptowsp.errors import BoundsError
 from ptowsp.te import sizes
+from ptowsp.te.domain import ARITHMETIC, arithmetic
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
 from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
 
@@ -52,30 +53,12 @@ def interval(e: Expr) -> tuple[int, int] | None:
     return combine(op, interval(e.src[0]), interval(e.src[1]))
 
 
-ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN})
 
 
 def combine(op: Op, a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
-    """Inclusive bounds of `a op b` for integer operands in the given bounds (None: unknown)."""
-    if a is None or b is None:
-        return None
-    if op is Op.ADD:
-        return (a[0] + b[0], a[1] + b[1])
-    if op is Op.SUB:
-        return (a[0] - b[1], a[1] - b[0])
-    if op is Op.MUL:
-        products = [x * y for x in a for y in b]
-        return (min(products), max(products))
-    if op is Op.MAX:
-        return (max(a[0], b[0]), max(a[1], b[1]))
-    if op is Op.MIN:
-        return (min(a[0], b[0]), min(a[1], b[1]))
-    if b[0] != b[1] or b[0] <= 0:  # // and % by a positive constant only
-        return None
-    c = b[0]
-    if op is Op.FLOORDIV:
-        return (a[0] // c, a[1] // c)
-    return a if 0 <= a[0] and a[1] < c else (0, c - 1)
+    """Inclusive bounds of `a op b` for integer operands in the given bounds (None: unknown); the
+    same arithmetic the domain test runs over many tiles at once (te/domain.py)."""
+    return None if a is None or b is None or op not in ARITHMETIC else arithmetic(op, a, b)
 
 
 def conjuncts(cond: Expr) -> tuple[Expr, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Iterable, Mapping
 
 from ptowsp.errors import ShapeError
@@ -126,7 +127,47 @@ def _extreme(a: Extent, b: Extent, op: Op, pick) -> Extent:
         return pick(a, b)
     if isinstance(a, Expr) and isinstance(b, Expr) and a.same_as(b):
         return a
+    number, symbol = (a, b) if isinstance(a, int) else (b, a)
+    if isinstance(number, int) and number <= least(symbol):  # minimum(1, n) is 1: sizes are at least 1
+        return number if op is Op.MIN else symbol
     return binary(op, as_expr(a), as_expr(b))
+
+
+def most(x: Extent | Expr) -> int | None:
+    """A number an extent never exceeds at any binding (minimum(512, n) -> 512), or None."""
+    if isinstance(x, int):
+        return x
+    if x.op is Op.CONST and isinstance(x.arg, int):
+        return x.arg
+    if x.op is Op.MIN:
+        bounds = [b for b in map(most, x.src) if b is not None]
+        return min(bounds) if bounds else None
+    return None
+
+
+def least(x: Extent | Expr) -> float:
+    """A lower bound of an extent or index over every binding (sizes are at least 1, loop variables at
+    least 0); -inf where none is known."""
+    if isinstance(x, int):
+        return x
+    if x.op is Op.SIZE:
+        return 1
+    if x.op in (Op.VAR, Op.RVAR):
+        return 0
+    if x.op is Op.CONST:
+        return x.arg if isinstance(x.arg, int) else -math.inf
+    if x.op is Op.CAST:
+        return least(x.src[0]) if x.src[0].dtype in ("int32", "int64") else -math.inf
+    low = [least(s) for s in x.src]
+    if x.op is Op.ADD:
+        return low[0] + low[1]
+    if x.op is Op.MUL and min(low) >= 0:
+        return low[0] * low[1]
+    if x.op is Op.FLOORDIV and x.src[1].op is Op.CONST and x.src[1].arg > 0 and low[0] > -math.inf:
+        return low[0] // x.src[1].arg
+    if x.op in (Op.MIN, Op.MAX):
+        return min(low) if x.op is Op.MIN else max(low)
+    return -math.inf
 
 
 def value(x: Extent | Expr, sizes: Mapping[str, int]) -> int:

@@ -124,13 +124,13 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     if path is None:
         own = [e for v, e in bound_loops(kernel.body).items() if v in own_reduce]
         reduce = math.prod(own) if own else 0
-        return KernelShape(core, (), statement_access(kernel.body, grid), None, reduce)
+        return KernelShape(core, (), statement_access(kernel.body, grid, gathered_rows=True), None, reduce)
     *tile_loops, stream = path
     tile_body = tile_loops[-1].body if tile_loops else kernel.body
     tile_vars = [*grid, *(lp.var for lp in tile_loops)]
-    reads = statement_access(_without(tile_body, stream), tile_vars).reads
-    tile = statement_access(tile_body, tile_vars)
-    block = statement_access(stream.body, [*tile_vars, stream.var])
+    reads = statement_access(_without(tile_body, stream), tile_vars, gathered_rows=True).reads
+    tile = statement_access(tile_body, tile_vars, gathered_rows=True)
+    block = statement_access(stream.body, [*tile_vars, stream.var], gathered_rows=True)
     reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
     return KernelShape(core, tuple(lp.extent for lp in path), dataclasses.replace(tile, reads=reads), block, reduce)
 

@@ -80,17 +80,21 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     `choose` answers the generator's decisions (see the module docstring).  A workload with
     symbolic sizes gets the schedule of a typical binding (every size TYPICAL_SIZE), replayed over
     the symbols: splits of a size leave guarded tails, and a step that needs a number where a
-    size stands (vectorizing a whole symbolic loop) is left out.
+    size stands (vectorizing a whole symbolic loop) or that would give a local buffer a symbolic
+    size is left out.
     """
     if wl.sizes:
         typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
                                    workers=workers, fuse=fuse, choose=choose)
         s = Schedule(wl)
         for step in typical.steps:
+            trial = s.copy()
             try:
-                s._apply(step)
+                trial._apply(step)
             except ScheduleError:
                 continue
+            if _fixed_size_buffers(trial):
+                s = trial
         return s
     s = Schedule(wl)
     folded = fold.foldable(wl)
@@ -129,6 +133,25 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
 
 
 # -- grouping -----------------------------------------------------------------------------
+def _fixed_size_buffers(s: Schedule) -> bool:
+    """Whether every local buffer lowering will make has a fixed size: no accumulator tile spans a
+    spatial loop of symbolic extent inside a reduction loop, and no producer is computed at a loop
+    that has a loop of symbolic extent inside it."""
+    for consumer, loop in s.compute_at_locations.values():
+        loops = s.nest(consumer).loops
+        names = [lp.name for lp in loops]
+        if loop in names and any(not isinstance(lp.extent, int) for lp in loops[names.index(loop) + 1:]):
+            return False
+    for task in s.workload.tasks:
+        if not isinstance(s.workload.task(task), ComputeTask) or task in s.inlined:
+            continue
+        loops = [lp for lp in s.nest(task).loops if lp.annotation != PARALLEL]
+        first = next((k for k, lp in enumerate(loops) if lp.reduce), len(loops))
+        if any(not lp.reduce and not isinstance(lp.extent, int) for lp in loops[first:]):
+            return False
+    return True
+
+
 def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str],
             choose: Choose) -> dict[str, _Group]:
     """Which stored tasks go inside which group root, latest first (readers decide before producers).

@@ -13,10 +13,11 @@ from ptowsp.errors import ShapeError
 from ptowsp.te import exp, reduce_axis, reduce_max, reduce_sum, sigmoid, tanh, where
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
+from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
 
 __all__ = [
-    "attention", "batch_matmul", "conv2d", "elementwise_chain", "layernorm", "matmul", "mlp", "rmsnorm",
-    "softmax", "transformer_block", "ZOO",
+    "attention", "batch_matmul", "conv2d", "decode_step", "elementwise_chain", "layernorm", "matmul", "mlp", "moe",
+    "rmsnorm", "softmax", "transformer_block", "varlen_attention", "ZOO",
 ]
 
 
@@ -171,5 +172,5 @@ def transformer_block(seq: int = 64, d_model: int = 128, heads: int = 4, d_ff: i
 ZOO = {
     fn.__name__: fn
     for fn in (matmul, batch_matmul, softmax, layernorm, rmsnorm, attention, mlp, conv2d,
-               elementwise_chain, transformer_block)
+               elementwise_chain, transformer_block, varlen_attention, moe, decode_step)
 }

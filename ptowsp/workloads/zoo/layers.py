@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ptowsp.errors import ShapeError
-from ptowsp.te import Tensor, erf, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, where
+from ptowsp.te import Expr, Tensor, erf, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, where
 from ptowsp.workloads.workload import Workload
 
 
@@ -39,9 +39,14 @@ def residual_add(wl: Workload, name: str, x: Tensor, y: Tensor) -> Tensor:
     return wl.compute(name, x.shape, lambda i, j: x[i, j] + y[i, j])
 
 
+def gelu_of(v: Expr) -> Expr:
+    """Exact GELU of one value: 0.5 * v * (1 + erf(v / sqrt(2)))."""
+    return 0.5 * v * (1.0 + erf(v * (1.0 / math.sqrt(2.0))))
+
+
 def gelu(wl: Workload, name: str, x: Tensor) -> Tensor:
-    """Exact GELU: 0.5 * x * (1 + erf(x / sqrt(2)))."""
-    return wl.compute(name, x.shape, lambda i, j: 0.5 * x[i, j] * (1.0 + erf(x[i, j] * (1.0 / math.sqrt(2.0)))))
+    """name[i, j] = gelu_of(x[i, j])."""
+    return wl.compute(name, x.shape, lambda i, j: gelu_of(x[i, j]))
 
 
 def softmax_rows(wl: Workload, name: str, x: Tensor) -> Tensor:
