@@ -33,34 +33,55 @@ from ptowsp.workloads import input_sizes, zoo
 TILE = 64  # rows (and key columns) per attention task; expert slots and tokens per moe task
 
 
-def varlen_schedule(wl: pw.Workload, tile: int = TILE) -> pw.Schedule:
+def varlen_schedule(wl: pw.Workload, target: str = "cpu", tile: int = TILE) -> pw.Schedule:
     """Every task its own kernel with a grid over (sequence, head, row tile[, key tile]): the grid
-    the domain is decided on.  Dot products and row reductions run as 16-lane vector partials."""
+    the domain is decided on.  Dot products and row reductions run as 16-lane vector partials; on
+    aicore the row tasks stream along the keys in blocks of `tile` (a whole row of keys does not
+    fit a core's buffers), on cpu each row runs whole."""
     s = wl.schedule()
     s.tile("S", i=tile, j=tile).split("S", "d", 16)
     s.reorder("S", "b", "h", "i.outer", "j.outer", "i.inner", "j.inner", "d.outer", "d.inner")
     s.vectorize("S", "d.inner").parallel("S", "b", "h", "i.outer", "j.outer")
-    for task in ("M", "Z"):  # rows streamed along r in blocks of `tile` keys (an aicore UB holds a block)
-        s.split(task, "i", tile).split(task, "r", tile).split(task, "r.inner", 16)
-        s.reorder(task, "b", "h", "i.outer", "r.outer", "i.inner", "r.inner.outer", "r.inner.inner")
-        s.vectorize(task, "r.inner.inner").parallel(task, "b", "h", "i.outer")
     s.tile("E", i=tile, j=tile).split("E", "j.inner", 8).vectorize("E", "j.inner.inner")
     s.parallel("E", "b", "h", "i.outer", "j.outer")
-    s.split("O", "i", tile).split("O", "x", 16).split("O", "r", tile)
-    s.reorder("O", "b", "h", "i.outer", "r.outer", "i.inner", "r.inner", "x.outer", "x.inner")
+    stream = target == "aicore"
+    for task in ("M", "Z"):
+        s.split(task, "i", tile).split(task, "r", tile if stream else 16)
+        if stream:
+            s.split(task, "r.inner", 16).reorder(task, "b", "h", "i.outer", "r.outer", "i.inner", "r.inner.outer",
+                                                 "r.inner.inner")
+        s.vectorize(task, "r.inner.inner" if stream else "r.inner").parallel(task, "b", "h", "i.outer")
+    s.split("O", "i", tile).split("O", "x", 16)
+    if stream:
+        s.split("O", "r", tile).reorder("O", "b", "h", "i.outer", "r.outer", "i.inner", "r.inner", "x.outer",
+                                        "x.inner")
+    else:
+        s.reorder("O", "b", "h", "i.outer", "i.inner", "r", "x.outer", "x.inner")
     return s.unroll("O", "x.outer").vectorize("O", "x.inner").parallel("O", "b", "h", "i.outer")
 
 
-def moe_schedule(wl: pw.Workload, tile: int = TILE) -> pw.Schedule:
-    """Expert MLPs with a grid over (expert, slot tile), each slot's row accumulated as 16-lane
-    vectors; the router's logits and the combine over token tiles."""
+def moe_schedule(wl: pw.Workload, target: str = "cpu", tile: int = TILE) -> pw.Schedule:
+    """Expert MLPs with a grid over (expert, slot tile), rows accumulated as 16-lane vectors; on
+    aicore also over 128-column blocks, streamed along the contraction in blocks of 64 (what a
+    cube's L0 holds) with the combine's gather on a vector core.  The router's logits and the
+    combine run over token tiles."""
     s = wl.schedule()
+    slots = 16 if target == "aicore" else tile
     for task, k in (("H", "dm"), ("Y_expert", "f")):
-        s.split(task, "c", tile).split(task, "j", 16).reorder(task, "e", "c.outer", "c.inner", k, "j.outer", "j.inner")
-        s.vectorize(task, "j.inner").parallel(task, "e", "c.outer")
-    s.split("G", "c", tile // 2).split("G", "j", 16).vectorize("G", "j.inner").parallel("G", "e", "c.outer")
+        s.split(task, "c", slots)
+        if target == "aicore":
+            s.split(task, "j", 128).split(task, k, 64).split(task, "j.inner", 16)
+            s.reorder(task, "e", "c.outer", "j.outer", f"{k}.outer", "c.inner", f"{k}.inner", "j.inner.outer",
+                      "j.inner.inner")
+            s.vectorize(task, "j.inner.inner").parallel(task, "e", "c.outer", "j.outer")
+        else:
+            s.split(task, "j", 16).reorder(task, "e", "c.outer", "c.inner", k, "j.outer", "j.inner")
+            s.vectorize(task, "j.inner").parallel(task, "e", "c.outer")
+    s.split("G", "c", slots // 2).split("G", "j", 16).vectorize("G", "j.inner").parallel("G", "e", "c.outer")
     s.split("Y", "t", tile).split("Y", "j", 16).reorder("Y", "t.outer", "t.inner", "kk", "j.outer", "j.inner")
     s.vectorize("Y", "j.inner").parallel("Y", "t.outer")
+    if target == "aicore":
+        s.bind("Y", core="vector")
     return s.split("logits", "i", tile).parallel("logits", "i.outer")
 
 
@@ -104,7 +125,7 @@ def side(make, schedule, inputs, target: str, repeat: int):
         wl = make(padded)
         if target == "aicore":
             wl = wl.bind(input_sizes(wl, inputs))
-        prog = pw.build(schedule(wl), target=target, workers=2 if target == "cpu" else None)
+        prog = pw.build(schedule(wl, target), target=target, workers=2 if target == "cpu" else None)
         outputs.append(prog.run(**inputs))
         builds.append(prog)
     for name, value in outputs[0].items():
@@ -117,7 +138,8 @@ def side(make, schedule, inputs, target: str, repeat: int):
 
 
 def compile_count(make, schedule, shapes) -> tuple[int, int]:
-    """(compilations while building, compilations over all the runs of the shapes)."""
+    """(LLVM compilations while building: 0 when the build cache holds the kernels already,
+    compilations over all the runs of the shapes)."""
     before = jit.COMPILATIONS
     wl = make(False)
     prog = pw.build(schedule(wl), target="cpu", workers=2)

@@ -104,8 +104,11 @@ class KernelAccess:
 
 
 def _reach(indices: list[tuple[Expr, ...]], dim: int, inner: dict) -> int | None:
-    """How many values dimension `dim`'s indices can take while the `inner` loops run: the product
-    of the extents of the inner loops they read (None where one is symbolic)."""
+    """For a gathered dimension (an index that reads a tensor), how many values its indices can
+    take while the `inner` loops run: the product of the extents of the inner loops they read
+    (None for a dimension that is not gathered, or where an extent is symbolic)."""
+    if not any(n.op is Op.LOAD for index in indices for n in walk(index[dim])):
+        return None
     loops = {n.arg[0] for index in indices for n in walk(index[dim]) if n.op is Op.VAR and n.arg[0] in inner}
     extents = [inner[v] for v in sorted(loops)]
     return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
@@ -146,12 +149,11 @@ def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str]
                 whole = python_source(size, {})
                 source = python_source(start, grid)
                 extent_source = python_source(extent, {})
-                if source is None or extent_source is None:  # an index the inference cannot follow (a gather)
-                    rows = _reach(indices, len(dims), inner) if gathered_rows else None
-                    if rows is not None and isinstance(size, int):
-                        dims.append(("0", str(min(rows, size)), whole))
-                    else:
-                        dims.append(("0", whole, whole))
+                rows = _reach(indices, len(dims), inner) if gathered_rows else None
+                if rows is not None and isinstance(size, int):
+                    dims.append(("0", str(min(rows, size)), whole))
+                elif source is None or extent_source is None:  # an index the inference cannot follow
+                    dims.append(("0", whole, whole))
                 else:
                     dims.append((source, extent_source, whole))
             out.append((buffer.name, tuple(dims)))
