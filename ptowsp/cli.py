@@ -3,7 +3,7 @@
     ptowsp trace <script.py | zoo-name> [--target cpu] [--workers N] [--tasks N] --out DIR
     ptowsp tune <script.py | zoo-name> [--target cpu] [--trials N] [--log FILE] [--seed S] [--plot PNG]
 
-A zoo name builds that zoo workload at its default size with every task split
+A zoo name builds that zoo workload at its default size (symbolic sizes bound to 64) with every task split
 into `--tasks` row blocks (`Schedule.parallelize`), runs it once on random
 inputs and checks it against `pw.reference`.  A script is run as `__main__`;
 the program it ran last is traced.  Either way DIR receives trace.json
@@ -27,8 +27,17 @@ from ptowsp.backends.build import Built
 from ptowsp.workloads import matches, random_inputs
 
 
-def _zoo_run(name: str, target: str, workers: int | None, tasks: int) -> Built:
+ZOO_SIZE = 64  # what a zoo workload's symbolic sizes are bound to on the command line
+
+
+def _zoo(name: str) -> pw.Workload:
+    """A zoo workload at its default size, its symbolic sizes (the dynamic ones) bound to ZOO_SIZE."""
     wl = pw.zoo.ZOO[name]()
+    return wl.bind(dict.fromkeys(wl.sizes, ZOO_SIZE)) if wl.sizes else wl
+
+
+def _zoo_run(name: str, target: str, workers: int | None, tasks: int) -> Built:
+    wl = _zoo(name)
     inputs = random_inputs(wl)
     prog = pw.build(wl.schedule().parallelize(tasks), target=target, workers=workers)
     out = prog.run(**inputs)
@@ -51,7 +60,7 @@ def _workload(what: str) -> pw.Workload | None:
     if what.endswith(".py") or Path(what).is_file():
         return _script_run(Path(what)).workload
     if what in pw.zoo.ZOO:
-        return pw.zoo.ZOO[what]()
+        return _zoo(what)
     print(f"ptowsp: {what!r} is neither a script nor a zoo workload ({', '.join(pw.zoo.ZOO)})", file=sys.stderr)
     return None
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import ptowsp as pw
 from ptowsp.autoschedule import records
 from ptowsp.cli import main
 
@@ -48,3 +49,10 @@ def test_an_unknown_workload_is_refused(capsys):
         main(["tune", "nope", "--trials", "2", "--target", "cpu", "--bogus"])
     assert main(["tune", "nope"]) == 2
     assert "neither a script nor a zoo workload" in capsys.readouterr().err
+
+
+def test_a_dynamic_zoo_workload_is_traced_at_bound_sizes_and_refused_unbound_by_the_tuner(tmp_path, capsys):
+    assert main(["trace", "decode_step", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "trace.json").exists()
+    with pytest.raises(pw.ScheduleError, match="symbolic sizes.*search wl.bind"):
+        pw.AutoScheduler.search(pw.zoo.decode_step(), "cpu", num_trials=1)

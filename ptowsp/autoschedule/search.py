@@ -117,6 +117,9 @@ class AutoScheduler:
         """
         if cost_model not in ("xgboost", "random"):
             raise ScheduleError(f"cost_model {cost_model!r} is not supported: use 'xgboost' or 'random'")
+        if wl.sizes:
+            raise ScheduleError(f"workload {wl.name!r} has symbolic sizes ({', '.join(wl.sizes)}); the "
+                                "AutoScheduler tunes one binding at a time: search wl.bind(...)")
         if num_trials < 1 or batch < 1 or not 0.0 <= epsilon <= 1.0:
             raise ScheduleError(f"need num_trials >= 1, batch >= 1 and 0 <= epsilon <= 1; got "
                                 f"num_trials={num_trials}, batch={batch}, epsilon={epsilon}")

@@ -21,6 +21,7 @@ from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.workloads.category import infer_category
+from ptowsp.workloads.scatter import scatter
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 
 _workload_ids = itertools.count(1)
@@ -211,6 +212,20 @@ class Workload:
                 raise WorkloadError(f"opaque outputs repeat a name: {[t.name for t in outs]}")
         self._add_task(OpaqueTask(name, fn, ins, tuple(outs)))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def scatter(self, name: str, shape: Sequence[int | str] | int | str, over: Sequence[int | str] | int | str,
+                index: Callable[..., Sequence[object]], value: Callable[..., object],
+                domain: Callable[..., object] | None = None) -> Tensor:
+        """Write through an index map: `name` starts as zeros of `shape`, and every point p of the
+        iteration space `over` (where `domain(*p)` holds) writes `value(*p)` to `name[index(*p)]`.
+
+        Each target may be written at most once (else BoundsError at run time).  value's parameter
+        names are the loops of `over`; index returns one integer coordinate per output dimension
+        and may read integer tensors (`lambda e, c, d: (slots[e, c], d)`).  It adds two tasks: a
+        host step `name_source` that inverts the index map, and the gather `name`
+        (ptowsp/workloads/scatter.py).
+        """
+        return scatter(self, name, shape, over, index, value, domain)
 
     def output(self, *tensors: Tensor) -> None:
         """Mark task results as outputs of the workload (call with one or more tensors)."""

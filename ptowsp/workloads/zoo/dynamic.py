@@ -9,6 +9,7 @@ computed and then zeroed.  docs/dynamic.md walks through all three.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable
@@ -160,7 +161,7 @@ def moe(tokens: Extent = "tokens", d_model: int = 64, d_ff: int = 128, experts: 
     tokens = x.shape[0]
     logits = layers.matmul(wl, "logits", x, w_router)
     counts, slots, choice_expert, choice_slot, gate = wl.opaque(
-        "router", lambda a: route_top_k(a, top_k), [logits],
+        "router", functools.partial(route_top_k, top_k=top_k), [logits],  # picklable: tuning sends it
         [("counts", (experts,), "int32"), ("slots", (experts, tokens), "int32"),
          ("choice_expert", (tokens, top_k), "int32"), ("choice_slot", (tokens, top_k), "int32"),
          ("gate", (tokens, top_k), "float32")])

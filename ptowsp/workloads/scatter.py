@@ -1,0 +1,138 @@
+"""Scatter: writes through an index map, each target at most once, as a host step and a gather.
+
+`wl.scatter(name, shape, over, index, value)` means: start from zeros of
+`shape`; for every point p of the iteration space `over` (where `domain`
+holds) write value(p) to name[index(p)].  With each target written at most
+once, the map from targets back to points is a function, so the scatter is
+
+- `name_source`: a host task (opaque, the orchestrator's kind of work)
+  that evaluates the index map over `over` and inverts it: for each
+  target, the flat position of the point that writes it, or -1.  It
+  checks every index value (BoundsError naming the task, the dimension and
+  the value) and that no target is written twice;
+- `name`: a compute task that gathers, `value(unravel(source[t]))` where
+  source[t] >= 0 (its domain), else zero.
+
+Every backend runs both as it runs any opaque task and any gather, and the
+orchestrator skips the gather's tiles that no point writes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ptowsp.errors import BoundsError, ShapeError, WorkloadError
+from ptowsp.te import Expr, Op, Tensor, dtypes, lift, sizes, walk
+from ptowsp.te.evaluate import evaluate
+from ptowsp.te.sizes import Extent
+
+if TYPE_CHECKING:
+    from ptowsp.workloads.workload import Workload
+
+SOURCE_SUFFIX = "_source"
+
+
+def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Extent],
+            index: Callable[..., Sequence[object]], value: Callable[..., object],
+            domain: Callable[..., object] | None = None) -> Tensor:
+    """See Workload.scatter."""
+    from ptowsp.workloads.workload import normalize_shape  # workload.py imports this module
+
+    for claimed in (name, name + SOURCE_SUFFIX):  # checked before either task is added
+        wl._claim(claimed, "scatter")
+    shape, over = normalize_shape(shape, f"scatter {name!r}"), normalize_shape(over, f"scatter {name!r} over")
+    loops = type(wl)._loop_names(name, over, value)
+    points = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loops, over, strict=True))
+    targets = tuple(lift(i) for i in _sequence(index(*points), name))
+    if len(targets) != len(shape):
+        raise ShapeError(f"scatter {name!r}: index gives {len(targets)} coordinate(s) for a {len(shape)}-d output")
+    for k, t in enumerate(targets):
+        if not dtypes.is_int(t.dtype):
+            raise WorkloadError(f"scatter {name!r}: coordinate {k} of the index is {t.dtype}, not an integer: {t}")
+    for e in walk(lift(value(*points))):
+        if e.op is Op.REDUCE:
+            raise WorkloadError(f"scatter {name!r} writes an element expression; compute the reduction "
+                                f"{e} as a task of its own and scatter its result")
+    cond = lift(domain(*points)) if domain is not None else None
+    where_ = [*targets, *([cond] if cond is not None else [])]
+    read = {n.arg.name: n.arg for e in where_ for n in walk(e) if n.op is Op.LOAD}
+    declaring = {wl.size_sources[s][0] for s in sizes.names_in([*over, *shape]) if s in wl.size_sources}
+    inputs = [*read.values(), *(wl.tensor(t) for t in sorted(declaring - set(read)))]
+    source = wl.opaque(name + SOURCE_SUFFIX, _Inversion(name, wl, inputs, over, loops, targets, cond, shape),
+                       inputs, [(name + SOURCE_SUFFIX, shape, "int64")])
+
+    def gathered(*at: Expr) -> Expr:
+        flat = source[at]
+        return value(*_unravel(flat, over))
+
+    def written(*at: Expr) -> Expr:
+        return source[at] >= 0
+
+    gathered.__signature__ = _signature(len(shape))  # loop names of the output: t0, t1, ...
+    written.__signature__ = gathered.__signature__
+    return wl.compute(name, shape, gathered, domain=written)
+
+
+def _sequence(found: object, name: str) -> tuple:
+    if isinstance(found, (tuple, list)):
+        return tuple(found)
+    raise WorkloadError(f"scatter {name!r}: index must return a tuple of coordinates, one per output dimension, "
+                        f"got {found!r}")
+
+
+def _signature(dims: int) -> inspect.Signature:
+    return inspect.Signature([inspect.Parameter(f"t{k}", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                              for k in range(dims)])
+
+
+def _unravel(flat: Expr, extents: Sequence[Extent]) -> list[Expr]:
+    """The coordinates of a row-major flat position over `extents`."""
+    coords, stride = [], 1
+    for extent in reversed(extents):
+        coords.append((flat // stride) % extent if stride != 1 else flat % extent)
+        stride = sizes.mul(stride, extent)
+    return coords[::-1]
+
+
+class _Inversion:
+    """The host step of a scatter: targets -> flat position of the point that writes them, or -1."""
+
+    def __init__(self, name, wl, inputs, over, loops, targets, cond, shape):
+        self.name, self.inputs, self.over, self.loops = name, [t.name for t in inputs], over, loops
+        self.targets, self.cond, self.shape = targets, cond, shape
+        self.sources = {s: wl.size_sources[s] for s in sizes.names_in([*over, *shape]) if s in wl.size_sources}
+        self.__name__ = f"invert {name}"
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        given = dict(zip(self.inputs, arrays, strict=True))
+        binding = {s: int(given[t].shape[d]) for s, (t, d) in self.sources.items()}
+        over = sizes.bind_shape(self.over, binding)
+        shape = sizes.bind_shape(self.shape, binding)
+        at = [evaluate(sizes.bind(t, binding), self.loops, over, given).reshape(-1) for t in self.targets]
+        positions = np.arange(int(np.prod(over)), dtype=np.int64)
+        if self.cond is not None:
+            keep = evaluate(sizes.bind(self.cond, binding), self.loops, over, given).reshape(-1)
+            at, positions = [a[keep] for a in at], positions[keep]
+        for k, (a, n) in enumerate(zip(at, shape, strict=True)):
+            bad = np.flatnonzero((a < 0) | (a >= n))
+            if len(bad):
+                raise BoundsError(f"scatter {self.name!r}: coordinate {k} of the target of point "
+                                  f"{_point(positions[bad[0]], over)} is {int(a[bad[0]])}, outside [0, {n})")
+        out = np.full(shape, -1, np.int64)
+        flat = np.ravel_multi_index(tuple(a.astype(np.int64) for a in at), shape) if at else np.zeros(0, np.int64)
+        seen, first = np.unique(flat, return_index=True)
+        if len(seen) != len(flat):
+            twice = np.setdiff1d(np.arange(len(flat)), first)[0]
+            a, b = (_point(positions[k], over) for k in np.flatnonzero(flat == flat[twice])[:2])
+            raise BoundsError(f"scatter {self.name!r}: target {_point(flat[twice], shape)} is written by points "
+                              f"{a} and {b}; a scatter writes each target at most once")
+        out.reshape(-1)[flat] = positions
+        return out
+
+
+def _point(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(p) for p in np.unravel_index(flat, shape))
