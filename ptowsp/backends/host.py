@@ -17,7 +17,7 @@ import numpy as np
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Instance, TaskTable
 from ptowsp.te import Op, walk
-from ptowsp.te.domain import may_hold, may_hold_in
+from ptowsp.te.domain import may_hold, may_hold_in, surely_holds_in
 from ptowsp.workloads import Workload
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 
@@ -35,14 +35,15 @@ def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
 
 
 def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
-                     sizes: tuple[int, ...] = (),
-                     points: Iterable[tuple[int, ...]] | None = None) -> Iterator[Instance]:
-    """One instance per point of a kernel's task grid (or per point of `points`), with the regions it
-    reads and writes there."""
+                     sizes: tuple[int, ...] = (), points: Iterable[tuple[int, ...]] | None = None,
+                     variants: Iterable[int] | None = None) -> Iterator[Instance]:
+    """One instance per point of a kernel's task grid (or per point of `points`, each run by the
+    kernel version in `variants`), with the regions it reads and writes there."""
     regions, flops, moved = access.at(sizes)
-    for coords in itertools.product(*(range(extent) for extent in grid)) if points is None else points:
+    points = itertools.product(*(range(extent) for extent in grid)) if points is None else points
+    for coords, variant in zip(points, itertools.repeat(0) if variants is None else variants):
         reads, writes = regions(*coords)
-        yield Instance(name, coords, reads, writes, core, access.grid, moved, flops)
+        yield Instance(name, coords, reads, writes, core, access.grid, moved, flops, variant)
 
 
 def grid_extents(sources: Sequence[str], sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -62,25 +63,39 @@ def _tile(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
     return {n: (lo, hi - 1) for n, (lo, hi) in tile_of(task, writes).items()}
 
 
-def points_in_domain(task: ComputeTask, grid: Sequence[int], access: KernelAccess, sizes: tuple[int, ...],
-                     arrays: Mapping[str, np.ndarray]) -> list[tuple[int, ...]]:
-    """The grid points whose tile the domain may reach: every tile's bounds at once (numpy), so a
-    grid of thousands of tiles costs milliseconds."""
+def _tiles(task: ComputeTask, grid: Sequence[int], access: KernelAccess, sizes: tuple[int, ...]):
+    """Every grid point's coordinates and its tile (loop name -> inclusive lows and highs), as arrays."""
     count = int(np.prod(grid))
     coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
     region = access.writes_over(sizes, coords)[task.name]
     tiles = {n: (np.broadcast_to(lo, (count,)), np.broadcast_to(np.asarray(hi) - 1, (count,)))
              for n, (lo, hi) in zip(task.loop_names, region, strict=True)}
-    keep = np.flatnonzero(may_hold_in(task.domain, tiles, arrays, count))
-    return list(zip(*(c[keep].tolist() for c in coords), strict=True)) if coords else [()] * len(keep)
+    return coords, tiles, count
+
+
+def points_in_domain(task: ComputeTask, grid: Sequence[int], access: KernelAccess, sizes: tuple[int, ...],
+                     arrays: Mapping[str, np.ndarray], conditions: Sequence = (),
+                     domain: bool = True) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The grid points whose tile the domain may reach (all of them without `domain`), each with the
+    kernel version that runs it: the first of the specialized `conditions` that holds on its whole
+    tile (1, 2, ...), else 0.  Every tile at once (numpy): a grid of thousands costs milliseconds."""
+    coords, tiles, count = _tiles(task, grid, access, sizes)
+    keep = np.flatnonzero(may_hold_in(task.domain, tiles, arrays, count) if domain else np.ones(count, bool))
+    chosen = np.zeros(count, np.int64)
+    for k, condition in reversed(list(enumerate(conditions, 1))):  # the first that holds wins
+        chosen[surely_holds_in(condition, tiles, arrays, count)] = k
+    points = list(zip(*(c[keep].tolist() for c in coords), strict=True)) if coords else [()] * len(keep)
+    return points, chosen[keep].tolist()
 
 
 def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[str], KernelAccess]],
               cores: Mapping[str, str], sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None,
-              after: Mapping[str, Sequence[str]] | None = None) -> TaskTable:
+              after: Mapping[str, Sequence[str]] | None = None,
+              variants: Mapping[str, Sequence] | None = None) -> TaskTable:
     """The task table of one run: kernel instances at the sizes' binding, host instances for the
-    rest, tiles outside a domain left out (`arrays` None: keep them; the table is then the same for
-    every run at this binding)."""
+    rest, tiles outside a domain left out, each tile of a specialized task given the kernel version
+    its conditions choose (`variants`: task -> conditions; with `arrays` None every tile is kept and
+    runs the task's own kernel: the table is then the same for every run at this binding)."""
     bound = wl.bind(sizes)
     values = tuple(sizes[n] for n in wl.sizes)
     instances: list[Instance] = []
@@ -94,8 +109,10 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
         task, grid = wl.task(name), grids.setdefault(name, grid_extents(sources, sizes))
         domain = task.domain if isinstance(task, ComputeTask) and arrays is not None else None
         early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants for t in _reads(domain))
-        points = points_in_domain(task, grid, access, values, arrays) if early else None
-        for inst in kernel_instances(name, grid, access, cores.get(name), values, points):
+        conditions = (variants or {}).get(name, ()) if arrays is not None else ()
+        points, chosen = points_in_domain(task, grid, access, values, arrays, conditions, early) \
+            if early or conditions else (None, None)
+        for inst in kernel_instances(name, grid, access, cores.get(name), values, points, chosen):
             if domain is not None and not early:
                 deferred[len(instances)] = task
             instances.append(inst)
@@ -117,7 +134,7 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
         kept = decided.get(task.name)
         if kept is None and all(done[k] for k in writers[task.name]):
             _, access = kernels[task.name]
-            kept = decided[task.name] = set(points_in_domain(task, grids[task.name], access, values, arrays))
+            kept = decided[task.name] = set(points_in_domain(task, grids[task.name], access, values, arrays)[0])
         if kept is not None:
             return table[i].coords not in kept
         return not may_hold(task.domain, _tile(task, table[i].writes), arrays)

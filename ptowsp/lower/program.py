@@ -9,6 +9,7 @@ waits for every task whose written region overlaps one of its read regions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold, fusion
+from ptowsp.te import Expr
 from ptowsp.workloads import ComputeTask, Workload
 
 Region = tuple[tuple[int, int], ...]  # [start, stop) per dimension
@@ -45,6 +47,8 @@ class Program:
     order: tuple[str, ...]  # tasks to run, in topological order (inlined and folded tasks vanish)
     # tensors known at build time: the workload's constants and the results of folded tasks
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # task -> (condition, kernel `task@k`) per specialize step: the same grid, other loops inside
+    variants: dict[str, tuple[tuple[Expr, Kernel], ...]] = field(default_factory=dict)
 
     def launches(self) -> Iterator[tuple[str, tuple[int, ...]]]:
         """(task, grid coordinates) of every task instance, in table order; cheap."""
@@ -121,5 +125,20 @@ def lower_program(wl: Workload, schedule: Schedule) -> Program:
     order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed and t not in known)
     kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}
     _check_unstored(wl, order, kernels, placed, known)
-    return Program(wl, schedule, kernels, order, known)
+    variants = {name: _variants(wl, schedule, name, kernels[name]) for name in schedule.variants if name in kernels}
+    return Program(wl, schedule, kernels, order, known, variants)
+
+
+def _variants(wl: Workload, schedule: Schedule, name: str, base: Kernel) -> tuple[tuple[Expr, Kernel], ...]:
+    """The kernels of a task's specialize steps, `name@k`, each with the task grid of its own kernel
+    (an instance is the same tile whichever version computes it)."""
+    found = []
+    for k, (condition, nest) in enumerate(schedule.variants[name], 1):
+        kernel = dataclasses.replace(lower_task(wl, schedule.with_loops(name, nest), name), name=f"{name}@{k}")
+        grids = [", ".join(f"{g} in 0..{e}" for g, e in kern.grid) for kern in (base, kernel)]
+        if grids[0] != grids[1]:
+            raise BuildError(f"task {name!r}: variant {k} (when {condition}) has the task grid [{grids[1]}], the "
+                             f"task's own loops [{grids[0]}]; a variant keeps the grid and changes the loops inside")
+        found.append((condition, kernel))
+    return tuple(found)
 

@@ -346,7 +346,7 @@ def _fill_trace(trace: Trace, table: TaskTable, options: Options, record: _Recor
     trace.lanes = cores
     for (i, stage), (core, start, end, active) in sorted(record.stages.items(), key=lambda kv: kv[1][1]):
         inst = instances[i]
-        name, ident = (inst.name, i) if stage is None else (f"{inst.name} {stage}", -1)
+        name, ident = (inst.label, i) if stage is None else (f"{inst.label} {stage}", -1)
         trace.events.append(Event(name, inst.coords, core, options.workers[core], start, end,
                                   inst.bytes, inst.flops, ident, active))
     for row, spans in sorted(record.aicpu.items()):

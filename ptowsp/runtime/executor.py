@@ -456,7 +456,7 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
     for w in sched.workers:
         for i, start, end, stage in w.records:
             inst = instances[i]
-            name, ident = (inst.name, i) if stage is None else (f"{inst.name} {stage}", -1)
+            name, ident = (inst.label, i) if stage is None else (f"{inst.label} {stage}", -1)
             trace.events.append(Event(name, inst.coords, w.index, w.core, start - origin, end - origin,
                                       inst.bytes, inst.flops, ident))
         trace.waits.extend(Wait(w.index, "dependency", "ready queue", s - origin, e - origin) for s, e in w.waits)

@@ -44,6 +44,12 @@ class Instance:
     grid: tuple[str, ...] = ()  # names of the grid loops behind `coords` (dispatch keys)
     bytes: int = 0  # read plus written
     flops: int = 0
+    variant: int = 0  # which version of the task's kernel runs it (Schedule.specialize; 0: its own loops)
+
+    @property
+    def label(self) -> str:
+        """The name the trace shows: the task, with `@k` for its k-th specialized kernel."""
+        return self.name if not self.variant else f"{self.name}@{self.variant}"
 
 
 class _DimensionIndex:

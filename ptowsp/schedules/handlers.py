@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from ptowsp.errors import ScheduleError
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
 from ptowsp.schedules.passes.fusion import check_pair
+from ptowsp.te import Expr, Op, lift, walk
 from ptowsp.workloads import Category
 
 if TYPE_CHECKING:
@@ -236,3 +238,48 @@ def bind(s: Schedule, step: st.Bind) -> None:
         raise StepError(f"bind needs a loop and a thread axis among {', '.join(st.THREAD_AXES)}")
     _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], step.thread))
 
+
+
+def specialize(s: Schedule, step: st.Specialize) -> None:
+    """A variant nest of the task: its loops now, with the variant's loop steps on top."""
+    _compute(s, step.task)
+    if step.task in s._compute_at:
+        raise _on_task(f"it is computed inside {s._compute_at[step.task][0]!r}; specialize the task that holds it",
+                       step.task)
+    hosted = [p for p, (c, _) in s._compute_at.items() if c == step.task] + \
+        [t for c, t, _, _ in s._cache_reads if c == step.task]
+    if hosted:
+        raise _on_task(f"{hosted[0]!r} is placed at its loops (compute_at or cache_read), which a variant's "
+                       "loops may not have; specialize before placing, or place in the producer", step.task)
+    condition = _condition(s, step.task, step.when)
+    twin = s.copy()
+    for sub in step.steps:
+        if sub.task != step.task:
+            raise _on_task(f"the variant's step {sub.call()} is on task {sub.task!r}; a variant changes only the "
+                           "task it specializes", step.task)
+        try:
+            twin._apply(sub)
+        except ScheduleError as e:
+            raise StepError(f"in the variant: {e}") from None
+    s._variants.setdefault(step.task, []).append((condition, twin._nests[step.task]))
+
+
+def _condition(s: Schedule, task: str, when: str) -> Expr:
+    """`when` as a bool expression over the task's loop variables, the sizes and integer inputs."""
+    wl = s.workload
+    names = {**{n: wl.size(n) for n in wl.sizes}, **{n: wl.tensor(n) for n in wl.inputs},
+             **dict(zip(wl.task(task).loop_names, wl.task(task).axes, strict=True))}
+    try:
+        found = lift(eval(when, {"__builtins__": {}}, names))  # noqa: S307 - the user's own condition, as source
+    except Exception as e:  # noqa: BLE001 - whatever the source does wrong, say what and where
+        known = ", ".join(names)
+        raise _on_task(f"when={when!r} is not a condition over {known}: {type(e).__name__}: {e}", task) from None
+    if found.dtype != "bool":
+        raise _on_task(f"when={when!r} is {found.dtype}, not a condition (compare with <, <=, ...)", task)
+    for node in walk(found):
+        if node.op is Op.LOAD and node.arg.dtype not in ("int32", "int64"):
+            raise _on_task(f"when={when!r} reads {node.arg.name}, a {node.arg.dtype} input; conditions read "
+                           "integer inputs (lengths, counts)", task)
+        if node.op is Op.REDUCE:
+            raise _on_task(f"when={when!r} reduces; a condition is on the task's own loops", task)
+    return found

@@ -14,7 +14,7 @@ carry them out read them back through the properties at the end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -64,6 +64,7 @@ class Schedule:
         self._dispatch: st.Dispatch | None = None
         self._prefetch = 0
         self._cores: dict[str, str] = {}
+        self._variants: dict[str, list[tuple[Expr, LoopNest]]] = {}  # task -> (when, loops), first match wins
 
     # -- loop steps -------------------------------------------------------------------
     def split(self, task: str, loop: str, factor: int) -> Schedule:
@@ -117,6 +118,39 @@ class Schedule:
             else:
                 self.split(name, loop.name, -(-loop.extent // tasks)).parallel(name, f"{loop.name}.outer")
         return self
+
+    def specialize(self, task: str, when: str, variant: Callable[[Schedule], Schedule]) -> Schedule:
+        """Tiered kernels: a second version of `task`'s loops for the task instances whose whole tile
+        satisfies `when`, e.g. `specialize("O", "lens[b] <= 256", lambda v: v.split("O", "r", 64))`.
+
+        `when` is Python source over the task's loop variables, the workload's sizes and integer
+        inputs.  `variant` gets a copy of this schedule and adds loop steps on `task` only; the
+        variant keeps the task's task grid.  Each variant is compiled once with the rest; the
+        orchestrator picks one per instance from the tile's bounds (the first `when` that holds
+        on the whole tile, else the task's own loops).
+        """
+        twin = self.copy()
+        done = len(twin.steps)
+        if not callable(variant):
+            raise ScheduleError(f"specialize({task!r}, {when!r}, ...): variant must be a function of a schedule")
+        variant(twin)
+        added = twin.steps[done:]
+        others = [step.call() for step in added if not isinstance(step, st.LOOP_STEPS)]
+        if others:
+            raise ScheduleError(f"specialize({task!r}, {when!r}, ...): a variant takes loop steps (split, tile, "
+                                f"reorder, fuse, vectorize, unroll, parallel), not {others[0]}")
+        return self._make(st.Specialize, task=task, when=when, steps=added)
+
+    def with_loops(self, task: str, nest: LoopNest) -> Schedule:
+        """A copy in which `task` has these loops (one of its variants, for lowering)."""
+        twin = self.copy()
+        twin._nests[task] = nest
+        return twin
+
+    @property
+    def variants(self) -> dict[str, list[tuple[Expr, LoopNest]]]:
+        """task -> [(condition, loop nest)] per specialize step, in order."""
+        return {task: list(found) for task, found in self._variants.items()}
 
     # -- placement and storage --------------------------------------------------------
     def compute_inline(self, task: str) -> Schedule:

@@ -144,9 +144,28 @@ class Bind(_Step):
     keyword_fields = frozenset({"core", "kernel"})
 
 
+LoopStep = Annotated[Split | Tile | Reorder | Fuse | Vectorize | Unroll | Parallel, Field(discriminator="kind")]
+LOOP_STEPS = (Split, Tile, Reorder, Fuse, Vectorize, Unroll, Parallel)
+
+
+class Specialize(_Step):
+    """A variant of a task's loops for the tiles where `when` holds (a condition over the task's
+    loop variables, sizes and integer inputs, as Python source): loop steps on top of the task's
+    loops at this point of the schedule."""
+
+    kind: Literal["specialize"] = "specialize"
+    task: str
+    when: str
+    steps: list[LoopStep]
+
+    def call(self) -> str:
+        variant = "".join(f".{s.call()}" for s in self.steps)
+        return f"specialize({self.task!r}, {self.when!r}, lambda v: v{variant})"
+
+
 Step = Annotated[
     Split | Tile | Reorder | Fuse | Vectorize | Unroll | Parallel | ComputeInline | ComputeAt | CacheRead
-    | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind,
+    | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind | Specialize,
     Field(discriminator="kind"),
 ]
 

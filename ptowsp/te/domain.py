@@ -40,6 +40,13 @@ def may_hold_in(cond: Expr, tiles: Mapping[str, Bounds], arrays: Mapping[str, np
     return np.ones(count, bool) if found is None else np.broadcast_to(found[1] >= 1, (count,))
 
 
+def surely_holds_in(cond: Expr, tiles: Mapping[str, Bounds], arrays: Mapping[str, np.ndarray],
+                    count: int) -> np.ndarray:
+    """Per tile: True where `cond` holds at every point of the tile (a specialized kernel's condition)."""
+    found = _range(cond, tiles, arrays, {})
+    return np.zeros(count, bool) if found is None else np.broadcast_to(found[0] >= 1, (count,))
+
+
 def _range(e: Expr, tiles, arrays, memo: dict) -> Bounds | None:
     key = id(e)
     if key not in memo:

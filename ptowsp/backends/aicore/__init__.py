@@ -51,6 +51,9 @@ class AicoreExecutable:
             core = schedule.cores.get(name) or ("cube" if cube else "vector")
             reduce = {prefix + r for task, prefix in members.items() for r in resolved.reduce_loops(task)}
             self.shapes[name] = kernel_shape(kernel, core, reduce, set(resolved.reduce_loops(name)))
+            for (_, nest), (_, variant) in zip(resolved.variants.get(name, ()), program.variants.get(name, ())):
+                own = {lp.name for lp in nest.loops if lp.reduce}  # a variant's loops: its own reduce loops
+                self.shapes[variant.name] = kernel_shape(variant, core, reduce | own, own)
         self.classes = {name: shape.core for name, shape in self.shapes.items()}
         self.table = self._on_cores(self.cpu.table)
         names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}

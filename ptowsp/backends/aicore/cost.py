@@ -174,7 +174,7 @@ class ModelCosts:
         self.hbm_read = self.hbm_written = self.l2_hits = 0
 
     def _shape(self, i: int) -> KernelShape | None:
-        return self.shapes.get(self.instances[i].name)
+        return self.shapes.get(self.instances[i].label)
 
     def _tile(self, i: int, block: int) -> tuple[Parts, Parts]:
         """(reads outside the stream loop, writes) of the tile that `block` belongs to."""

@@ -22,6 +22,7 @@ from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
 from ptowsp.backends.host import domain_outputs, run_table, tile_of
+from ptowsp.errors import BuildError
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.access import KernelAccess
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
@@ -69,6 +70,7 @@ class _Entry:
     arguments: tuple[str, ...]  # inputs, then outputs
     grid: tuple[str, ...]  # extents as Python source over the sizes
     access: KernelAccess
+    variants: tuple[str, ...] = ()  # symbols of the specialized versions (Schedule.specialize), in order
 
 
 class CpuExecutable:
@@ -94,14 +96,19 @@ class CpuExecutable:
         self.constants = {**wl.constants, **self.folded}
         self.order: tuple[str, ...] = tuple(manifest["order"])
         self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(str(g) for g in e["grid"]),
-                                     KernelAccess.from_json(e["access"]))
+                                     KernelAccess.from_json(e["access"]), tuple(e.get("variants", ())))
                         for task, e in manifest["kernels"].items()}
-        self.functions = {}
+        self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops
         self.sizes = tuple(wl.sizes)  # passed to every kernel after its grid coordinates
         for task, entry in self.entries.items():
             signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(entry.arguments)),
                                          *([ctypes.c_int64] * (len(entry.grid) + len(self.sizes))))
-            self.functions[task] = signature(self._object.address(entry.symbol))
+            for version, symbol in enumerate((entry.symbol, *entry.variants)):
+                self.functions[task, version] = signature(self._object.address(symbol))
+        # the conditions that pick a specialized version per tile (from the schedule: a cached build
+        # is not lowered)
+        self.conditions = {task: [when for when, _ in found] for task, found in schedule.variants.items()
+                           if task in self.entries}
         self.zeroed = domain_outputs(wl)  # outputs of tasks with a domain: skipped tiles leave zeros
         self._plans: dict[tuple[int, ...], MemoryPlan] = {}
         self._tables: dict[tuple[int, ...], TaskTable] = {}
@@ -145,9 +152,17 @@ class CpuExecutable:
         for name, kernel in program.kernels.items():
             symbol = f"ptowsp_{name}"
             KernelEmitter(module, kernel, symbol).emit()
+            variants = []
+            for k, (_, variant) in enumerate(program.variants.get(name, ()), 1):
+                variants.append(f"{symbol}_v{k}")
+                if {b.name for b in variant.inputs} != {b.name for b in kernel.inputs}:
+                    raise BuildError(f"task {name!r}: variant {k} reads {sorted(b.name for b in variant.inputs)}, "
+                                     f"its own loops {sorted(b.name for b in kernel.inputs)}")
+                variant = dataclasses.replace(variant, inputs=kernel.inputs)  # one argument list for all
+                KernelEmitter(module, variant, variants[-1]).emit()
             kernels[name] = {"symbol": symbol, "arguments": [b.name for b in (*kernel.inputs, *kernel.outputs)],
                              "grid": [python_source(extent, {}) for _, extent in kernel.grid],
-                             "access": program.access[name].to_json()}
+                             "access": program.access[name].to_json(), "variants": variants}
         self.module_text = str(module)
         manifest = {"order": list(program.order), "kernels": kernels}
         return compile_object(module, key, manifest), manifest
@@ -156,7 +171,7 @@ class CpuExecutable:
         """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
         binding of the sizes; with the run's `arrays`, tiles outside a domain are left out."""
         key = self._key(sizes)
-        if arrays is not None and self.zeroed:
+        if arrays is not None and (self.zeroed or self.conditions):
             return self._make_table(sizes, arrays)
         if key not in self._tables:
             self._tables[key] = self._make_table(sizes, None)
@@ -165,7 +180,7 @@ class CpuExecutable:
     def _make_table(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None) -> TaskTable:
         kernels = {name: (entry.grid, entry.access) for name, entry in self.entries.items()}
         return run_table(self.schedule.workload, self.order, kernels, self.schedule.cores, sizes, arrays,
-                         after=self.plan_for(sizes).reuses)
+                         after=self.plan_for(sizes).reuses, variants=self.conditions)
 
     @property
     def table(self) -> TaskTable:
@@ -217,8 +232,8 @@ class _Launch:
         self.gathers = {name: value for name in exe.entries if debug and gather_indices(
             value := inline_producers(self.workload.task(name).value, self.workload, exe.schedule.inlined))}
         # arrays are fixed for the run, so each kernel's pointer arguments are too
-        self.bound = {name: (exe.functions[name], tuple(arrays[a].ctypes.data for a in entry.arguments))
-                      for name, entry in exe.entries.items()}
+        pointers = {name: tuple(arrays[a].ctypes.data for a in entry.arguments) for name, entry in exe.entries.items()}
+        self.bound = {key: (function, pointers[key[0]]) for key, function in exe.functions.items()}
 
     def release(self) -> None:
         """Drop the run's arrays, so the Recycler sees only the caller's references."""
@@ -226,7 +241,7 @@ class _Launch:
 
     def compute(self, i: int) -> None:
         inst = self.instances[i]
-        bound = self.bound.get(inst.name)
+        bound = self.bound.get((inst.name, inst.variant))
         if bound is None:
             for name, value in run_opaque(self.workload.task(inst.name), self.arrays).items():
                 np.copyto(self.arrays[name], value)
