@@ -3,7 +3,8 @@
 varlen_attention, decode_step and moe are checked against independent numpy
 formulas through pw.reference, then every target against the reference:
 numpy and cpu from one build each over all the bindings (symbolic sizes),
-aicore per binding (it takes bound workloads only), with the default
+aicore per binding (it takes bound workloads only), the cuda target's
+kernels per binding on the host emulator, with the default
 schedule and a hand schedule whose task grid tiles the domain (and whose
 attention output is a tiered kernel).  The
 lengths include empty and full sequences; the routings include experts
@@ -20,8 +21,11 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.backends.cpu import jit
+from ptowsp.backends.cuda import generate
+from ptowsp.backends.cuda.emulate import emulate
 from ptowsp.workloads import input_sizes, zoo
 from ptowsp.workloads.zoo.dynamic import route_top_k
+from tests.backends.test_cuda import cuda_default
 from tests.conformance.test_conformance import COMPILED, assert_close
 from tests.workloads.test_scatter import _routing, _unroute
 
@@ -232,3 +236,16 @@ def test_moe_skips_the_slots_of_every_expert_past_its_tokens():
     ran = [e for e in prog.trace.events if e.name == "H"]
     assert len(ran) == tiles
     assert prog.trace.statistics["skipped"] == 3 * (4 * math.ceil(len(p["X"]) / 4) - tiles)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_emulated_cuda_per_binding(name):
+    """The cuda target's kernels (it takes bound workloads; every tile runs and writes its zeros), run
+    thread by thread on the host by the emulator: no GPU needed."""
+    _, _, inputs, _, _ = CASES[name]
+    wl = make(name)
+    for seed in SEEDS[:2]:  # the emulator runs ~1e5 statements a second: the two smaller bindings
+        p = inputs(seed)
+        bound = wl.bind(input_sizes(wl, p))
+        assert_close(emulate(generate(cuda_default(bound)), p), pw.reference(wl, **p), bound, 1e-4,
+                     f"seed {seed} on the emulated cuda target")
