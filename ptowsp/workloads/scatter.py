@@ -120,8 +120,10 @@ class _Inversion:
         for k, (a, n) in enumerate(zip(at, shape, strict=True)):
             bad = np.flatnonzero((a < 0) | (a >= n))
             if len(bad):
+                read = sorted({m.arg.name for m in walk(self.targets[k]) if m.op is Op.LOAD})
+                source = f" (read from {', '.join(read)})" if read else ""
                 raise BoundsError(f"scatter {self.name!r}: coordinate {k} of the target of point "
-                                  f"{_point(positions[bad[0]], over)} is {int(a[bad[0]])}, outside [0, {n})")
+                                  f"{_point(positions[bad[0]], over)} is {int(a[bad[0]])}{source}, outside [0, {n})")
         out = np.full(shape, -1, np.int64)
         flat = np.ravel_multi_index(tuple(a.astype(np.int64) for a in at), shape) if at else np.zeros(0, np.int64)
         seen, first = np.unique(flat, return_index=True)
