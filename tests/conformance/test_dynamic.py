@@ -157,17 +157,23 @@ def make(name: str, padded: bool = False) -> pw.Workload:
     return fn() if callable(fn) else getattr(zoo, fn)(**arguments, padded=padded)
 
 
+def bindings(name: str, seeds=SEEDS):
+    """(seed, inputs, the workload bound to their sizes, the reference's outputs) per seed."""
+    wl, inputs = make(name), CASES[name][2]
+    for seed in seeds:
+        p = inputs(seed)
+        yield seed, p, wl.bind(input_sizes(wl, p)), pw.reference(wl, **p)
+
+
 def _float64(p):
     return {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in p.items()}
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_reference_matches_the_formula(name):
-    _, _, inputs, formula, _ = CASES[name]
-    wl = make(name)
-    for seed in SEEDS:
-        p = inputs(seed)
-        assert_close(pw.reference(wl, **p), formula(_float64(p)), wl.bind(input_sizes(wl, p)), 1e-4, f"seed {seed}")
+    formula = CASES[name][3]
+    for seed, p, bound, got in bindings(name):
+        assert_close(got, formula(_float64(p)), bound, 1e-4, f"seed {seed}")
 
 
 @pytest.mark.parametrize("name", ZOO_CASES)
@@ -180,29 +186,20 @@ def test_padded_matches_dynamic(name):
 @pytest.mark.parametrize("name", CASES)
 def test_one_build_serves_every_binding(name, target):
     """numpy, cpu (and cuda where present): default and hand schedule, built once, every seed."""
-    _, _, inputs, _, schedule = CASES[name]
     wl = make(name)
-    builds = [pw.build(wl, target=target), pw.build(schedule(wl), target=target, workers=2)]
+    builds = [pw.build(wl, target=target), pw.build(CASES[name][4](wl), target=target, workers=2)]
     before = jit.COMPILATIONS
-    for seed in SEEDS:
-        p = inputs(seed)
-        expected = pw.reference(wl, **p)
+    for seed, p, bound, expected in bindings(name):
         for prog in builds:
-            assert_close(prog.run(**p), expected, wl.bind(input_sizes(wl, p)), 1e-4,
-                         f"seed {seed} on {target} under\n{prog.schedule}")
+            assert_close(prog.run(**p), expected, bound, 1e-4, f"seed {seed} on {target} under\n{prog.schedule}")
     assert jit.COMPILATIONS == before
 
 
 @pytest.mark.skipif("aicore" not in COMPILED, reason="the aicore target is not registered")
 @pytest.mark.parametrize("name", CASES)
 def test_aicore_per_binding(name):
-    _, _, inputs, _, schedule = CASES[name]
-    wl = make(name)
-    for seed in SEEDS:
-        p = inputs(seed)
-        bound = wl.bind(input_sizes(wl, p))
-        expected = pw.reference(wl, **p)
-        for s in (bound.schedule(), schedule(bound)):
+    for seed, p, bound, expected in bindings(name):
+        for s in (bound.schedule(), CASES[name][4](bound)):
             assert_close(pw.build(s, target="aicore").run(**p), expected, bound, 1e-4, f"seed {seed} under\n{s}")
 
 
@@ -242,10 +239,6 @@ def test_moe_skips_the_slots_of_every_expert_past_its_tokens():
 def test_emulated_cuda_per_binding(name):
     """The cuda target's kernels (it takes bound workloads; every tile runs and writes its zeros), run
     thread by thread on the host by the emulator: no GPU needed."""
-    _, _, inputs, _, _ = CASES[name]
-    wl = make(name)
-    for seed in SEEDS[:2]:  # the emulator runs ~1e5 statements a second: the two smaller bindings
-        p = inputs(seed)
-        bound = wl.bind(input_sizes(wl, p))
-        assert_close(emulate(generate(cuda_default(bound)), p), pw.reference(wl, **p), bound, 1e-4,
+    for seed, p, bound, expected in bindings(name, SEEDS[:2]):  # the emulator runs ~1e5 statements a second
+        assert_close(emulate(generate(cuda_default(bound)), p), expected, bound, 1e-4,
                      f"seed {seed} on the emulated cuda target")

@@ -70,7 +70,9 @@ def test_a_target_written_twice_or_out_of_range_is_named():
     with pytest.raises(pw.TaskError, match="at most once"):
         pw.build(wl, target="cpu")(**inputs)
     inputs["slots"][0, :2] = (9, 0)
-    with pytest.raises(pw.TaskError, match=r"coordinate 0 of the target of point \(0, 0, 0\) is 9 \(read from slots\), outside \[0, 5\)"):
+    with pytest.raises(pw.TaskError,
+                       match=r"coordinate 0 of the target of point \(0, 0, 0\) is 9 "
+                             r"\(read from slots\), outside \[0, 5\)"):
         pw.reference(wl, **inputs)
 
 

@@ -86,15 +86,18 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     if wl.sizes:
         typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
                                    workers=workers, fuse=fuse, choose=choose)
-        s = Schedule(wl)
+        s, kept = Schedule(wl), []
         for step in typical.steps:
-            trial = s.copy()
             try:
-                trial._apply(step)
+                s._apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
             except ScheduleError:
                 continue
-            if _fixed_size_buffers(trial):
-                s = trial
+            if _fixed_size_buffers(s):
+                kept.append(step)
+            else:  # rare: replay without it, rather than copying the schedule before every step
+                s = Schedule(wl)
+                for good in kept:
+                    s._apply(good)
         return s
     s = Schedule(wl)
     folded = fold.foldable(wl)
