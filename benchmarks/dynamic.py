@@ -5,8 +5,8 @@ experts) from the zoo, each run dynamic (domains: tiles of padding and
 expert slots past an expert's token count are never generated) and padded
 (`padded=True`: the same formulas with each domain turned into a mask, so
 every row and every expert slot is computed, as padding implementations
-do), under the same hand schedule.  The lengths have their mean at 1/4 of
-the maximum (one full sequence, one empty); top-2 of 8 experts fills a
+do), under the same hand schedule per target.  The lengths have their mean
+at 1/4 of the maximum (one full sequence, one empty); top-2 of 8 experts fills a
 quarter of the experts' capacity on average.  Per row: the task instances
 each side ran, and the median run time side by side (timing.side_by_side)
 on cpu with 2 workers, or the device-clock makespan on aicore (built per
