@@ -4,7 +4,9 @@ Per workload (matmul 1024^3, softmax 4096x1024) and seed, `--trials` each:
 the search as a user runs it (XGBoost + simulated annealing, the default
 schedule its first trial), and model-guided and random search both starting
 from the same random batch (`start_from_default=False`: the default schedule
-is handed to neither, so their curves compare search alone).
+is handed to neither, so their curves compare search alone).  The three
+searches of a seed take turns, one trial each, on one measuring process, so
+they meet the machine's slow spells alike.
 Then the tuned schedules, the hand schedules of benchmarks/cpu_kernels.py
 (run in parallel) and the default schedule `pw.build` picks are timed side
 by side with numpy (2 OpenBLAS threads) in this process.
@@ -27,12 +29,16 @@ os.environ["OMP_NUM_THREADS"] = "2"
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from cpu_kernels import matmul_case, softmax_case  # noqa: E402
 from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
+from ptowsp.autoschedule.measure import Runner  # noqa: E402
 from ptowsp.workloads import matches, random_inputs  # noqa: E402
 
 WORKERS = 2
@@ -46,20 +52,99 @@ def cases():
     yield "softmax 4096x1024", wl, hand, numpy_fn, None
 
 
+class TakeTurns:
+    """Searches in threads that take turns on one measuring process, one trial each in turn.
+
+    A search runs (its model, annealing and features too) only while it holds the turn, and hands
+    the turn on after each measurement; so the searches' trials alternate in time and a slow spell
+    of this shared machine, which can last seconds and make everything 1.5-2x slower, falls on all
+    of them alike instead of on whichever search ran then.  One process also means a difference
+    between processes (where the arrays landed) favours no search.
+    """
+
+    def __init__(self, runner: Runner, players: int):
+        self.runner, self.workload, self.target = runner, runner.workload, runner.target
+        self.turn, self.playing = 0, list(range(players))
+        self.waited = [0.0] * players  # seconds each search spent waiting for the others, once started
+        self.cond = threading.Condition()
+
+    def play(self, n: int, search):
+        """Run `search(measurer)` as player n; its measurer's measure() takes turns."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == n)
+        try:
+            return search(_Seat(self, n))
+        finally:
+            with self.cond:
+                self.playing.remove(n)
+                self._hand_on(n)
+
+    def measure(self, n: int, schedule):
+        m = self.runner.measure(schedule)
+        with self.cond:
+            self._hand_on(n)
+        self._wait(n)
+        return m
+
+    def _hand_on(self, n: int) -> None:
+        if self.playing:
+            later = [p for p in self.playing if p > n]
+            self.turn = (later or self.playing)[0]
+            self.cond.notify_all()
+
+    def _wait(self, n: int) -> None:
+        start = time.perf_counter()
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn == n)
+        self.waited[n] += time.perf_counter() - start
+
+
+@dataclass
+class _Seat:
+    """What one search sees as its runner."""
+
+    table: TakeTurns
+    n: int
+
+    def __post_init__(self):
+        self.workload, self.target = self.table.workload, self.table.target
+
+    def measure(self, schedule):
+        return self.table.measure(self.n, schedule)
+
+
+def _play(table: TakeTurns, n: int, wl, label: str, seed: int, trials: int, log: Path | None, results: dict):
+    res = table.play(n, lambda seat: pw.AutoScheduler.search(
+        wl, "cpu", num_trials=trials, cost_model="random" if label == "random" else "xgboost", seed=seed,
+        workers=WORKERS, progress=False, start_from_default=label == "tuned", log_file=log, runner=seat))
+    res.wall_seconds -= table.waited[n]
+    results[label] = res
+
+
 def tune(wl, trials: int, seeds: range, logs: Path | None):
     """Per seed: the search as a user runs it (model-guided, the default schedule its first trial),
-    then model-guided and random search both from the same random batch (no default: search alone).
-    With `logs`, each search appends to (and resumes from) its own log."""
-    runs: dict[str, list] = {"tuned": [], "xgboost": [], "random": []}
-    for seed in seeds:
-        for label, out in runs.items():
-            log = None if logs is None else logs / f"{wl.name}-{label}-{seed}.jsonl"
-            res = pw.AutoScheduler.search(wl, "cpu", num_trials=trials, cost_model="random" if label == "random"
-                                          else "xgboost", seed=seed, workers=WORKERS, progress=True,
-                                          start_from_default=label == "tuned", log_file=log)
-            print(f"  seed {seed} {label:8} best {res.best_seconds * 1e3:8.3f} ms, wall {res.wall_seconds:5.1f} s, "
-                  f"overhead {res.overhead:5.1%}", flush=True)
-            out.append(res)
+    then model-guided and random search both from the same random batch (no default: search alone),
+    taking turns trial by trial (TakeTurns).  With `logs`, each search appends to (and resumes from)
+    its own log.  A search's wall time leaves out its waits for the others."""
+    labels = ("tuned", "xgboost", "random")
+    runs: dict[str, list] = {label: [] for label in labels}
+    with Runner(wl, "cpu", workers=WORKERS) as runner:
+        for seed in seeds:
+            table, results = TakeTurns(runner, len(labels)), {}
+            threads = [threading.Thread(target=_play, args=(table, n, wl, label, seed, trials, None if logs is None
+                                                            else logs / f"{wl.name}-{label}-{seed}.jsonl", results))
+                       for n, label in enumerate(labels)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for label in labels:
+                if label not in results:
+                    raise SystemExit(f"the {label} search of seed {seed} failed (see above)")
+                res = results[label]
+                runs[label].append(res)
+                print(f"  seed {seed} {label:8} best {res.best_seconds * 1e3:8.3f} ms, wall {res.wall_seconds:5.1f} s, "
+                      f"overhead {res.overhead:5.1%}", flush=True)
     return runs["tuned"], runs["xgboost"], runs["random"]
 
 

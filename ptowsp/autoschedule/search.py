@@ -8,7 +8,9 @@ Each round (Ansor / TVM's SA explorer, on this project's space):
    from random ones; every point a chain visits is a candidate;
 3. pick the batch: greedily the best predicted, each pick scored by its
    prediction plus a diversity term (knobs differing from the points
-   already picked), and an `epsilon` share of uniformly random points;
+   already picked) and a novelty term (knobs differing from the nearest
+   point measured: a neighbour of a measured point mostly re-measures the
+   noise around it), and an `epsilon` share of uniformly random points;
 4. measure the batch in the isolated worker process (measure.py),
    appending every trial to the log as it finishes.
 
@@ -48,11 +50,12 @@ from ptowsp.runtime.executor import worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
-CHAINS = 16  # annealing chains per round
+CHAINS = 12  # annealing chains per round
 CONFIRM = 3  # finalists measured again at the end
 CONFIRM_TIMES = 3  # measurements of each finalist in all
-STEPS = 5  # mutations per chain per round
+STEPS = 4  # mutations per chain per round
 DIVERSITY = 0.3  # weight of the distance-to-picked term against the (0..1 normalised) prediction
+NOVELTY = 0.5  # weight of the distance-to-measured term
 
 
 class _Candidates:
@@ -257,12 +260,15 @@ class _Tuner:
             return []
         hi, lo = pool[0][0], pool[-1][0]
         spread = (hi - lo) or 1.0
+        measured = [self.candidates.read(p) for p in self.points.values()]
+        base = {id(item): (item[0] - lo) / spread + NOVELTY * min(
+            (_distance(self.candidates.read(item[2]), m) for m in measured), default=1.0) for item in pool}
         picked: list[Point] = []
         while pool and len(picked) < count:
             def merit(item):
-                distance = min((_distance(self.candidates.read(item[2]), self.candidates.read(p))
-                                for p in picked), default=1.0)
-                return (item[0] - lo) / spread + DIVERSITY * distance
+                apart = min((_distance(self.candidates.read(item[2]), self.candidates.read(p)) for p in picked),
+                            default=1.0)
+                return base[id(item)] + DIVERSITY * apart
             best = max(pool, key=merit)
             pool.remove(best)
             picked.append(best[2])
