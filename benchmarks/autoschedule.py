@@ -63,15 +63,14 @@ class TakeTurns:
     """
 
     def __init__(self, runner: Runner, players: int):
-        self.runner, self.workload, self.target = runner, runner.workload, runner.target
+        self.runner = runner
         self.turn, self.playing = 0, list(range(players))
         self.waited = [0.0] * players  # seconds each search spent waiting for the others, once started
         self.cond = threading.Condition()
 
     def play(self, n: int, search):
         """Run `search(measurer)` as player n; its measurer's measure() takes turns."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.turn == n)
+        self._wait(n)  # not counted: the search's own clock has not started
         try:
             return search(_Seat(self, n))
         finally:
@@ -83,7 +82,7 @@ class TakeTurns:
         m = self.runner.measure(schedule)
         with self.cond:
             self._hand_on(n)
-        self._wait(n)
+        self.waited[n] += self._wait(n)
         return m
 
     def _hand_on(self, n: int) -> None:
@@ -92,11 +91,12 @@ class TakeTurns:
             self.turn = (later or self.playing)[0]
             self.cond.notify_all()
 
-    def _wait(self, n: int) -> None:
+    def _wait(self, n: int) -> float:
+        """Block until it is player n's turn; the seconds that took."""
         start = time.perf_counter()
         with self.cond:
             self.cond.wait_for(lambda: self.turn == n)
-        self.waited[n] += time.perf_counter() - start
+        return time.perf_counter() - start
 
 
 @dataclass
@@ -106,8 +106,13 @@ class _Seat:
     table: TakeTurns
     n: int
 
-    def __post_init__(self):
-        self.workload, self.target = self.table.workload, self.table.target
+    @property
+    def workload(self):
+        return self.table.runner.workload
+
+    @property
+    def target(self):
+        return self.table.runner.target
 
     def measure(self, schedule):
         return self.table.measure(self.n, schedule)

@@ -261,17 +261,19 @@ class _Tuner:
         hi, lo = pool[0][0], pool[-1][0]
         spread = (hi - lo) or 1.0
         measured = [self.candidates.read(p) for p in self.points.values()]
-        base = {id(item): (item[0] - lo) / spread + NOVELTY * min(
-            (_distance(self.candidates.read(item[2]), m) for m in measured), default=1.0) for item in pool}
+
+        def nearest(point: Point, others: list[Point]) -> float:
+            knobs = self.candidates.read(point)
+            return min((_distance(knobs, other) for other in others), default=1.0)
+
+        # the normalised prediction plus novelty does not change as points are picked; diversity does
+        scored = [((s - lo) / spread + NOVELTY * nearest(p, measured), p) for s, _, p in pool]
         picked: list[Point] = []
-        while pool and len(picked) < count:
-            def merit(item):
-                apart = min((_distance(self.candidates.read(item[2]), self.candidates.read(p)) for p in picked),
-                            default=1.0)
-                return base[id(item)] + DIVERSITY * apart
-            best = max(pool, key=merit)
-            pool.remove(best)
-            picked.append(best[2])
+        while scored and len(picked) < count:
+            chosen = [self.candidates.read(p) for p in picked]
+            best = max(scored, key=lambda item: item[0] + DIVERSITY * nearest(item[1], chosen))
+            scored.remove(best)
+            picked.append(best[1])
         return picked
 
     def _anneal(self) -> dict[str, tuple[float, Point]]:
