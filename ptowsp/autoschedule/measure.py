@@ -8,17 +8,19 @@ waits on a pipe with a deadline: past it the worker is killed and the
 trial recorded as a timeout; a worker that dies (segfault, abort) is
 recorded as a crash.  Either way a fresh worker takes the next trial.
 
-The timing is the target's real clock: the median (robust to a noisy
-neighbour) of at least `repeat` runs and MIN_TIME seconds after the checking
-run, cut short when runs are long so a bad candidate costs about `budget`
-seconds.
+The timing is the target's real clock: the fastest of at least `repeat`
+runs and MIN_TIME seconds after the checking run, cut short when runs are
+long so a bad candidate costs about `budget` seconds.  The fastest run, not
+the median (Halide's benchmark takes the minimum too): a neighbour on a
+shared machine only ever adds time, in spells that can cover most of a
+block, so the median of a block moves by 10-50% between blocks while its
+minimum stays within a few per cent (docs/autoschedule.md, "Measuring").
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +36,7 @@ from ptowsp.workloads import Workload, matches, random_inputs
 
 @dataclass(frozen=True)
 class Measurement:
-    seconds: float | None  # median run time; None when the trial failed
+    seconds: float | None  # fastest run time; None when the trial failed
     error: str | None = None
     elapsed: float = 0.0  # wall time the trial took, build and IPC included
 
@@ -44,8 +46,8 @@ MAX_RUNS = 200
 
 
 def time_program(built, inputs: dict[str, np.ndarray], repeat: int, min_time: float, budget: float) -> float:
-    """Median seconds of at least `repeat` runs and `min_time` of running (short programs are noisy:
-    page faults of fresh output arrays come and go), fewer when runs would exceed `budget`."""
+    """Seconds of the fastest of at least `repeat` runs and `min_time` of running (so a short program
+    gets many tries at an undisturbed run), fewer when runs would exceed `budget`."""
     times: list[float] = []
     begin = time.perf_counter()
     while True:
@@ -55,7 +57,7 @@ def time_program(built, inputs: dict[str, np.ndarray], repeat: int, min_time: fl
         times.append(end - start)
         enough = len(times) >= repeat and end - begin >= min_time
         if enough or end - begin >= budget or len(times) >= MAX_RUNS:
-            return statistics.median(times)
+            return min(times)
 
 
 STARTUP_GRACE = 30.0  # seconds a fresh worker may take to import ptowsp and compute the reference

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import ptowsp as pw
-from ptowsp.autoschedule import records, search
-from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule import measure, records, search
+from ptowsp.autoschedule.measure import Runner, time_program
 from ptowsp.autoschedule.space import Space
 from ptowsp.workloads import zoo
 from tests.autoschedule.faults import crash_or_hang, made_up_cost
@@ -36,6 +36,29 @@ def test_a_crashing_or_hanging_candidate_is_recorded_and_tuning_goes_on(tmp_path
     assert errors[0] is None
     assert res.schedule.prefetch_depth == 0 and res.best_seconds > 0
     assert [r.error for r in records.load(log)] == [r.error for r in res.history]
+
+
+class _Disturbed:
+    """A program whose runs take the listed seconds in turn, on a clock of its own: a neighbour slows
+    most of them down."""
+
+    def __init__(self, seconds):
+        self.seconds, self.runs, self.now = list(seconds), 0, 0.0
+
+    def run(self):
+        self.now += self.seconds[self.runs % len(self.seconds)]
+        self.runs += 1
+
+
+def test_a_trial_times_the_fastest_run_and_at_least_min_time_of_runs(monkeypatch):
+    disturbed = _Disturbed([0.03, 0.03, 0.005, 0.03, 0.03, 0.03])  # the median run was slowed down
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: disturbed.now)
+    assert time_program(disturbed, {}, repeat=5, min_time=0.2, budget=2.0) == pytest.approx(0.005)
+    assert disturbed.runs == 8  # 5 runs take 0.125 s: runs go on until 0.2 s
+    slow = _Disturbed([0.05])
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: slow.now)
+    time_program(slow, {}, repeat=100, min_time=0.0, budget=0.2)
+    assert slow.runs == 4  # cut short at the budget
 
 
 def test_a_search_resumes_from_its_log(tmp_path):
@@ -110,3 +133,4 @@ def test_a_batch_prefers_points_far_from_those_measured():
     # the neighbour comes first among equal predictions: only the novelty term can put `far` ahead
     tuner._anneal = lambda: {tuner.candidates.key(p): (1.0, p) for p in (neighbour, far)}
     assert tuner._best_predicted(1, taken=set()) == [far]
+
