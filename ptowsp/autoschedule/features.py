@@ -325,7 +325,7 @@ class _KernelScan:
 
     def features(self, workers: int) -> tuple[dict[str, float], float]:
         """Per-kernel features and the kernel's weight (its dynamic work)."""
-        k, execs = self.sums, max(self.execs, 1)
+        k, execs = dict(self.sums), max(self.execs, 1)  # a copy: a cached walk is asked again
         for name in ("vector_lanes", "vector_frac", "vector_regs", "log2_unroll", "log2_inner_serial", "loop_depth",
                      "loads_per_stmt", "ops_per_stmt", "guarded_frac"):
             k[name] /= execs
@@ -370,9 +370,18 @@ class _KernelScan:
         return k, float(self.flops + self.accesses)
 
 
-def program_features(program: Program, *, workers: int = 2, vector_bytes: int = 32) -> np.ndarray:
-    """The feature vector of a lowered program (float64, one entry per FEATURE_NAMES); deterministic."""
-    scans = [_KernelScan(program.kernels[name], vector_bytes) for name in program.order if name in program.kernels]
+def program_features(program: Program, *, workers: int = 2, vector_bytes: int = 32,
+                     scans: dict[int, tuple[Kernel, _KernelScan]] | None = None) -> np.ndarray:
+    """The feature vector of a lowered program (float64, one entry per FEATURE_NAMES); deterministic.
+
+    scans: a cache of kernel walks by kernel identity (each entry holds its kernel, so the identity
+    stays unique), for programs whose kernels come from one `lower_program(kernels=)` cache.
+    """
+    cache: dict[int, tuple[Kernel, _KernelScan]] = {} if scans is None else scans
+    for kernel in program.kernels.values():
+        if id(kernel) not in cache:
+            cache[id(kernel)] = (kernel, _KernelScan(kernel, vector_bytes))
+    scans = [cache[id(program.kernels[name])][1] for name in program.order if name in program.kernels]
     out = dict.fromkeys(FEATURE_NAMES, 0.0)
     per_kernel = [scan.features(workers) for scan in scans]
     total = sum(w for _, w in per_kernel)

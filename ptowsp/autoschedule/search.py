@@ -46,11 +46,14 @@ from ptowsp.autoschedule.space import Point, Space, key
 from ptowsp.backends import backend
 from ptowsp.errors import ScheduleError
 from ptowsp.lower import lower_program
+from ptowsp.lower.kernel import Kernel
 from ptowsp.runtime.executor import worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
 CHAINS = 12  # annealing chains per round
+FROM_MEASURED = 6  # of them starting from the best measured points (the others from random ones)
+POOL = 4  # a batch is picked from the best POOL x batch candidates by prediction
 CONFIRM = 3  # finalists measured again at the end
 CONFIRM_TIMES = 3  # measurements of each finalist in all
 STEPS = 4  # mutations per chain per round
@@ -68,6 +71,8 @@ class _Candidates:
         self._schedule: dict[str, Schedule] = {}
         self._read: dict[str, Point] = {}
         self._features: dict[str, np.ndarray] = {}
+        self._kernels: dict[tuple, Kernel] = {}  # lowered tasks by lower.task_key: most points share most
+        self._scans: dict = {}  # and their feature walks
 
     def key(self, point: Point) -> str:
         frozen = tuple(sorted(point.items()))
@@ -95,8 +100,9 @@ class _Candidates:
     def features(self, k: str) -> np.ndarray:
         if k not in self._features:
             s = self._schedule[k]
-            self._features[k] = program_features(lower_program(s.workload, s), workers=self.workers,
-                                                 vector_bytes=self.vector_bytes)
+            program = lower_program(s.workload, s, kernels=self._kernels)
+            self._features[k] = program_features(program, workers=self.workers, vector_bytes=self.vector_bytes,
+                                                 scans=self._scans)
         return self._features[k]
 
 
@@ -255,7 +261,7 @@ class _Tuner:
             return []
         visited = self._anneal()
         ranked = sorted(((s, k, p) for k, (s, p) in visited.items() if k not in taken), key=lambda t: -t[0])
-        pool = ranked[: 4 * count]
+        pool = ranked[: POOL * count]
         if not pool:
             return []
         hi, lo = pool[0][0], pool[-1][0]
@@ -279,7 +285,7 @@ class _Tuner:
     def _anneal(self) -> dict[str, tuple[float, Point]]:
         """Chains of mutations accepted by the Metropolis rule on predicted throughput; every point seen."""
         measured = sorted((r.seconds, k) for r, k in zip(self.history, self.keys) if r.seconds is not None)
-        starts = [self.points[k] for _, k in measured if k in self.points][: CHAINS // 2]
+        starts = [self.points[k] for _, k in measured if k in self.points][:FROM_MEASURED]
         chains = starts + [self.space.sample(self.rng) for _ in range(CHAINS - len(starts))]
         scores = self._score(chains)
         visited = {self.candidates.key(p): (float(s), p) for p, s in zip(chains, scores)}

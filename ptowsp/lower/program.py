@@ -115,18 +115,48 @@ def _check_unstored(wl: Workload, program_order: tuple[str, ...], kernels: dict[
                                  "and never stored; compute it at the root or at a loop of each reader")
 
 
-def lower_program(wl: Workload, schedule: Schedule) -> Program:
-    """Kernels for every compute task that is not inlined, computed at another or folded, and the task table."""
+def task_key(wl: Workload, schedule: Schedule, name: str) -> tuple:
+    """Everything of a (fusion-planned) schedule that lowering task `name` reads: its loop nest, its
+    read and write caches, the producers inlined into it (transitively) and, recursively, the
+    producers computed at its loops.  Equal keys lower to the same kernel, so a search that visits
+    hundreds of schedules differing in one task lowers the others once (`lower_program(kernels=)`)."""
+    inlined, stack = set(), [name]
+    while stack:
+        for tensor in wl.task(stack.pop()).inputs:
+            if tensor.name in schedule.inlined and tensor.name not in inlined:
+                inlined.add(tensor.name)
+                stack.append(tensor.name)
+    placed = sorted((p, loop) for p, (c, loop) in schedule.compute_at_locations.items() if c == name)
+    return (name, schedule.nest(name), schedule.cache_writes.get(name),
+            tuple(read for read in schedule.cache_reads if read[0] == name), frozenset(inlined),
+            tuple((p, loop, task_key(wl, schedule, p)) for p, loop in placed))
+
+
+def lower_program(wl: Workload, schedule: Schedule, kernels: dict[tuple, Kernel] | None = None) -> Program:
+    """Kernels for every compute task that is not inlined, computed at another or folded, and the task table.
+
+    kernels: a cache of kernels by `task_key`, kept by the caller across calls (one workload's).
+    """
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
     schedule = fusion.plan(schedule).schedule  # fusion as compute_inline / compute_at steps
     known = {**wl.constants, **fold.fold_constants(wl)}  # constant folding: evaluated once, here
     placed = schedule.compute_at_locations
     order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed and t not in known)
-    kernels = {name: lower_task(wl, schedule, name) for name in order if isinstance(wl.task(name), ComputeTask)}
-    _check_unstored(wl, order, kernels, placed, known)
-    variants = {name: _variants(wl, schedule, name, kernels[name]) for name in schedule.variants if name in kernels}
-    return Program(wl, schedule, kernels, order, known, variants)
+    lowered = {name: _lower_task(wl, schedule, name, kernels) for name in order
+               if isinstance(wl.task(name), ComputeTask)}
+    _check_unstored(wl, order, lowered, placed, known)
+    variants = {name: _variants(wl, schedule, name, lowered[name]) for name in schedule.variants if name in lowered}
+    return Program(wl, schedule, lowered, order, known, variants)
+
+
+def _lower_task(wl: Workload, schedule: Schedule, name: str, cache: dict[tuple, Kernel] | None) -> Kernel:
+    if cache is None:
+        return lower_task(wl, schedule, name)
+    key = task_key(wl, schedule, name)
+    if key not in cache:
+        cache[key] = lower_task(wl, schedule, name)
+    return cache[key]
 
 
 def _variants(wl: Workload, schedule: Schedule, name: str, base: Kernel) -> tuple[tuple[Expr, Kernel], ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from ptowsp.autoschedule.features import FEATURE_DOCS, FEATURE_NAMES, program_features
+from ptowsp.autoschedule.space import Space
 from ptowsp.lower import lower_program
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import zoo
@@ -129,3 +131,22 @@ def test_computing_softmax_per_row_reads_memory_once():
     assert together["log2_total_bytes_dram"] == pytest.approx(math.log2(1 + 2 * 4096 * 1024 * 4), abs=0.01)
     assert apart["log2_total_bytes_dram"] > together["log2_total_bytes_dram"] + 1
     assert together["transcendental_frac"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_lowering_and_walks_cached_per_task_give_the_features_of_a_fresh_lowering(name):
+    """A search lowers each task once per lower.task_key and walks each kernel once: every point's kernels
+    and features must be those of lowering it afresh, and most tasks must come from the cache."""
+    wl = SMALL[name]()
+    space = Space(wl, vector_bytes=32, workers=2)
+    rng = random.Random(0)
+    kernels, scans, lowered = {}, {}, 0
+    point = space.default()
+    for _ in range(12):
+        point = space.mutate(point, rng) if rng.random() < 0.7 else space.sample(rng)
+        schedule = space.schedule(point)
+        fresh, cached = lower_program(wl, schedule), lower_program(wl, schedule, kernels=kernels)
+        assert cached.kernels == fresh.kernels
+        assert program_features(cached, scans=scans).tobytes() == program_features(fresh).tobytes()
+        lowered += len(fresh.kernels)
+    assert len(kernels) < lowered or len(wl.tasks) == 1  # one task: every new point changes it
