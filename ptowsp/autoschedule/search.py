@@ -51,8 +51,8 @@ from ptowsp.runtime.executor import worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
-CHAINS = 12  # annealing chains per round
-FROM_MEASURED = 6  # of them starting from the best measured points (the others from random ones)
+CHAINS = 8  # annealing chains per round
+FROM_MEASURED = 4  # of them starting from the best measured points (the others from random ones)
 POOL = 4  # a batch is picked from the best POOL x batch candidates by prediction
 CONFIRM = 3  # finalists measured again at the end
 CONFIRM_TIMES = 3  # measurements of each finalist in all
