@@ -14,7 +14,7 @@ long so a bad candidate costs about `budget` seconds.  The fastest run, not
 the median (Halide's benchmark takes the minimum too): a neighbour on a
 shared machine only ever adds time, in spells that can cover most of a
 block, so the median of a block moves by 10-50% between blocks while its
-minimum stays within a few per cent (docs/autoschedule.md, "Measuring").
+minimum stays within a few per cent (docs/autoschedule.md, "Measurement").
 """
 
 from __future__ import annotations

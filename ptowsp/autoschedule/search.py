@@ -72,7 +72,7 @@ class _Candidates:
         self._read: dict[str, Point] = {}
         self._features: dict[str, np.ndarray] = {}
         self._kernels: dict[tuple, Kernel] = {}  # lowered tasks by lower.task_key: most points share most
-        self._scans: dict = {}  # and their feature walks
+        self._scans: dict[int, tuple] = {}  # and their feature walks (features.program_features)
 
     def key(self, point: Point) -> str:
         frozen = tuple(sorted(point.items()))

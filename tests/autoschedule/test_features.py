@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import random
 import os
+import random
 import subprocess
 import sys
 

@@ -133,4 +133,3 @@ def test_a_batch_prefers_points_far_from_those_measured():
     # the neighbour comes first among equal predictions: only the novelty term can put `far` ahead
     tuner._anneal = lambda: {tuner.candidates.key(p): (1.0, p) for p in (neighbour, far)}
     assert tuner._best_predicted(1, taken=set()) == [far]
-
