@@ -103,6 +103,7 @@ class Workload:
         self._tasks: dict[str, Task] = {}
         self._outputs: list[str] = []
         self._graph = nx.DiGraph()
+        self._frozen_graph: nx.DiGraph | None = None  # what `graph` hands out, until the graph changes
         self._sizes: dict[str, tuple[str, int]] = {}  # size name -> (input, dimension) that declares it
         self._bound: dict[tuple[tuple[str, int], ...], Workload] = {}  # bindings made so far (bind)
 
@@ -124,6 +125,7 @@ class Workload:
         self._tensors[name] = tensor
         self._inputs.append(name)
         self._graph.add_node(name, kind="input", tensor=tensor)
+        self._frozen_graph = None
         return tensor
 
     def constant(self, name: str, array: object, dtype: str | None = None) -> Tensor:
@@ -148,6 +150,7 @@ class Workload:
         self._constants[name] = value
         self._constant_digests[name] = hashlib.sha256(value.tobytes()).hexdigest()[:16]
         self._graph.add_node(name, kind="constant", tensor=tensor)
+        self._frozen_graph = None
         return tensor
 
     def compute(self, name: str, shape: Sequence[int | str] | int | str, fn: Callable[..., object],
@@ -320,9 +323,12 @@ class Workload:
         """A frozen copy of the task graph over task and input names.
 
         Nodes carry `kind` ("input", "constant", "compute", "opaque"); task nodes carry
-        `category`; each edge carries the `tensors` that flow along it.
+        `category`; each edge carries the `tensors` that flow along it.  One copy is shared until
+        a task or input is added: the schedule generator asks for it thousands of times a search.
         """
-        return nx.freeze(self._graph.copy())
+        if self._frozen_graph is None:
+            self._frozen_graph = nx.freeze(self._graph.copy())
+        return self._frozen_graph
 
     def category(self, name: str) -> Category:
         return self.task(name).category
@@ -435,6 +441,7 @@ class Workload:
 
     def _add_task(self, task: Task) -> None:
         self._tasks[task.name] = task
+        self._frozen_graph = None
         self._graph.add_node(task.name, kind="compute" if isinstance(task, ComputeTask) else "opaque",
                              category=task.category)
         for out in task.outputs:

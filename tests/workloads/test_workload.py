@@ -47,6 +47,15 @@ def test_graph_is_a_read_only_copy():
     assert "X" not in wl.graph
 
 
+def test_graph_follows_tasks_added_after_it_was_read():
+    wl = design_mlp()
+    assert "E" not in wl.graph  # read (and shared) before E exists
+    D = wl.tensor("D")
+    wl.compute("E", (512, 128), lambda i, j: D[i, j] * 2.0)
+    assert ("D", "E") in wl.graph.edges and wl.graph.nodes["E"]["kind"] == "compute"
+    assert wl.graph is wl.graph  # one copy until the next change
+
+
 @pytest.mark.parametrize(
     "fn, category",
     [
