@@ -18,7 +18,7 @@ from ptowsp.errors import PtowspError
 
 ROUNDS = 80  # boosting rounds: enough for a few hundred records, fast to retrain every batch
 PARAMS = {"objective": "reg:squarederror", "max_depth": 6, "eta": 0.2, "subsample": 1.0,
-          "min_child_weight": 1.0, "nthread": 2, "verbosity": 0}
+          "min_child_weight": 1.0, "nthread": 1, "verbosity": 0}
 # Trees predict a constant beyond the data they saw, so a region better than every measured point
 # looks merely as good as the best.  A linear booster beside them extrapolates the trend and breaks
 # those ties towards it.

@@ -4,8 +4,8 @@ Each round (Ansor / TVM's SA explorer, on this project's space):
 
 1. retrain the cost model on every measurement so far;
 2. run parallel simulated-annealing chains over the space with the model's
-   prediction as the energy, starting from the best measured points and
-   from random ones; every point a chain visits is a candidate;
+   prediction as the energy, starting from the best measured points (random
+   ones while fewer are measured); every point a chain visits is a candidate;
 3. pick the batch: greedily the best predicted, each pick scored by its
    prediction plus a diversity term (knobs differing from the points
    already picked) and a novelty term (knobs differing from the nearest
@@ -51,8 +51,7 @@ from ptowsp.runtime.executor import worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
-CHAINS = 8  # annealing chains per round
-FROM_MEASURED = 4  # of them starting from the best measured points (the others from random ones)
+CHAINS = 8  # annealing chains per round, each from one of the best measured points
 POOL = 4  # a batch is picked from the best POOL x batch candidates by prediction
 CONFIRM = 3  # finalists measured again at the end
 CONFIRM_TIMES = 3  # measurements of each finalist in all
@@ -285,7 +284,7 @@ class _Tuner:
     def _anneal(self) -> dict[str, tuple[float, Point]]:
         """Chains of mutations accepted by the Metropolis rule on predicted throughput; every point seen."""
         measured = sorted((r.seconds, k) for r, k in zip(self.history, self.keys) if r.seconds is not None)
-        starts = [self.points[k] for _, k in measured if k in self.points][:FROM_MEASURED]
+        starts = [self.points[k] for _, k in measured if k in self.points][:CHAINS]
         chains = starts + [self.space.sample(self.rng) for _ in range(CHAINS - len(starts))]
         scores = self._score(chains)
         visited = {self.candidates.key(p): (float(s), p) for p, s in zip(chains, scores)}
