@@ -55,8 +55,15 @@ def by_task(trace):
 def test_a_consumer_tile_starts_before_its_producer_operator_finishes():
     table = TaskTable(tiles("P", 4) + tiles("C", 4, reads="P"))
     assert table.predecessors[4:] == ((0,), (1,), (2,), (3,))  # tile t of C needs tile t of P only
-    trace = run(table, Launch(table, action=lambda inst: time.sleep(0.2 if inst.coords == (3,) else 0.01)),
-                policy="work_stealing")
+    consumer_started = threading.Event()
+
+    def action(inst):  # P's last tile finishes only once C's first has started (or after 10 s: then it fails)
+        if inst.name == "C" and inst.coords == (0,):
+            consumer_started.set()
+        if inst.name == "P" and inst.coords == (3,):
+            consumer_started.wait(timeout=10.0)
+
+    trace = run(table, Launch(table, action=action), policy="work_stealing")
     events = by_task(trace)
     producer_done = max(events["P", (t,)].end for t in range(4))
     assert events["C", (0,)].start < producer_done  # tile-level pipelining, no operator barrier
