@@ -21,12 +21,13 @@ class Launch:
 
     def __init__(self, table, seconds=None, action=None):
         self.table, self.seconds, self.action = table, seconds or {}, action
-        self.in_flight = 0
+        self.in_flight = self.peak = 0  # instances computing now, and at most at once
         self.lock = threading.Lock()
 
     def compute(self, i):
         with self.lock:
             self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
         try:
             inst = self.table.instances[i]
             if self.action is not None:
@@ -87,11 +88,12 @@ def test_round_robin_deals_tasks_in_turn():
 def test_work_stealing_spreads_what_one_worker_made_ready():
     # P's eight consumers all become ready on the worker that ran P; the idle one steals
     table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
-    events = by_task(run(table, Launch(table, {"C": 0.02}), policy="work_stealing"))
+    launch = Launch(table, {"C": 0.02})
+    events = by_task(run(table, launch, policy="work_stealing"))
     maker = events["P", ()].worker
     thief = [t for t in range(8) if events["C", (t,)].worker != maker]
     assert len(thief) >= 2
-    assert max(e.end for e in events.values()) < events["P", ()].end + 8 * 0.02  # faster than one worker
+    assert launch.peak == 2  # consumers ran on both workers at once (a wall-clock bound broke in a VM stall)
 
 
 def test_affinity_keys_on_grid_coordinates():
