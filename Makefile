@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VPY) examples/transformer_demo.py
 
+# two pytest processes, shares balanced by tests/durations.json (`$(VPY) -m pytest` runs the suite as one)
 test: $(STAMP)
-	$(VPY) -m pytest
+	$(VPY) -m tests.parallel
 
 # thousands of random legal schedules on every compiled target (not part of `make test`)
 fuzz: $(STAMP)
