@@ -3,7 +3,9 @@
 The suite is mostly single-threaded (LLVM compiles, the device model, small
 numpy arrays), so one pytest process leaves the second of this project's
 two cores idle.  Each shard's output is printed as it finishes; the exit
-status is that of the first shard that failed.
+status is that of the first shard that failed, and the last line adds the
+shards' outcomes up the way pytest's own closing line would
+("suite: 669 passed, 0 failed, 1 skipped").
 
     python -m tests.parallel [-n N] [--record] [pytest arguments...]
 
@@ -36,7 +38,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         running = {}
         for k in range(args.shards):
-            cmd = [sys.executable, "-m", "pytest", "-p", "tests.sharding", f"--shard={k}/{args.shards}", *pytest_args]
+            cmd = [sys.executable, "-m", "pytest", "-p", "tests.sharding", f"--shard={k}/{args.shards}",
+                   "--count-outcomes", str(Path(tmp) / f"outcomes-{k}.json"), *pytest_args]
             if args.record:
                 cmd += ["--record-durations", str(Path(tmp) / f"durations-{k}.json")]
             log = open(Path(tmp) / f"shard-{k}.log", "w+")  # noqa: SIM115 - closed once the shard is done
@@ -60,7 +63,13 @@ def main() -> int:
             measured = [json.loads(p.read_text()) for p in Path(tmp).glob("durations-*.json")]
             merged = {**load_durations(), **{k: v for shard in measured for k, v in shard.items()}}
             DURATIONS.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
+        outcomes = [json.loads(p.read_text()) for p in Path(tmp).glob("outcomes-*.json")]
+        for k, status in sorted(statuses.items()):
+            if not (Path(tmp) / f"outcomes-{k}.json").exists():
+                print(f"shard {k} counted no outcomes (exit {status}): see its output above", flush=True)
+    total = {key: sum(o[key] for o in outcomes) for key in ("passed", "failed", "skipped")}
     print(f"{args.shards} shards in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"suite: {total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped", flush=True)
     failed = [s for s in statuses.values() if s not in (0, NO_TESTS)]
     if failed:
         return failed[0]

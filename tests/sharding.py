@@ -7,6 +7,8 @@ recorded (tests/durations.json; a test not in it counts as the median):
 longest first, each to the shard with the least work so far.
 `--record-durations FILE` writes the seconds this run measured to FILE
 (tests/parallel.py --record merges the shards' files into durations.json).
+`--count-outcomes FILE` writes how many tests passed, failed and were
+skipped, for tests/parallel.py to add up into one closing line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ DURATIONS = Path(__file__).with_name("durations.json")
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N", help="run the K-th of N balanced shares (K from 0)")
     parser.addoption("--record-durations", default=None, metavar="FILE", help="write this run's seconds per test")
+    parser.addoption("--count-outcomes", default=None, metavar="FILE", help="write how many passed, failed, skipped")
 
 
 def _parse(shard: str) -> tuple[int, int]:
@@ -74,7 +77,27 @@ class _Recorder:
         self.path.write_text(json.dumps({k: round(v, 2) for k, v in sorted(self.seconds.items())}, indent=0) + "\n")
 
 
+class _OutcomeCounter:
+    """Tests passed, failed (errors in setup or teardown count as failed) and skipped, written at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        stats = terminalreporter.stats
+        counts = {
+            "passed": len(stats.get("passed", [])) + len(stats.get("xpassed", [])),
+            "failed": len(stats.get("failed", [])) + len(stats.get("error", [])),
+            "skipped": len(stats.get("skipped", [])) + len(stats.get("xfailed", [])),
+        }
+        self.path.write_text(json.dumps(counts) + "\n")
+
+
 def pytest_configure(config):
     path = config.getoption("--record-durations")
     if path:
         config.pluginmanager.register(_Recorder(path), "sharding-recorder")
+    path = config.getoption("--count-outcomes")
+    if path:
+        config.pluginmanager.register(_OutcomeCounter(path), "sharding-counter")

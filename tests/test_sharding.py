@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.sharding import _parse, share
@@ -30,3 +34,22 @@ def test_a_test_without_a_record_counts_as_the_median():
 def test_a_bad_shard_is_a_usage_error(bad):
     with pytest.raises(pytest.UsageError, match="K/N"):
         _parse(bad)
+
+
+def test_the_launcher_closes_on_one_line_adding_up_every_shard(tmp_path):
+    """CI reads the last line of `make test` the way it reads pytest's own closing line."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_a(): pass\n"
+        "def test_b(): pass\n"
+        "def test_c(): assert False\n"
+        "@pytest.mark.skip(reason='shown as skipped')\n"
+        "def test_d(): pass\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.parallel", "-n", "2", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1, done.stdout
+    assert done.stdout.splitlines()[-1] == "suite: 2 passed, 1 failed, 1 skipped"
