@@ -27,7 +27,7 @@ def _span(steps, tensor):
     return min(used), max(used)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(programs())
 def test_no_two_live_tensors_overlap(program):
     steps, sizes = program

@@ -37,7 +37,7 @@ def covered_extent(nest, axis: str) -> int:
     return extent_of(axis)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, derandomize=True)
 @given(st.sampled_from(range(len(WORKLOADS))), st.integers(0, 10**6))
 def test_random_schedules_are_legal_replayable_and_cover_the_domain(index, seed):
     wl = WORKLOADS[index]

@@ -172,7 +172,7 @@ def _check(got, expected, sort):
 
 
 # Derandomized so CI is stable; run with HYPOTHESIS_RANDOM=1 to explore new examples.
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow],
           derandomize=not os.environ.get("HYPOTHESIS_RANDOM"))
 @given(cases())
 def test_reference_matches_scalar_evaluator(case):

@@ -154,6 +154,9 @@ def test_foldable_tasks_read_only_constants():
     after = wl.compute("after", (6, 5), lambda i, j: op[i, j] * 2.0)
     assert fold.foldable(wl) == {"Ws", "Wt"}  # opaque code may be impure, so it and its readers run each time
     assert after.name not in fold.foldable(wl)
+    wt = wl.tensor("Wt")
+    wl.compute("Wt2", (6, 5), lambda k, j: wt[k, j] * 2.0)  # the answer is kept per version of the workload
+    assert fold.foldable(wl) == {"Ws", "Wt", "Wt2"}
 
 
 def test_folded_values_are_read_only_and_evaluated_once(monkeypatch):

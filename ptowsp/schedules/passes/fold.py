@@ -26,10 +26,24 @@ from ptowsp.workloads import ComputeTask, Workload
 
 # per workload object: folded values computed so far
 _values: weakref.WeakKeyDictionary[Workload, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+# per workload object: (the graph it was decided for, the foldable tasks); fusion asks thousands of times
+_foldable: weakref.WeakKeyDictionary[Workload, tuple[object, frozenset[str]]] = weakref.WeakKeyDictionary()
 
 
 def foldable(wl: Workload) -> frozenset[str]:
-    """Compute tasks whose every input is a constant or the result of a foldable task (structural, cheap)."""
+    """Compute tasks whose every input is a constant or the result of a foldable task.
+
+    Decided once per version of the workload: `wl.graph` is one object until
+    a task, input or constant is added.
+    """
+    graph = wl.graph
+    cached = _foldable.get(wl)
+    if cached is None or cached[0] is not graph:
+        cached = _foldable[wl] = (graph, _find_foldable(wl))
+    return cached[1]
+
+
+def _find_foldable(wl: Workload) -> frozenset[str]:
     known = set(wl.constants)
     for name in wl.tasks:  # definition order: a task's inputs are decided before it
         task = wl.task(name)
