@@ -95,9 +95,7 @@ class _OutcomeCounter:
 
 
 def pytest_configure(config):
-    path = config.getoption("--record-durations")
-    if path:
-        config.pluginmanager.register(_Recorder(path), "sharding-recorder")
-    path = config.getoption("--count-outcomes")
-    if path:
-        config.pluginmanager.register(_OutcomeCounter(path), "sharding-counter")
+    for option, plugin in (("--record-durations", _Recorder), ("--count-outcomes", _OutcomeCounter)):
+        path = config.getoption(option)
+        if path:
+            config.pluginmanager.register(plugin(path), f"sharding{option}")
