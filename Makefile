@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VPY) examples/transformer_demo.py
 
-# two pytest processes, shares balanced by tests/durations.json (`$(VPY) -m pytest` runs the suite as one)
+# one pytest worker per core (pytest-xdist); idle workers steal queued tests from busy ones.
+# The run ends on pytest's own summary line, which CI reads.
 test: $(STAMP)
-	$(VPY) -m tests.parallel
+	$(VPY) -m pytest -n auto --dist worksteal
 
 # thousands of random legal schedules on every compiled target (not part of `make test`)
 fuzz: $(STAMP)
