@@ -18,6 +18,7 @@ workload of the program a script ran last, appending every trial to the log
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ from pathlib import Path
 import ptowsp as pw
 from ptowsp.backends.build import Built
 from ptowsp.workloads import matches, random_inputs
+
+
+class CommandError(Exception):
+    """What the command line was asked to do cannot be done: printed as one line, exit status 2."""
 
 
 ZOO_SIZE = 64  # what a zoo workload's symbolic sizes are bound to on the command line
@@ -43,7 +48,7 @@ def _zoo_run(name: str, target: str, workers: int | None, tasks: int) -> Built:
     out = prog.run(**inputs)
     for key, expected in pw.reference(wl, **inputs).items():
         if not matches(out[key], expected):
-            raise SystemExit(f"ptowsp trace: {name} output {key!r} differs from the reference on {target}")
+            raise CommandError(f"ptowsp trace: {name} output {key!r} differs from the reference on {target}")
     return prog
 
 
@@ -52,23 +57,36 @@ def _script_run(path: Path) -> Built:
     sys.argv = [str(path)]
     runpy.run_path(str(path), run_name="__main__")
     if Built.last_run is None:
-        raise SystemExit(f"ptowsp trace: {path} ran no ptowsp program")
+        raise CommandError(f"ptowsp trace: {path} ran no ptowsp program")
     return Built.last_run
 
 
-def _workload(what: str) -> pw.Workload | None:
-    if what.endswith(".py") or Path(what).is_file():
-        return _script_run(Path(what)).workload
-    if what in pw.zoo.ZOO:
-        return _zoo(what)
-    print(f"ptowsp: {what!r} is neither a script nor a zoo workload ({', '.join(pw.zoo.ZOO)})", file=sys.stderr)
-    return None
+def _is_script(what: str) -> bool:
+    """Zoo names win: only a path ending in .py or naming a directory is run as a script, so a file
+    that happens to share a zoo workload's name in the current directory is never executed."""
+    return what.endswith(".py") or "/" in what or os.sep in what
+
+
+def _chosen(what: str, command: str) -> Path | str:
+    """The script's path or the zoo name `what` names; CommandError with the choices otherwise."""
+    if what in pw.zoo.ZOO and not _is_script(what):
+        return what
+    if _is_script(what):
+        path = Path(what)
+        if not path.is_file():
+            raise CommandError(f"ptowsp {command}: no script {what!r} (a script is named by a path ending in .py)")
+        return path
+    raise CommandError(f"ptowsp {command}: {what!r} is not a zoo workload ({', '.join(pw.zoo.ZOO)}); "
+                       "name a script by a path ending in .py, e.g. ./model.py")
+
+
+def _workload(what: str) -> pw.Workload:
+    chosen = _chosen(what, "tune")
+    return _script_run(chosen).workload if isinstance(chosen, Path) else _zoo(chosen)
 
 
 def tune_command(args: argparse.Namespace) -> int:
     wl = _workload(args.what)
-    if wl is None:
-        return 2
     res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
                                   workers=args.workers, progress=True)
     default = next((r.seconds for r in res.history if r.trial == 0 and r.seconds is not None), None)
@@ -84,15 +102,8 @@ def tune_command(args: argparse.Namespace) -> int:
 
 
 def trace_command(args: argparse.Namespace) -> int:
-    what = args.what
-    if what.endswith(".py") or Path(what).is_file():
-        prog = _script_run(Path(what))
-    elif what in pw.zoo.ZOO:
-        prog = _zoo_run(what, args.target, args.workers, args.tasks)
-    else:
-        print(f"ptowsp trace: {what!r} is neither a script nor a zoo workload ({', '.join(pw.zoo.ZOO)})",
-              file=sys.stderr)
-        return 2
+    chosen = _chosen(args.what, "trace")
+    prog = _script_run(chosen) if isinstance(chosen, Path) else _zoo_run(chosen, args.target, args.workers, args.tasks)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = prog.trace
@@ -128,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--plot", default=None, help="write the tuning curve (best time vs trial) to this PNG")
     args = parser.parse_args(argv)
-    return tune_command(args) if args.command == "tune" else trace_command(args)
+    try:
+        return tune_command(args) if args.command == "tune" else trace_command(args)
+    except CommandError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except pw.PtowspError as e:
+        print(f"ptowsp {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

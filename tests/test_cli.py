@@ -48,7 +48,17 @@ def test_an_unknown_workload_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["tune", "nope", "--trials", "2", "--target", "cpu", "--bogus"])
     assert main(["tune", "nope"]) == 2
-    assert "neither a script nor a zoo workload" in capsys.readouterr().err
+    assert "'nope' is not a zoo workload" in capsys.readouterr().err
+    assert main(["trace", "missing.py"]) == 2
+    assert "no script 'missing.py'" in capsys.readouterr().err
+
+
+def test_a_file_named_like_a_zoo_workload_is_never_run(tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "ran"
+    (tmp_path / "softmax").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "softmax", "--workers", "1", "--tasks", "2", "--out", str(tmp_path / "out")]) == 0
+    assert not marker.exists()
 
 
 def test_a_dynamic_zoo_workload_is_traced_at_bound_sizes_and_refused_unbound_by_the_tuner(tmp_path, capsys):

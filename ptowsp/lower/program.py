@@ -81,6 +81,9 @@ class Program:
     def source(self, task: str) -> str:
         """The lowered loop nest of a task as pseudo-code (grid loops first)."""
         if task not in self.kernels:
+            if task not in self.workload.tasks and task not in self.workload.constants:
+                raise BuildError(f"workload {self.workload.name!r} has no task {task!r}; tasks with a loop nest: "
+                                 f"{', '.join(self.kernels) or '(none)'}")
             if task in self.workload.constants:
                 raise BuildError(f"{task!r} is a constant of the workload, not a task: it has no loop nest")
             if task in self.constants:

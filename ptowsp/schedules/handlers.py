@@ -13,22 +13,32 @@ import networkx as nx
 
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules import steps as st
+from ptowsp.schedules.condition import parse_condition
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
 from ptowsp.schedules.passes.fusion import check_pair
-from ptowsp.te import Expr, Op, lift, walk
-from ptowsp.workloads import Category
+from ptowsp.te import Expr, Op, walk
+from ptowsp.workloads import Category, OpaqueTask
 
 if TYPE_CHECKING:
     from ptowsp.schedules.schedule import Schedule
 
 
-def _compute(s: Schedule, task: str) -> LoopNest:
-    """The nest of a compute task that still has loops of its own."""
+def compute_nest(s: Schedule, task: str) -> LoopNest:
+    """The nest of a compute task (inlined or not)."""
     wl = s.workload
     if task not in wl.tasks:
         raise StepError(f"workload {wl.name!r} has no task {task!r}; its tasks are {', '.join(wl.tasks)}")
     if task not in s._nests:
-        raise StepError(f"task {task!r} is opaque; opaque tasks have no loops and run on the host")
+        if isinstance(wl.task(task), OpaqueTask):
+            raise StepError(f"task {task!r} is opaque; opaque tasks have no loops and run on the host")
+        raise StepError(f"task {task!r} was added to workload {wl.name!r} after this schedule was made; "
+                        "make the schedule (wl.schedule()) once the workload is complete")
+    return s._nests[task]
+
+
+def _compute(s: Schedule, task: str) -> LoopNest:
+    """The nest of a compute task that still has loops of its own."""
+    compute_nest(s, task)
     if task in s._inlined:
         raise StepError(f"task {task!r} was inlined by compute_inline; it has no loops of its own")
     return s._nests[task]
@@ -270,10 +280,9 @@ def _condition(s: Schedule, task: str, when: str) -> Expr:
     names = {**{n: wl.size(n) for n in wl.sizes}, **{n: wl.tensor(n) for n in wl.inputs},
              **dict(zip(wl.task(task).loop_names, wl.task(task).axes, strict=True))}
     try:
-        found = lift(eval(when, {"__builtins__": {}}, names))  # noqa: S307 - the user's own condition, as source
-    except Exception as e:  # noqa: BLE001 - whatever the source does wrong, say what and where
-        known = ", ".join(names)
-        raise _on_task(f"when={when!r} is not a condition over {known}: {type(e).__name__}: {e}", task) from None
+        found = parse_condition(when, names)
+    except ScheduleError as e:
+        raise _on_task(str(e), task) from None
     if found.dtype != "bool":
         raise _on_task(f"when={when!r} is {found.dtype}, not a condition (compare with <, <=, ...)", task)
     for node in walk(found):

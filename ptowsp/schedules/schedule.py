@@ -14,8 +14,10 @@ carry them out read them back through the properties at the end.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 from pydantic import ValidationError
 
 from ptowsp.errors import ScheduleError
@@ -270,6 +272,8 @@ class Schedule:
     @classmethod
     def from_json(cls, workload: Workload, text: str) -> Schedule:
         """Rebuild a saved schedule by replaying its steps on `workload`."""
+        if not isinstance(text, (str, bytes)):
+            raise ScheduleError(f"from_json takes the JSON text of a saved schedule, got {type(text).__name__}")
         try:
             record = st.ScheduleRecord.model_validate_json(text)
         except ValueError as e:
@@ -307,7 +311,7 @@ class Schedule:
     # -- the one path every step takes ------------------------------------------------
     def _make(self, kind: type[st._Step], **fields: object) -> Schedule:
         try:
-            step = kind(**fields)
+            step = kind(**{name: _plain(value) for name, value in fields.items()})
         except ValidationError as e:
             name = kind.model_fields["kind"].default
             shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
@@ -324,8 +328,19 @@ class Schedule:
         return self
 
     def _nest(self, task: str) -> LoopNest:
-        if task not in self.workload.tasks:
-            raise ScheduleError(f"workload {self.workload.name!r} has no task {task!r}")
-        if task not in self._nests:
-            raise ScheduleError(f"task {task!r} is opaque; opaque tasks have no loops")
-        return self._nests[task]
+        try:
+            return handlers.compute_nest(self, task)
+        except StepError as e:
+            raise ScheduleError(str(e)) from None
+
+
+def _plain(value: object) -> object:
+    """Integral numbers of any kind (numpy's int64, ...) as Python ints, inside lists and dicts too:
+    steps are strict pydantic models, and a factor computed with numpy is still a factor."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
 from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, lift, unary
 from ptowsp.te import sizes
+from ptowsp.te.names import check_name
 
 __all__ = [
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
@@ -91,8 +92,7 @@ def reduce_axis(extent: int | str | Expr, name: str | None = None) -> Expr:
         raise ShapeError(f"reduce axis {name or ''} needs a positive integer extent or a size name, got {extent!r}")
     if name is None:
         name = next(_axis_names)
-    if not isinstance(name, str) or not name.isidentifier():
-        raise WorkloadError(f"reduce axis name must be an identifier, got {name!r}")
+    check_name(name, "reduce axis")
     return Expr(Op.RVAR, "int64", (), (name, extent))
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from ptowsp.errors import ShapeError
 from ptowsp.te.expr import Expr, Op, binary, const, substitute, walk
+from ptowsp.te.names import check_name
 
 Extent = int | Expr
 _INT_OPS = {Op.ADD: int.__add__, Op.SUB: int.__sub__, Op.MUL: int.__mul__, Op.FLOORDIV: int.__floordiv__,
@@ -34,9 +35,7 @@ def size_var(name: str) -> Expr:
 def dimension(d: object, what: str) -> Extent:
     """One entry of a shape: a positive int, a size name, or an int64 expression over sizes."""
     if isinstance(d, str):
-        if not d.isidentifier():
-            raise ShapeError(f"{what}: a symbolic size must be an identifier, got {d!r}")
-        return size_var(d)
+        return size_var(check_name(d, f"{what}: symbolic size", ShapeError))
     if isinstance(d, Expr):
         stray = [n for n in walk(d) if n.op not in _INT_OPS and n.op not in (Op.SIZE, Op.CONST, Op.CAST)]
         if d.dtype not in ("int32", "int64") or stray:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
+from ptowsp.te.names import check_name
 from ptowsp.te.sizes import Extent
 from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.scatter import scatter
@@ -91,9 +92,7 @@ class Workload:
     """
 
     def __init__(self, name: str):
-        if not isinstance(name, str) or not name:
-            raise WorkloadError(f"a workload needs a non-empty name, got {name!r}")
-        self.name = name
+        self.name = check_name(name, "workload")
         self._id = next(_workload_ids)
         self._tensors: dict[str, Tensor] = {}
         self._producers: dict[str, str] = {}  # tensor name -> task name (inputs, constants absent)
@@ -363,8 +362,7 @@ class Workload:
 
     # -- helpers ----------------------------------------------------------------
     def _claim(self, name: str, what: str) -> None:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise WorkloadError(f"{what} name must be an identifier, got {name!r}")
+        check_name(name, what)
         if name in self._tensors or name in self._tasks:
             raise WorkloadError(f"workload {self.name!r} already has a tensor or task named {name!r}")
 
@@ -391,7 +389,7 @@ class Workload:
                 f"shape {shape} has {len(shape)} dimension(s) but the function takes "
                 f"{len(params)} loop variable(s) ({', '.join(p.name for p in params)})"
             )
-        return tuple(p.name for p in params)
+        return tuple(check_name(p.name, f"compute {name!r} loop variable") for p in params)
 
     def _domain(self, fn: Callable[..., object], axes: tuple[Expr, ...], loop_names: tuple[str, ...]) -> Expr:
         """The domain condition: bool, over these loops, reading only integer tensors, no reduction."""

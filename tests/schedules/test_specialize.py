@@ -58,7 +58,7 @@ def test_variants_are_compiled_once_serialised_and_reused_across_sizes():
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda s: s.specialize("y", "lens[q] < 3", lambda v: v), "not a condition over .*NameError"),
+    (lambda s: s.specialize("y", "lens[q] < 3", lambda v: v), "unknown name 'q'; a condition reads"),
     (lambda s: s.specialize("y", "x[b, 0, 0] < 3", lambda v: v), "reads x, a float32 input"),
     (lambda s: s.specialize("y", "b + 1", lambda v: v), "is int64, not a condition"),
     (lambda s: s.specialize("y", "lens[b] < 3", lambda v: v.prefetch(2)), "a variant takes loop steps"),
