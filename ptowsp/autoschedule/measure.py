@@ -3,7 +3,10 @@
 A `Runner` keeps one worker process (a fresh interpreter: nothing forked
 from a process running threads, and unlike multiprocessing's spawn it
 never re-imports the user's main script) that builds a schedule, runs it once against the
-reference (a wrong result is a failed trial), then times it.  The parent
+reference (a wrong result is a failed trial), then times it.  The workload travels to it with
+cloudpickle, so opaque tasks whose functions are lambdas or closures are measured too; one that
+cannot travel (a function holding a lock or an open file), or that the worker cannot set up, is a
+BuildError before the first trial, not a run of failed trials.  The parent
 waits on a pipe with a deadline: past it the worker is killed and the
 trial recorded as a timeout; a worker that dies (segfault, abort) is
 recorded as a crash.  Either way a fresh worker takes the next trial.
@@ -20,6 +23,7 @@ minimum stays within a few per cent (docs/autoschedule.md, "Measurement").
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -28,10 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+import cloudpickle
 import numpy as np
 
+from ptowsp.autoschedule.records import usable_seconds
+from ptowsp.errors import BuildError
 from ptowsp.schedules import Schedule
-from ptowsp.workloads import Workload, matches, random_inputs
+from ptowsp.workloads import OpaqueTask, Workload, matches, random_inputs
 
 
 @dataclass(frozen=True)
@@ -65,13 +72,20 @@ Evaluate = Callable[..., float]  # (built, inputs, repeat, min_time, budget) -> 
 
 
 def serve(read_fd: int, write_fd: int) -> None:
-    """The worker process: its set-up, then schedule JSON in, (seconds, error) out, until the pipe closes."""
+    """The worker process: its set-up (None out, or why it failed), then schedule JSON in,
+    (seconds, error) out, until the pipe closes."""
     import ptowsp as pw
 
     requests, conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    wl, target, workers, timing, evaluate = requests.recv()
-    inputs = random_inputs(wl)
-    expected = pw.reference(wl, **inputs)
+    try:
+        # the parent's own pickle of its own workload (cloudpickle output loads with pickle), never a file
+        wl, target, workers, timing, evaluate = pickle.loads(requests.recv_bytes())  # noqa: S301
+        inputs = random_inputs(wl)
+        expected = pw.reference(wl, **inputs)
+    except Exception as e:  # every trial would fail the same way: the parent raises instead
+        conn.send(f"{type(e).__name__}: {e}")
+        return
+    conn.send(None)
     while True:
         try:
             text = requests.recv()
@@ -93,8 +107,10 @@ class Runner:
     """Builds and times schedules of one workload on one target, one worker process at a time.
 
     `timeout` bounds a whole trial (build, check, timing); `evaluate` replaces
-    the timing function (it runs in the worker process, so it must be a
-    module-level function: tests use it to crash or hang on purpose).
+    the timing function (it runs in the worker process, sent with cloudpickle
+    like the workload: tests use it to crash or hang on purpose).  BuildError
+    here when the workload cannot be sent to the worker, and from the first
+    `measure` when the worker cannot set it up.
     """
 
     def __init__(self, wl: Workload, target: str = "cpu", *, workers: int = 2, repeat: int = 5,
@@ -103,13 +119,15 @@ class Runner:
         self.workload, self.target, self.workers = wl, target, workers
         self.timing = (repeat, min_time, budget)
         self.timeout, self.evaluate = timeout, evaluate
+        self._setup = _serialize(wl, (wl, target, workers, self.timing, evaluate), evaluate)
         self._process: subprocess.Popen | None = None
         self._requests: Connection | None = None
         self._conn: Connection | None = None
         self.restarts = 0
-        self._warm = False  # a fresh worker's first trial also pays for its start-up and the reference
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """A fresh worker, set up; False when its set-up outlasts STARTUP_GRACE.  BuildError when it
+        reports that it cannot set the workload up; EOFError or OSError when it dies first."""
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -120,21 +138,33 @@ class Runner:
         os.close(to_parent)
         self._requests = Connection(to_child, readable=False)
         self._conn = Connection(from_child, writable=False)
-        self._requests.send((self.workload, self.target, self.workers, self.timing, self.evaluate))
+        self._requests.send_bytes(self._setup)
+        if not self._conn.poll(STARTUP_GRACE):
+            return False
+        failure = self._conn.recv()
+        if failure is not None:
+            self._stop()
+            raise BuildError(f"the measuring process cannot set up workload {self.workload.name!r} for "
+                             f"{self.target!r}: {failure}; every trial would fail the same way")
+        return True
 
     def measure(self, schedule: Schedule) -> Measurement:
         start = time.perf_counter()
-        if self._process is None:
-            self._start()
-        assert self._conn is not None and self._requests is not None and self._process is not None
         try:
-            self._requests.send(schedule.to_json())
-            if self._conn.poll(self.timeout + (0.0 if self._warm else STARTUP_GRACE)):
-                seconds, error = self._conn.recv()
-                self._warm = True
-                return Measurement(seconds, error, time.perf_counter() - start)
-            error = f"timeout: no result within {self.timeout:g} s (the worker was killed)"
+            if self._process is None and not self._start():
+                error = f"timeout: the measuring process did not set up within {STARTUP_GRACE:g} s (it was killed)"
+            else:
+                assert self._conn is not None and self._requests is not None
+                self._requests.send(schedule.to_json())
+                if self._conn.poll(self.timeout):
+                    seconds, error = self._conn.recv()
+                    if seconds is not None and not usable_seconds(seconds):  # a custom evaluate may return anything
+                        seconds, error = None, f"invalid measurement: {seconds!r} s (expected a positive finite number)"
+                    seconds = None if seconds is None else float(seconds)
+                    return Measurement(seconds, error, time.perf_counter() - start)
+                error = f"timeout: no result within {self.timeout:g} s (the worker was killed)"
         except (EOFError, OSError):
+            assert self._process is not None
             try:
                 code = self._process.wait(5.0)
             except subprocess.TimeoutExpired:
@@ -152,7 +182,6 @@ class Runner:
             if conn is not None:
                 conn.close()
         self._process = self._requests = self._conn = None
-        self._warm = False
 
     def close(self) -> None:
         self._stop()
@@ -162,6 +191,26 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _serialize(wl: Workload, setup: tuple, evaluate: Evaluate) -> bytes:
+    """The worker's set-up as bytes (cloudpickle: lambdas and closures travel by value); BuildError
+    naming what cannot travel: an opaque task's function, the evaluate function, or the workload."""
+    try:
+        return cloudpickle.dumps(setup)
+    except Exception as e:  # pickling raises PicklingError, TypeError, AttributeError, RecursionError...
+        reason = f"{type(e).__name__}: {e}"
+    suspects = [(f"opaque task {t.name!r}", t.fn) for t in map(wl.task, wl.tasks) if isinstance(t, OpaqueTask)]
+    for what, fn in [*suspects, ("the runner's evaluate", evaluate)]:
+        try:
+            cloudpickle.dumps(fn)
+        except Exception as e:
+            reason = (f"the function of {what} ({getattr(fn, '__name__', type(fn).__name__)}) cannot be "
+                      f"serialized ({type(e).__name__}: {e}); it must not hold locks, open files, sockets or "
+                      "threads (create them inside the call)")
+            break
+    raise BuildError(f"workload {wl.name!r} cannot be measured out of process: {reason}. The AutoScheduler "
+                     "sends the workload to a worker process with cloudpickle")
 
 
 def _describe(code: int | None) -> str:

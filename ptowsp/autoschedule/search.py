@@ -164,11 +164,18 @@ class _Tuner:
         self.measuring = 0.0  # seconds spent in the runner
 
     def resume(self) -> None:
-        """Take the log's trials of this workload and target as this search's first ones."""
-        for r in records.load(self.log_file) if self.log_file else []:
+        """Take the log's trials of this workload and target as this search's first ones.  The log is
+        read, then created or checked writable: a bad log fails here, before the first trial (and a
+        file that is no log is never written to)."""
+        if not self.log_file:
+            return
+        lines = records.read(self.log_file)
+        records.append(self.log_file, [])
+        for line in lines:
+            r = line.record
             if r.fingerprint != self.wl.fingerprint or r.target != self.target:
                 continue
-            k = self.candidates.add(r.schedule(self.wl), r.features if r.feature_set == FEATURE_SET else None)
+            k = self.candidates.add(records.replay(self.log_file, line, self.wl), _stored_features(r))
             self.history.append(r)
             self.keys.append(k)
             if r.knobs is not None:
@@ -315,12 +322,20 @@ def _distance(a: Point, b: Point) -> float:
 def _prior(log_file: str | Path | None, fingerprint: str) -> tuple[list, list, list]:
     """Features, costs and workload groups of other workloads' records, for a warm start."""
     feats, seconds, groups = [], [], []
-    for r in records.load(log_file) if log_file else []:
-        if r.fingerprint != fingerprint and r.features is not None and r.feature_set == FEATURE_SET:
-            feats.append(np.asarray(r.features))
+    for r in records.load(log_file, missing_ok=False) if log_file else []:
+        features = _stored_features(r)
+        if r.fingerprint != fingerprint and features is not None:
+            feats.append(features)
             seconds.append(r.seconds)
             groups.append(r.fingerprint)
     return feats, seconds, groups
+
+
+def _stored_features(r: records.TrialRecord) -> np.ndarray | None:
+    """A record's features when they follow this definition (set and length), else None (recomputed)."""
+    if r.features is None or r.feature_set != FEATURE_SET or len(r.features) != len(FEATURE_NAMES):
+        return None
+    return np.asarray(r.features)
 
 
 def _draw(name: str, target: str, done: int, total: int, history: list[records.TrialRecord]) -> None:

@@ -46,7 +46,13 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_garbage_is_named(tmp_path):
     records.append(log, _trials(wl)[:2])
     with log.open("a") as f:
         f.write('{"format": 1, "workload": "mat')  # the process died here
-    assert len(records.load(log)) == 2
-    log.write_text(log.read_text() + "\n" + '{"format": 1}\n')
-    with pytest.raises(pw.PtowspError, match=r"tune.jsonl:3: not a ptowsp tuning record"):
-        records.load(log)
+    with pytest.warns(RuntimeWarning, match=r"tune.jsonl:3: skipped a tuning record cut short"):
+        assert len(records.load(log)) == 2
+    trials = _trials(wl)
+    records.append(log, trials[2:3])  # a resumed search: the cut line ends, the record starts a line
+    with pytest.warns(RuntimeWarning, match=r"tune.jsonl:3: skipped"):
+        assert [r.error for r in records.load(log)] == [None, None, trials[2].error]
+    log.write_text(log.read_text() + '{"format": 1}\n')
+    with pytest.raises(pw.ScheduleError, match=r"tune.jsonl:5: not a ptowsp tuning record: field 'workload'"):
+        with pytest.warns(RuntimeWarning, match=r"tune.jsonl:3: skipped"):
+            records.load(log)
