@@ -16,6 +16,7 @@ import numpy as np
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.steps import CORE_CLASSES
 from ptowsp.schedules.passes.default import Choose
 
 
@@ -52,7 +53,12 @@ def host_cores(target: str, workers: int | Sequence[str | None] | None, device: 
     if device is not None:
         raise BuildError(f"target {target!r} runs on this machine and takes no device model "
                          f"(device= is for the aicore target)")
-    return worker_classes(workers)
+    classes = worker_classes(workers)
+    unknown = [c for c in classes if c is not None and c not in CORE_CLASSES]
+    if unknown:
+        raise BuildError(f"workers: unknown core class {unknown[0]!r}; classes are {', '.join(CORE_CLASSES)} "
+                         "(or None: any task)")
+    return classes
 
 
 _REGISTRY: dict[str, Backend] = {}

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from ptowsp.backends.base import Executable, backend
-from ptowsp.errors import BuildError
+from ptowsp.errors import BuildError, InputError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, Trace
 from ptowsp.runtime.dispatch import Policy
 from ptowsp.runtime.executor import DEFAULT_WINDOW
+from ptowsp.runtime.watchdog import check_timeout
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.memory import MemoryPlan
@@ -47,14 +48,18 @@ class Built:
         sharing); None on targets that keep every tensor in its own array (numpy)."""
         return getattr(self._executable, "memory_plan", None)
 
-    def run(self, timeout: float | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    def run(self, *args: np.ndarray, timeout: float | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Validate inputs (InputError), run, and return {output name: new array}.
 
-        `timeout` (seconds) stops the run with RunTimeout; a workload input named
+        Inputs are given by name, or positionally in the order the workload declares them
+        (`wl.inputs`).  `timeout` (seconds) stops the run with RunTimeout, even one whose
+        task code is stuck in the host (runtime/watchdog.py); a workload input named
         "timeout" is passed as an input instead.
         """
         if "timeout" in self.workload.inputs and timeout is not None:
             inputs["timeout"], timeout = timeout, None  # type: ignore[assignment]
+        inputs = {**_positional(self.workload, args, inputs), **inputs}
+        timeout = check_timeout(timeout)
         options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
         outputs, self.trace = self._executable.run(validate_inputs(self.workload, inputs), options)
         Built.last_run = self
@@ -68,6 +73,18 @@ class Built:
 
     def __repr__(self) -> str:
         return f"Built({self.workload.name!r}, target={self.target!r}, workers={len(self.options.workers)})"
+
+
+def _positional(wl: Workload, args: tuple[object, ...], named: dict[str, object]) -> dict[str, object]:
+    """Positional run inputs by name, in declared order; InputError for too many or a name given twice."""
+    if len(args) > len(wl.inputs):
+        raise InputError(f"{len(args)} positional inputs given, but workload {wl.name!r} has {len(wl.inputs)}: "
+                         f"{', '.join(wl.inputs) or '(none)'}")
+    twice = [name for name in wl.inputs[:len(args)] if name in named]
+    if twice:
+        raise InputError(f"input {twice[0]!r} of workload {wl.name!r} is given both positionally (argument "
+                         f"{wl.inputs.index(twice[0]) + 1}) and by keyword")
+    return dict(zip(wl.inputs, args))
 
 
 def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:

@@ -29,6 +29,7 @@ to the next wake-up, so a run's timing is deterministic.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -39,8 +40,9 @@ import trio
 import trio.testing
 from trio.lowlevel import ParkingLot, RunVar, Task, cancel_shielded_checkpoint, checkpoint_if_cancelled, current_task
 
-from ptowsp.errors import DeadlockError, PtowspError
+from ptowsp.errors import DeadlockError, InputError, PtowspError, RunTimeout
 from ptowsp.runtime.trace import Event, Trace, Wait
+from ptowsp.runtime.watchdog import TrioStop, bounded, check_timeout
 
 __all__ = ["Channel", "DepQueue", "Process", "Results", "process", "run", "span", "now",
            "ChannelStatistics", "DepQueueStatistics"]
@@ -80,10 +82,17 @@ class _Run:
         self.names: list[tuple[str, str | None]] = []
         self.live = 0
         self.blocked: dict[Task, str] = {}  # trio task -> what it waits on
+        self.cut: dict[Task, str | None] = {}  # threads ended by cancellation -> what they waited on
         self.trace = Trace(clock=clock, title="ptowsp csp")
 
     def now(self) -> float:
         return trio.current_time() - self.origin
+
+    def unfinished(self) -> str:
+        """The virtual threads a cancellation cut short, each with what it waited on (a timeout's message)."""
+        cut = sorted((self.threads[t], what) for t, what in self.cut.items())
+        return "; ".join(f"{self.names[row][0]!r} " + (f"waits {what}" if what else "(running or asleep)")
+                         for row, what in cut) or "(none)"
 
     def check_deadlock(self) -> None:
         if self.live and len(self.blocked) >= self.live:
@@ -116,6 +125,9 @@ async def _block(lot: ParkingLot, kind: str, name: str, what: str) -> None:
     try:
         state.check_deadlock()
         await lot.park()
+    except trio.Cancelled:
+        state.cut[task] = what
+        raise
     finally:
         state.blocked.pop(task, None)
         state.trace.waits.append(Wait(state.threads[task], kind, name, start, state.now()))
@@ -289,20 +301,31 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
     """Run each process as a virtual thread until all return; their results, with a Trace.
 
     Raises DeadlockError when every live virtual thread is blocked on a channel or token
-    queue, the first exception a virtual thread raises (the others are cancelled), or
-    trio.TooSlowError after `timeout` seconds of the run's clock.
+    queue, the first exception a virtual thread raises (the others are cancelled),
+    InputError for a process that is not an async function, and RunTimeout after
+    `timeout` seconds of the run's clock, or of host time on either clock: a virtual
+    thread stuck in host code (no `await`) is named and its thread abandoned (watchdog.py).
     """
     if clock not in ("real", "device"):
         raise PtowspError(f"clock must be 'real' or 'device', got {clock!r}")
-    specs = [p if isinstance(p, Process) else Process(p) for p in processes]
+    timeout = check_timeout(timeout)
+    specs = [_spec(k, p) for k, p in enumerate(processes)]
     results: list[Any] = [None] * len(specs)
     holder: dict[str, _Run] = {}
+    stopper, stepping = TrioStop(), _Stepping()
 
     async def thread(index: int, spec: Process, state: _Run) -> None:
         task = current_task()
         state.threads[task] = index
         try:
-            results[index] = await spec.fn(*spec.args)
+            call = spec.fn(*spec.args)
+            if not inspect.isawaitable(call):
+                raise InputError(f"csp process {state.names[index][0]!r} is not async: calling it returned "
+                                 f"{type(call).__name__}, not an awaitable; define it with `async def`")
+            results[index] = await call
+        except trio.Cancelled:
+            state.cut.setdefault(task, None)
+            raise
         finally:
             state.live -= 1
             state.blocked.pop(task, None)
@@ -316,22 +339,61 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
         state.trace.workers = list(state.names)
         state.live = len(specs)
         try:
-            with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
+                stopper.enter(deadline)
                 async with trio.open_nursery() as nursery:
                     for i, spec in enumerate(specs):
                         nursery.start_soon(thread, i, spec, state, name=state.names[i][0])
         finally:
             state.trace.duration = state.now()
+        if deadline.cancelled_caught:
+            limit = str(stopper.reason) + " of host time" if stopper.reason is not None else \
+                f"the csp run did not finish within {timeout:g} s of its {clock} clock"
+            raise RunTimeout(f"{limit}; still running: {state.unfinished()}")
 
-    trio_clock = trio.testing.MockClock(autojump_threshold=0) if clock == "device" else None
-    try:
-        with deterministic_order() if clock == "device" else contextlib.nullcontext():
-            trio.run(main, clock=trio_clock)
-    except BaseExceptionGroup as group:
-        raise_first(group)
-    out = Results(results)
-    out.trace = holder["run"].trace
-    return out
+    def body() -> Results:
+        trio_clock = trio.testing.MockClock(autojump_threshold=0) if clock == "device" else None
+        try:
+            with deterministic_order() if clock == "device" else contextlib.nullcontext():
+                trio.run(main, clock=trio_clock, instruments=[stepping] if timeout is not None else [])
+        except BaseExceptionGroup as group:
+            raise_first(group)
+        out = Results(results)
+        out.trace = holder["run"].trace
+        return out
+
+    def stuck() -> list[str]:
+        state, task = holder.get("run"), stepping.task
+        if state is None or task not in state.threads:
+            return []
+        return [f"virtual thread {state.names[state.threads[task]][0]!r}"]
+
+    return bounded(body, timeout, stopper.stop, stuck, "the csp run")
+
+
+def _spec(index: int, p: object) -> Process:
+    """A Process for what `run` was given; InputError for what cannot start a virtual thread."""
+    spec = p if isinstance(p, Process) else Process(p)  # type: ignore[arg-type]
+    name = spec.name or getattr(spec.fn, "__name__", f"thread{index}")
+    if inspect.iscoroutine(spec.fn) or inspect.isawaitable(spec.fn):
+        raise InputError(f"csp process {index} ({name!r}) is a coroutine object, already called: pass the "
+                         "async function itself, or csp.process(fn, *args)")
+    if not callable(spec.fn):
+        raise InputError(f"csp process {index} is {spec.fn!r} ({type(spec.fn).__name__}), not an async "
+                         "function; pass `async def` functions or csp.process(fn, *args)")
+    return spec
+
+
+class _Stepping(trio.abc.Instrument):
+    """Which trio task runs right now: the one to name when the run's thread must be abandoned."""
+
+    task: Task | None = None
+
+    def before_task_step(self, task: Task) -> None:
+        self.task = task
+
+    def after_task_step(self, task: Task) -> None:
+        self.task = None
 
 
 @contextlib.contextmanager

@@ -29,6 +29,10 @@ never shows in the result: every duration comes from the backend's
   scheduler `completion_seconds` later; only then does the scheduler count
   the slot free.
 
+`timeout` bounds a run twice: in device seconds (the model's own deadline)
+and in host seconds, so a kernel or opaque task stuck on the host still
+ends the run on time (watchdog.py).
+
 A kernel computes its numbers when its first block's compute begins: every
 producer has stored by then.  Virtual threads woken at the same instant must
 run in a fixed order for the trace to repeat.  trio breaks ties between equal
@@ -54,9 +58,10 @@ from trio.lowlevel import ParkingLot
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import deterministic_order
 from ptowsp.runtime.dispatch import placer
-from ptowsp.runtime.executor import Launcher, Options, Scheduler, raise_failure
+from ptowsp.runtime.executor import Launcher, Options, Scheduler, describe, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
+from ptowsp.runtime.watchdog import TrioStop, bounded
 
 STALL_SECONDS = 3600.0  # device seconds without finishing: a stall in the model, reported, never a hang
 
@@ -238,11 +243,14 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
     async def compute(i: int, block: int, core: _Core) -> None:
         if block == 0:
+            running[:] = [(i, core.index)]
             try:
                 launcher.compute(i)
             except BaseException as e:  # noqa: BLE001 - task code failed: stop the run, report it
                 failure.append((i, e))
                 raise _Failed from None
+            finally:
+                running.clear()
         await timed(i, None, core, costs.compute(i, block))
 
     async def load(i: int, block: int, core: _Core) -> float:
@@ -305,6 +313,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
     async def main() -> None:
         with trio.move_on_after(options.timeout or STALL_SECONDS) as deadline:
+            stopper.enter(deadline)
             async with trio.open_nursery() as timing:
                 timing.start_soon(clock.drive)
                 async with trio.open_nursery() as nursery:
@@ -316,22 +325,34 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                         nursery.start_soon(run_core, core, nursery)
                 timing.cancel_scope.cancel()
         if deadline.cancelled_caught:
-            raise RunTimeout(f"the device run did not finish within {options.timeout or STALL_SECONDS} device "
-                             f"seconds ({sched.completed} of {n} task instances done)")
+            done = f"{sched.completed} of {n} task instances done, device clock at {trio.current_time():g} s"
+            if stopper.reason is not None:  # the watchdog's stop: host time ran out
+                raise RunTimeout(f"{stopper.reason} of host time ({done})")
+            raise RunTimeout(f"the device run did not finish within {options.timeout or STALL_SECONDS:g} device "
+                             f"seconds ({done})")
         trace.duration = trio.current_time()
 
+    def run() -> Trace:
+        try:
+            with deterministic_order():
+                trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        except BaseExceptionGroup as group:
+            if not failure:
+                raise
+            del group
+        if failure:
+            raise_failure(table, failure[0])
+        _fill_trace(trace, table, options, record, sched, window_waits, costs.schedulers)
+        return trace
+
+    def stuck() -> list[str]:
+        return [f"{describe(table.instances[i])} on core {k}" for i, k in list(running)]
+
     trace = Trace(title=options.title, clock="device")
-    try:
-        with deterministic_order():
-            trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    except BaseExceptionGroup as group:
-        if not failure:
-            raise
-        del group
-    if failure:
-        raise_failure(table, failure[0], options)
-    _fill_trace(trace, table, options, record, sched, window_waits, costs.schedulers)
-    return trace
+    running: list[tuple[int, int]] = []  # (instance, core) whose task code runs on the host now
+    stopper = TrioStop()
+    # timeout bounds device seconds (main's deadline) and, against task code stuck in the host, wall seconds
+    return bounded(run, options.timeout, stopper.stop, stuck, "the device run")
 
 
 class _Failed(Exception):

@@ -25,7 +25,9 @@ once) and at most one at its end, and none per task.  The device clock
 
 Stops (a task's exception, `timeout`, Ctrl-C in the caller) set a flag the
 workers check between tasks; `execute` returns once no worker can run task
-code any more.
+code any more.  With a timeout the run executes on a thread of its own
+(worker 0 included) while the caller waits with a deadline, so task code
+stuck in the host cannot hold the caller: it is abandoned (watchdog.py).
 
 With `prefetch(n)` a worker runs load -> compute -> store as a pipeline whose
 stages exchange tokens (`Tokens`, the counters behind `csp.DepQueue`): load
@@ -39,21 +41,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
+import numbers
 import os
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ptowsp.errors import BuildError, PtowspError, RunTimeout, TaskError
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
 from ptowsp.runtime.service import pinned, pool
-from ptowsp.runtime.table import TaskTable
+from ptowsp.runtime.table import Instance, TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
+from ptowsp.runtime.watchdog import bounded
 
 DEFAULT_WINDOW = 1024
 ADMIT_BATCH = 64  # instances the orchestrator admits per turn, so workers start before a big table is in
@@ -110,13 +113,19 @@ def worker_classes(workers: int | Sequence[str | None] | None) -> tuple[str | No
     """One entry per worker: its core class (None runs any task).  Default: one per CPU core."""
     if workers is None:
         workers = os.cpu_count() or 1
-    if isinstance(workers, int):
+    if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
         if workers < 1:
             raise BuildError(f"workers must be >= 1, got {workers}")
-        return (None,) * workers
+        return (None,) * int(workers)
+    if isinstance(workers, (str, bytes)) or not isinstance(workers, Iterable):
+        raise BuildError(f"workers is a count (an int >= 1) or a list of core classes, got "
+                         f"{type(workers).__name__} {workers!r:.40}")
     classes = tuple(workers)
     if not classes:
         raise BuildError("workers must name at least one core class")
+    stray = [c for c in classes if c is not None and not isinstance(c, str)]
+    if stray:
+        raise BuildError(f"workers lists core classes (strings, or None for any), got {stray[0]!r:.40}")
     return classes
 
 
@@ -131,13 +140,14 @@ class _Worker:
     records: list = field(default_factory=list)  # (instance, start, end, stage)
     waits: list = field(default_factory=list)  # (start, end)
     tokens: dict[str, Tokens] = field(default_factory=dict)
+    running: int | None = None  # the instance whose task code runs now (named if the run is abandoned)
 
 
 _POLL = 0.1  # seconds: how long an idle worker 0 sleeps before it checks for Ctrl-C again
 
 
 class _Stop(Exception):
-    """Why a run stopped without a task failing: the timeout, or an interrupt in the caller."""
+    """The timeout stopped the run (reported as RunTimeout, with the run's progress)."""
 
 
 class Scheduler:
@@ -285,7 +295,7 @@ class Scheduler:
         return all(w.returned or w.idle for w in self.workers[1:])
 
 
-def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadline: float | None = None) -> None:
+def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> None:
     """A worker: take tasks into the inbox, run their stages, complete them (and orchestrate on the way)."""
     lock, records, clock = sched.lock, w.records, sched.clock
     compute, load, store = launcher.compute, launcher.load, launcher.store
@@ -307,9 +317,6 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadl
                 if sched.interrupted and w.index == 0:
                     sched.stop((-1, KeyboardInterrupt()))
                     break
-                if deadline is not None and clock() >= deadline:
-                    sched.stop((-1, _Stop("timeout")))
-                    break
                 sched.orchestrate()
                 while len(inbox) < slots:
                     i = sched.take(w)
@@ -321,15 +328,14 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadl
                 w.idle = True
                 sched.settled.notify()
                 start = clock()
-                # worker 0 (the only one with a deadline) looks at the clock and the Ctrl-C flag now and then
-                w.wakeup.wait(None if w.index else max(0.0, min(_POLL, (deadline or math.inf) - start)))
+                w.wakeup.wait(None if w.index else _POLL)  # worker 0 looks at the Ctrl-C flag now and then
                 w.idle = False
                 if sched.finished():
                     break
                 w.waits.append((start, clock()))
             if sched.stopped or not inbox:
                 return
-        running = i = inbox.popleft()
+        running = i = w.running = inbox.popleft()
         try:
             if pipelined:
                 if not prefetched:  # nothing loaded ahead (the first task, or after a dry spell)
@@ -353,10 +359,11 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int, deadl
                     store(running)
                     records.append((running, start, clock(), "store"))
         except BaseException as e:  # noqa: BLE001 - any failure of task code stops the run
+            w.running = None
             with lock:
                 sched.stop((i, e))
             return
-        finished = running
+        finished, w.running = running, None
 
 
 def _load(i: int, load, free: Tokens, loaded: Tokens, records: list, clock) -> None:
@@ -386,32 +393,53 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
 
     Raises TaskError (naming the task and its grid coordinates, the original exception
     chained) when task code raises, RunTimeout after `options.timeout` seconds, and
-    KeyboardInterrupt on Ctrl-C; in each case no worker runs task code any more.
+    KeyboardInterrupt on Ctrl-C; in each case no worker runs task code any more, except
+    task code stuck past the timeout, whose threads are abandoned (watchdog.py): then the
+    RunTimeout names the tasks still running.
     """
     clock = time.perf_counter
     sched = Scheduler(table, options, placer(options.policy), clock)
     trace = Trace(title=options.title)
-    origin = clock()
-    deadline = None if options.timeout is None else origin + options.timeout
-    with pool().threads(len(sched.workers) - 1) as threads, pinned(), _interrupts(sched):
+
+    def run() -> Trace:
+        origin = clock()
+        with pool().threads(len(sched.workers) - 1) as threads, pinned(), _interrupts(sched):
+            with sched.lock:
+                sched.orchestrate()  # the first batch is in before the helpers wake
+            for w, thread in zip(sched.workers[1:], threads, strict=True):
+                thread.start(functools.partial(_helper, sched, w, launcher, options.prefetch))
+            try:
+                _work(sched, sched.workers[0], launcher, options.prefetch)
+            except BaseException as e:  # noqa: BLE001 - Ctrl-C in the caller's thread, between tasks
+                with sched.lock:
+                    sched.stop((-1, e))
+            finally:
+                with sched.lock:
+                    while not sched.quiet():
+                        sched.settled.wait()
+        trace.duration = clock() - origin
+        _fill_trace(trace, sched, origin)
+        if sched.error is not None and isinstance(sched.error[1], _Stop):
+            raise RunTimeout(f"the run did not finish within {options.timeout:g} s ({sched.completed} of "
+                             f"{len(table.instances)} task instances done)")
+        if sched.error is not None:
+            raise_failure(table, sched.error)
+        return trace
+
+    def stop(reason: BaseException) -> None:
         with sched.lock:
-            sched.orchestrate()  # the first batch is in before the helpers wake
-        for w, thread in zip(sched.workers[1:], threads, strict=True):
-            thread.start(functools.partial(_helper, sched, w, launcher, options.prefetch))
-        try:
-            _work(sched, sched.workers[0], launcher, options.prefetch, deadline)
-        except BaseException as e:  # noqa: BLE001 - Ctrl-C in the caller's thread, between tasks
-            with sched.lock:
-                sched.stop((-1, e))
-        finally:
-            with sched.lock:
-                while not sched.quiet():
-                    sched.settled.wait()
-    trace.duration = clock() - origin
-    _fill_trace(trace, sched, origin)
-    if sched.error is not None:
-        raise_failure(table, sched.error, options)
-    return trace
+            sched.stop((-1, _Stop("timeout") if isinstance(reason, RunTimeout) else reason))
+
+    def running() -> list[str]:
+        return [f"{describe(table.instances[w.running])} on worker {w.index}"
+                for w in sched.workers if w.running is not None]
+
+    return bounded(run, options.timeout, stop, running, "the run")
+
+
+def describe(inst: Instance) -> str:
+    """How errors name a task instance: its task, and its grid coordinates if it has any."""
+    return f"task {inst.name!r}" + (f" at grid coordinates {inst.coords}" if inst.coords else "")
 
 
 @contextlib.contextmanager
@@ -438,15 +466,11 @@ def _interrupts(sched: Scheduler) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def raise_failure(table: TaskTable, failure: tuple[int, BaseException], options: Options) -> None:
+def raise_failure(table: TaskTable, failure: tuple[int, BaseException]) -> None:
     i, error = failure
-    if isinstance(error, _Stop):
-        raise RunTimeout(f"the run did not finish within {options.timeout} s")
     if isinstance(error, TaskError) or not isinstance(error, Exception) or i < 0:
         raise error  # names its task already (an opaque task's own checks), Ctrl-C, or a runtime bug
-    inst = table.instances[i]
-    where = f" at grid coordinates {inst.coords}" if inst.coords else ""
-    raise TaskError(f"task {inst.name!r}{where} failed: {type(error).__name__}: {error}") from error
+    raise TaskError(f"{describe(table.instances[i])} failed: {type(error).__name__}: {error}") from error
 
 
 def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:

@@ -17,12 +17,15 @@ matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from ptowsp.runtime.trace import Trace  # noqa: E402
+from ptowsp.errors import InputError  # noqa: E402
+from ptowsp.runtime.trace import Trace, writing  # noqa: E402
 
 LEGEND_LIMIT = 12
 
 
 def plot(trace: Trace, path: Path, *, width: float = 14.0, dpi: int = 120, waits: bool = True) -> Path:
+    if not path.suffix:  # matplotlib would add ".png" itself, and the path returned would not exist
+        path = path.with_name(path.name + ".png")
     rows = len(trace.workers)
     scale, unit = _unit(trace.duration or max((e.end for e in trace.events), default=1.0))
     bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
@@ -57,8 +60,14 @@ def plot(trace: Trace, path: Path, *, width: float = 14.0, dpi: int = 120, waits
         handles.append(Patch(color="white", label=f"... {len(names) - LEGEND_LIMIT} more"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        with writing(path, "plot"):
+            try:
+                fig.savefig(path)
+            except ValueError as e:  # matplotlib: a suffix it has no writer for
+                raise InputError(f"trace.plot: cannot write {str(path)!r}: {e}") from e
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -10,11 +10,15 @@ and `summary()` finds the critical path.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ptowsp.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,16 +171,41 @@ class Trace:
         return max(finish.values(), default=0.0)
 
     def to_chrome(self, path: str | Path) -> Path:
-        """Chrome trace-event JSON (Perfetto, chrome://tracing): a row per worker, arrows for dependencies."""
-        path = Path(path)
-        path.write_text(json.dumps(chrome_events(self)))
+        """Chrome trace-event JSON (Perfetto, chrome://tracing): a row per worker, arrows for dependencies.
+
+        InputError names the path when it cannot be written."""
+        path = output_path(path, "to_chrome")
+        with writing(path, "to_chrome"):
+            path.write_text(json.dumps(chrome_events(self)))
         return path
 
     def plot(self, path: str | Path, **options) -> Path:
-        """A Gantt chart PNG: one lane per worker, tasks coloured by name (see `gantt.plot`)."""
+        """A Gantt chart PNG: one lane per worker, tasks coloured by name (see `gantt.plot`); a path
+        without a suffix gets ".png".  InputError names the path when it cannot be written, or when
+        its suffix is no image format."""
         from ptowsp.runtime.gantt import plot  # matplotlib loads only when a chart is drawn
 
-        return plot(self, Path(path), **options)
+        return plot(self, output_path(path, "plot"), **options)
+
+
+def output_path(path: object, method: str) -> Path:
+    """`path` as a Path; InputError unless it is a str or os.PathLike naming a file."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise InputError(f"trace.{method}: expected a file path (str or pathlib.Path), got {path!r}")
+    if Path(path).is_dir():
+        raise InputError(f"trace.{method}: cannot write {str(path)!r}: it is a folder; name a file in it")
+    return Path(path)
+
+
+@contextlib.contextmanager
+def writing(path: Path, method: str) -> Iterator[None]:
+    """Turn an OSError of writing `path` into an InputError that names the path and the reason."""
+    try:
+        yield
+    except OSError as e:
+        reason = e.strerror or str(e)
+        hint = " (its folder does not exist)" if isinstance(e, FileNotFoundError) else ""
+        raise InputError(f"trace.{method}: cannot write {str(path)!r}: {reason}{hint}") from e
 
 
 def chrome_events(trace: Trace) -> dict:

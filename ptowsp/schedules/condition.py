@@ -199,9 +199,9 @@ class _Parser:
         for operand in (a, b):
             if isinstance(operand, Tensor):
                 raise self._error(f"{token!r} on the tensor {operand.name!r}; read one element")
+        if op in (Op.FLOORDIV, Op.MOD) and isinstance(b, int) and b == 0:
+            raise self._error(f"{token!r} by zero")
         if isinstance(a, int) and isinstance(b, int) and op in _INT_FOLD:
-            if op in (Op.FLOORDIV, Op.MOD) and b == 0:
-                raise self._error(f"{token!r} by zero")
             value = _INT_FOLD[op](a, b)
             if not -_INT64 <= value < _INT64:
                 raise self._error(f"{a} {token} {b} does not fit in int64")

@@ -100,8 +100,8 @@ class LoopNest:
 
     # -- transformations ------------------------------------------------------------
     def split(self, name: str, factor: int) -> LoopNest:
-        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-            raise StepError(f"split factor must be an integer >= 1, got {factor!r}")
+        if isinstance(factor, bool) or not isinstance(factor, int) or not 1 <= factor <= MAX_FACTOR:
+            raise StepError(f"split factor must be an integer in 1..{MAX_FACTOR}, got {factor!r:.40}")
         position, loop = self.index(name), self.loop(name)
         self._require_serial(loop, "split")
         outer = Loop(f"{name}.outer", sizes.ceil_div(loop.extent, factor), loop.reduce)
@@ -197,6 +197,9 @@ class LoopNest:
 
     def _show(self) -> str:
         return ", ".join(f"{lp.name}[{lp.annotation}]" if lp.annotation != SERIAL else lp.name for lp in self.loops)
+
+
+MAX_FACTOR = 2**31 - 1  # loop extents are int64 in generated code: a larger factor only overflows
 
 
 def _split_inner(factor: int, extent: Extent) -> int:

@@ -228,6 +228,14 @@ class Tensor:
             indices.append(expr)
         return Expr(Op.LOAD, self.dtype, tuple(indices), self)
 
+    def _unindexed(self, *_: object) -> Expr:
+        """Arithmetic on a whole tensor is a mistake: say how to read an element instead."""
+        return lift(self)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unindexed
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _unindexed
+    __lt__ = __le__ = __gt__ = __ge__ = __and__ = __rand__ = __or__ = __ror__ = __invert__ = _unindexed
+
     def __str__(self) -> str:
         return self.name
 

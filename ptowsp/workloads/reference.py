@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import reprlib
+
 import numpy as np
 
 from ptowsp.errors import BoundsError, TaskError
-from ptowsp.te import evaluate
+from ptowsp.te import Tensor, evaluate
 from ptowsp.workloads.inputs import input_sizes, read_only, validate_inputs
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 from ptowsp.workloads.workload import Workload
@@ -48,20 +50,66 @@ def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarr
 
 
 def run_opaque(task: OpaqueTask, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Call an opaque task's function and check it returned what it declared."""
+    """Call an opaque task's function and check it returned what it declared.
+
+    The function gets read-only private copies of its inputs: a read-only view
+    could be made writable again (`flags.writeable = True`, or through `.base`)
+    and reach the caller's array or a buffer other tasks read.  A copy costs a
+    memcpy of the inputs, small beside the Python call it feeds (docs/security.md).
+    Each result is checked (an array of the declared shape, with values the
+    declared dtype holds) and copied, so the function keeps no handle on it.
+    """
     try:
-        result = task.fn(*(values[t.name] for t in task.inputs))
+        result = task.fn(*(_private(values[t.name]) for t in task.inputs))
     except Exception as e:
         raise TaskError(f"opaque task {task.name!r} raised {type(e).__name__}: {e}") from e
+    declared = len(task.outputs)
     results = result if isinstance(result, tuple) else (result,)
-    if len(results) != len(task.outputs):
-        raise TaskError(f"opaque task {task.name!r} returned {len(results)} array(s), declared {len(task.outputs)}")
-    out = {}
-    for t, r in zip(task.outputs, results):
-        r = np.asarray(r)
-        if r.shape != t.shape:
-            raise TaskError(f"opaque task {task.name!r}: output {t.name} has shape {r.shape}, declared {t.shape}")
-        if not np.can_cast(r.dtype, t.dtype, casting="same_kind"):
-            raise TaskError(f"opaque task {task.name!r}: output {t.name} has dtype {r.dtype}, declared {t.dtype}")
-        out[t.name] = read_only(r.astype(t.dtype))
+    if len(results) != declared:
+        got = f"{len(results)} array(s)"
+        if not isinstance(result, tuple):
+            got += f" (a {type(result).__name__}, not a tuple)"
+        raise TaskError(f"opaque task {task.name!r} returned {got}, declared {declared} output(s) "
+                        f"({', '.join(t.name for t in task.outputs)}): return "
+                        + ("one array" if declared == 1 else f"a tuple of {declared} arrays"))
+    return {t.name: read_only(_checked(task.name, t, r)) for t, r in zip(task.outputs, results)}
+
+
+def _private(array: np.ndarray) -> np.ndarray:
+    """A read-only copy: nothing done to it (writeable back on, .base) reaches `array`."""
+    copy = np.array(array)
+    copy.flags.writeable = False
+    return copy
+
+
+def _checked(task: str, tensor: Tensor, value: object) -> np.ndarray:
+    """An opaque task's result as a new array of its output's dtype; TaskError for anything that is not
+    an array of the declared shape, or whose values that dtype cannot hold (no silent wrap-around)."""
+    where = f"opaque task {task!r}: output {tensor.name!r}"
+    try:
+        r = None if value is None else np.asarray(value)
+    except Exception:  # noqa: BLE001 - a ragged list, an object whose __array__ fails: not an array
+        r = None
+    if r is None or r.dtype.kind in "OUSMm" or r.dtype.names is not None:
+        raise TaskError(f"{where} is {reprlib.repr(value)} ({type(value).__name__}), not an array: return an "
+                        f"array of shape {tensor.shape} and dtype {tensor.dtype}")
+    if r.shape != tensor.shape:
+        raise TaskError(f"{where} has shape {r.shape}, declared {tensor.shape}")
+    want = np.dtype(tensor.dtype)
+    integers = r.dtype.kind in "iub" and want.kind in "iu"  # any integer type, if the values fit
+    if not integers and not np.can_cast(r.dtype, want, casting="same_kind"):  # floats into integers, ...
+        raise TaskError(f"{where} has dtype {r.dtype}, declared {tensor.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as a TaskError
+        out = r.astype(want)
+    if integers and r.size:
+        info, low, high = np.iinfo(want), int(r.min()), int(r.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise TaskError(f"{where} holds {bad}, outside {tensor.dtype}'s range [{info.min}, {info.max}]; "
+                            f"the task declared {tensor.dtype}: declare a wider dtype or clip the values")
+    elif want.kind not in "iub":  # a float type (numpy's or ml_dtypes'): finite values must stay finite
+        overflow = np.isfinite(r) & ~np.isfinite(out)
+        if overflow.any():
+            raise TaskError(f"{where} holds {r[overflow].flat[0].item()!r}, beyond the range of {tensor.dtype} "
+                            "(it would become inf)")
     return out

@@ -10,7 +10,9 @@ built program's device cannot change under it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, model_validator
+
+from ptowsp.errors import BuildError
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -23,7 +25,18 @@ def _figure(default: float | int, description: str, source: str, **limits) -> ob
 class DeviceModel(BaseModel):
     """An AICPU–AICore device: core counts, clock, AICPU costs, compute rates, buffers, memory."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed(cls, data: object, handler: ValidatorFunctionWrapHandler) -> DeviceModel:
+        """pydantic's ValidationError as a BuildError naming each bad field, its value and the rule."""
+        try:
+            return handler(data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'model'} = {err.get('input')!r}: {err['msg']}"
+                                 for err in e.errors())
+            raise BuildError(f"invalid pw.DeviceModel: {problems}") from None
 
     name: str = "ascend-910b-class"
     clusters: int = _figure(24, "AICore clusters on the die", "Ascend 910B public specification: 24 AICores", ge=1)
