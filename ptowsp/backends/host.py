@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ptowsp.lower.access import KernelAccess
+from ptowsp.lower.formula import Formula
 from ptowsp.runtime import Instance, TaskTable
 from ptowsp.te import Op, walk
 from ptowsp.te.domain import may_hold, may_hold_in, surely_holds_in
@@ -35,21 +36,23 @@ def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
 
 
 def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
-                     sizes: tuple[int, ...] = (), points: Iterable[tuple[int, ...]] | None = None,
+                     sizes: tuple[int, ...] = (), points: Sequence[tuple[int, ...]] | None = None,
                      variants: Iterable[int] | None = None) -> Iterator[Instance]:
     """One instance per point of a kernel's task grid (or per point of `points`, each run by the
     kernel version in `variants`), with the regions it reads and writes there."""
-    regions, flops, moved = access.at(sizes)
-    points = itertools.product(*(range(extent) for extent in grid)) if points is None else points
-    for coords, variant in zip(points, itertools.repeat(0) if variants is None else variants):
-        reads, writes = regions(*coords)
-        yield Instance(name, coords, reads, writes, core, access.grid, moved, flops, variant)
+    bound, coords = access.bound(sizes), None
+    if points is None:
+        points = list(itertools.product(*(range(extent) for extent in grid)))
+        coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
+    reads, writes = bound.over(points, coords)
+    for point, read, written, variant in zip(points, reads, writes,
+                                             itertools.repeat(0) if variants is None else variants):
+        yield Instance(name, point, read, written, core, access.grid, bound.bytes, bound.flops, variant)
 
 
-def grid_extents(sources: Sequence[str], sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """A kernel's grid at a binding (the manifest keeps each extent as Python source over the sizes)."""
-    return tuple(int(s) if s.lstrip("-").isdigit() else int(eval(s, {"min": min, "max": max}, dict(sizes)))  # noqa: S307
-                 for s in sources)
+def grid_extents(extents: Sequence[Formula], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """A kernel's grid at a binding (the manifest keeps each extent as a formula over the sizes)."""
+    return tuple(int(f.evaluate(sizes)) for f in extents)
 
 
 def tile_of(task: ComputeTask, writes) -> dict[str, tuple[int, int]]:
@@ -88,7 +91,7 @@ def points_in_domain(task: ComputeTask, grid: Sequence[int], access: KernelAcces
     return points, chosen[keep].tolist()
 
 
-def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[str], KernelAccess]],
+def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
               cores: Mapping[str, str], sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None,
               after: Mapping[str, Sequence[str]] | None = None,
               variants: Mapping[str, Sequence] | None = None) -> TaskTable:
@@ -105,8 +108,8 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
         if name not in kernels:
             instances.append(host_instance(bound.task(name)))
             continue
-        sources, access = kernels[name]
-        task, grid = wl.task(name), grids.setdefault(name, grid_extents(sources, sizes))
+        extents, access = kernels[name]
+        task, grid = wl.task(name), grids.setdefault(name, grid_extents(extents, sizes))
         domain = task.domain if isinstance(task, ComputeTask) and arrays is not None else None
         early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants for t in _reads(domain))
         conditions = (variants or {}).get(name, ()) if arrays is not None else ()

@@ -207,31 +207,3 @@ def bind(e: Expr, sizes: Mapping[str, int]) -> Expr:
         return None
 
     return substitute(e, bound)
-
-
-def python_source(e: Extent | Expr, names: Mapping[str, str]) -> str | None:
-    """e as Python integer arithmetic, loop variables renamed by `names` and sizes by their own
-    names; None when e uses anything else (a load, a loop not in `names`)."""
-    if isinstance(e, int):
-        return str(e)
-    if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
-        return str(e.arg)
-    if e.op is Op.VAR:
-        return names.get(e.arg[0])
-    if e.op is Op.SIZE:
-        return e.arg
-    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
-        return python_source(e.src[0], names)
-    parts = [python_source(s, names) for s in e.src]
-    if any(p is None for p in parts):
-        return None
-    if e.op in _INFIX:
-        return f"({parts[0]} {_INFIX[e.op]} {parts[1]})"
-    if e.op is Op.NEG:
-        return f"(-{parts[0]})"
-    if e.op in (Op.MIN, Op.MAX):
-        return f"{e.op.name.lower()}({parts[0]}, {parts[1]})"
-    return None
-
-
-_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.FLOORDIV: "//", Op.MOD: "%"}

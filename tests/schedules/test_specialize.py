@@ -82,3 +82,17 @@ def test_a_variant_must_keep_the_task_grid_and_hosts_no_placement():
         two.schedule().compute_at("h", "y", "i").specialize("y", "i < 3", lambda v: v.split("y", "j", 4))
     with pytest.raises(pw.BuildError, match="cuda target does not take yet"):
         generate(two.schedule().specialize("y", "i < 3", lambda v: v.split("y", "j", 4)))
+
+
+def test_a_task_named_like_a_variant_kernel_keeps_its_own_code():
+    wl = pw.Workload("twins")
+    x = wl.input("x", (8, 16))
+    y = wl.compute("y", (8, 16), lambda i, j: x[i, j] * 2.0)
+    wl.output(wl.compute("ptowsp_y_v1", (8, 16), lambda i, j: y[i, j] + 1.0))
+    wl.output(y)
+    s = wl.schedule().split("y", "i", 4).parallel("y", "i.outer")
+    s.specialize("y", "i < 4", lambda v: v.split("y", "j", 4))
+    a = np.arange(128, dtype=np.float32).reshape(8, 16)
+    out = pw.build(s, target="cpu").run(x=a)
+    np.testing.assert_array_equal(out["ptowsp_y_v1"], a * 2 + 1)
+    np.testing.assert_array_equal(out["y"], a * 2)

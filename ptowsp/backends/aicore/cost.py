@@ -37,7 +37,6 @@ From the lowered loop IR of each kernel:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -132,7 +131,8 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     tile = statement_access(tile_body, tile_vars, gathered_rows=True)
     block = statement_access(stream.body, [*tile_vars, stream.var], gathered_rows=True)
     reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
-    return KernelShape(core, tuple(lp.extent for lp in path), dataclasses.replace(tile, reads=reads), block, reduce)
+    tile = KernelAccess(**{**dict(tile), "reads": reads})  # a fresh model: no binding cached yet
+    return KernelShape(core, tuple(lp.extent for lp in path), tile, block, reduce)
 
 
 def _box_elements(region: Region) -> int:
@@ -141,7 +141,7 @@ def _box_elements(region: Region) -> int:
 
 def _largest(box) -> int:
     """Elements of a KernelAccess box at its full extent (clipped to the tensor, not to guards)."""
-    return math.prod(min(int(extent), int(size)) for _, extent, size in box)  # static workloads only
+    return math.prod(min(extent.evaluate(), size.evaluate()) for _, extent, size in box)  # static workloads only
 
 
 def _box_bytes(access_parts, itemsize: Mapping[str, int]) -> list[int]:

@@ -3,7 +3,9 @@
 ctypes releases the GIL during each call, so the runtime's worker threads
 run kernels in parallel.  The manifest stored with the object code holds,
 per kernel, its symbol, arguments, grid and access boxes, so a cached build
-makes the task table without lowering again.
+makes the task table without lowering again.  A cached entry is used only
+once cache.py has verified it and it fits this workload; else it is
+recompiled.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from llvmlite import ir
 
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
-from ptowsp.backends.cpu.jit import LoadedObject, cache_key, cached_build, compile_object, target_machine, vector_bytes
+from ptowsp.backends.cpu import cache
+from ptowsp.backends.cpu.cache import KernelEntry, Manifest
+from ptowsp.backends.cpu.jit import LoadedObject, cache_key, compile_object, target_machine, vector_bytes
 from ptowsp.backends.buffers import Recycler
 from ptowsp.backends.host import domain_outputs, run_table, tile_of
 from ptowsp.errors import BuildError
 from ptowsp.lower import Buffer, Program, lower_program
-from ptowsp.lower.access import KernelAccess
+from ptowsp.lower.formula import formula_of
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
@@ -32,7 +36,6 @@ from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.bounds import check_gathers, gather_indices
-from ptowsp.te.sizes import python_source
 from ptowsp.workloads import ComputeTask, inline_producers
 from ptowsp.workloads.inputs import input_sizes
 from ptowsp.workloads.reference import run_opaque
@@ -62,17 +65,6 @@ def describe(schedule: Schedule) -> str:
     return "\n".join([*tasks, f"outputs {wl.outputs}", schedule.to_json()])
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """What running one kernel needs: its symbol, argument tensors in order, grid and access boxes."""
-
-    symbol: str
-    arguments: tuple[str, ...]  # inputs, then outputs
-    grid: tuple[str, ...]  # extents as Python source over the sizes
-    access: KernelAccess
-    variants: tuple[str, ...] = ()  # symbols of the specialized versions (Schedule.specialize), in order
-
-
 class CpuExecutable:
     """Compiled kernels plus the order to launch them; the lowered program is rebuilt only on demand
     (a cached build needs just the manifest stored with the object code)."""
@@ -81,23 +73,17 @@ class CpuExecutable:
         self.schedule = schedule
         start = time.perf_counter()
         key = cache_key(describe(schedule))
-        cached = cached_build(key)
-        self.from_cache = cached is not None
         self.module_text = ""  # the LLVM IR, when it was generated (not on a cache hit)
-        if cached is None:
-            data, manifest = self._compile(key)
-        else:
-            data, manifest = cached
-        self._object = LoadedObject(data)
+        cached = self._cached(key)
+        self.from_cache = cached is not None
+        self._object, manifest = cached or self._compile(key)
         wl = schedule.workload
         # tensors known at build time, passed to kernels like inputs (from fold, not self.program:
         # a cached build is not lowered)
         self.folded = fold.fold_constants(wl)
         self.constants = {**wl.constants, **self.folded}
-        self.order: tuple[str, ...] = tuple(manifest["order"])
-        self.entries = {task: _Entry(e["symbol"], tuple(e["arguments"]), tuple(str(g) for g in e["grid"]),
-                                     KernelAccess.from_json(e["access"]), tuple(e.get("variants", ())))
-                        for task, e in manifest["kernels"].items()}
+        self.order: tuple[str, ...] = manifest.order
+        self.entries: dict[str, KernelEntry] = manifest.kernels
         self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops
         self.sizes = tuple(wl.sizes)  # passed to every kernel after its grid coordinates
         for task, entry in self.entries.items():
@@ -145,7 +131,29 @@ class CpuExecutable:
     def program(self) -> Program:
         return lower_program(self.schedule.workload, self.schedule)
 
-    def _compile(self, key: str) -> tuple[bytes, dict]:
+    def _cached(self, key: str) -> tuple[LoadedObject, Manifest] | None:
+        """The verified cache entry under `key`, loaded, if it fits this workload and schedule."""
+        found = cache.load(key)
+        if found is None:
+            return None
+        data, manifest = found
+        obj, path = cache.entry_paths(key)
+        problem = _mismatch(manifest, self.schedule)
+        if problem:
+            cache.discard(path, problem)
+            return None
+        try:
+            loaded = LoadedObject(data)
+        except RuntimeError as e:  # llvmlite's error for an object it cannot link
+            cache.discard(obj, f"LLVM cannot load the object code ({e})")
+            return None
+        missing = [s for e in manifest.kernels.values() for s in (e.symbol, *e.variants) if not loaded.address(s)]
+        if missing:
+            cache.discard(obj, f"the object code has no symbol {missing[0]!r}")
+            return None
+        return loaded, manifest
+
+    def _compile(self, key: str) -> tuple[LoadedObject, Manifest]:
         program = self.program
         module = ir.Module(name=program.workload.name)
         kernels = {}
@@ -154,18 +162,21 @@ class CpuExecutable:
             KernelEmitter(module, kernel, symbol).emit()
             variants = []
             for k, (_, variant) in enumerate(program.variants.get(name, ()), 1):
-                variants.append(f"{symbol}_v{k}")
+                variants.append(f"{symbol}.v{k}")  # "." keeps it apart from any task name
                 if {b.name for b in variant.inputs} != {b.name for b in kernel.inputs}:
                     raise BuildError(f"task {name!r}: variant {k} reads {sorted(b.name for b in variant.inputs)}, "
                                      f"its own loops {sorted(b.name for b in kernel.inputs)}")
                 variant = dataclasses.replace(variant, inputs=kernel.inputs)  # one argument list for all
                 KernelEmitter(module, variant, variants[-1]).emit()
-            kernels[name] = {"symbol": symbol, "arguments": [b.name for b in (*kernel.inputs, *kernel.outputs)],
-                             "grid": [python_source(extent, {}) for _, extent in kernel.grid],
-                             "access": program.access[name].to_json(), "variants": variants}
+            grid = tuple(formula_of(extent) for _, extent in kernel.grid)
+            if None in grid:
+                raise BuildError(f"task {name!r}: a grid extent is not integer arithmetic over sizes: {kernel.grid}")
+            arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
+            kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
+                                        variants=tuple(variants))
         self.module_text = str(module)
-        manifest = {"order": list(program.order), "kernels": kernels}
-        return compile_object(module, key, manifest), manifest
+        data = compile_object(module)
+        return LoadedObject(data), cache.store(key, data, tuple(program.order), kernels)
 
     def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
         """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
@@ -215,6 +226,30 @@ class CpuExecutable:
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
         # a folded output is shared by every run: each gets its own writable copy
         return {name: np.array(arrays[name]) if name in self.folded else arrays[name] for name in wl.outputs}, trace
+
+
+def _mismatch(manifest: Manifest, schedule: Schedule) -> str | None:
+    """Why a verified manifest cannot describe this workload's build (names it does not have), or None:
+    cheap checks, as a key collision or a manifest written by hand is all they can catch."""
+    wl = schedule.workload
+    tensors = {*wl.inputs, *wl.constants, *(t.name for n in wl.tasks for t in wl.task(n).outputs)}
+    if not set(manifest.order) <= set(wl.tasks) or not set(manifest.kernels) <= set(manifest.order):
+        return f"its tasks {list(manifest.order)} are not tasks of workload {wl.name!r}"
+    for name, entry in manifest.kernels.items():
+        named = {*entry.arguments, *(t for t, _ in (*entry.access.reads, *entry.access.writes))}
+        if not named <= tensors:
+            return f"kernel {name!r} names tensors {sorted(named - tensors)} the workload does not have"
+        read = {*entry.access.sizes, *(s for f in entry.grid for s in f.sizes())}
+        if entry.access.sizes != tuple(wl.sizes) or not read <= set(wl.sizes):
+            return f"kernel {name!r} reads sizes {sorted(read)}, the workload has {list(wl.sizes)}"
+        if any(f.coordinates() for f in entry.grid):
+            return f"kernel {name!r}: a grid extent reads a grid coordinate"
+        if len(entry.grid) != len(entry.access.grid):
+            return f"kernel {name!r}: its grid has {len(entry.grid)} extents, its access {len(entry.access.grid)}"
+        if len(entry.variants) != len(schedule.variants.get(name, ())):
+            return f"kernel {name!r}: {len(entry.variants)} specialized versions, the schedule has " \
+                   f"{len(schedule.variants.get(name, ()))}"
+    return None
 
 
 class _Launch:

@@ -1,21 +1,18 @@
-"""Compile LLVM modules for the host CPU, with an on-disk object cache.
+"""Compile LLVM modules for the host CPU, and the key their object code is cached under.
 
 The host's real CPU name and features, opt level 3.  The optimised object
-code is cached under `~/.cache/ptowsp/cpu` (or $PTOWSP_CACHE_DIR) with a small
-manifest of its kernels, keyed by what was compiled (the workload and its
-schedule), the CPU, the LLVM version and the compiler's own source, so a
-second build of the same schedule skips lowering, LLVM IR generation,
-optimisation and code generation.
+code is cached (cache.py) with a small manifest of its kernels, keyed by
+what was compiled (the workload and its schedule), the CPU, the LLVM
+version and the compiler's own source, so a second build of the same
+schedule skips lowering, LLVM IR generation, optimisation and code
+generation.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
-import os
 import pathlib
-import tempfile
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -46,11 +43,6 @@ def target_machine() -> llvm.TargetMachine:
     return new_target_machine()
 
 
-def cache_dir() -> pathlib.Path:
-    root = os.environ.get("PTOWSP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ptowsp")
-    return pathlib.Path(root) / "cpu"
-
-
 @functools.cache
 def _compiler_digest() -> str:
     """Changes whenever the compiler (lowering or code generation) changes, so stale objects are
@@ -65,22 +57,6 @@ def cache_key(description: str) -> str:
     parts = [description, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
              llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _compiler_digest()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def cached_build(key: str) -> tuple[bytes, dict] | None:
-    """The object code and manifest stored under key, if both are there."""
-    obj, manifest = cache_dir() / f"{key}.o", cache_dir() / f"{key}.json"
-    if not (obj.exists() and manifest.exists()):
-        return None
-    return obj.read_bytes(), json.loads(manifest.read_text())
-
-
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-    """Readers never see a torn file: write aside, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)
 
 
 def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm.ModuleRef:
@@ -99,16 +75,13 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm
 COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
 
 
-def compile_object(module: ir.Module, key: str, manifest: dict) -> bytes:
-    """Optimise and compile the module for the host; store the object and manifest under `key`."""
+def compile_object(module: ir.Module) -> bytes:
+    """Optimise and compile the module for the host."""
     global COMPILATIONS
     COMPILATIONS += 1
     module.triple = llvm.get_process_triple()
     tm = target_machine()
-    data = tm.emit_object(optimise(module, tm, vectorize=True))
-    _write_atomically(cache_dir() / f"{key}.o", data)
-    _write_atomically(cache_dir() / f"{key}.json", json.dumps(manifest).encode())  # last: marks it complete
-    return data
+    return tm.emit_object(optimise(module, tm, vectorize=True))
 
 
 class LoadedObject:
