@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ptowsp as pw
 
@@ -300,3 +302,32 @@ def test_a_hostile_saved_schedule_is_refused(text, message, tmp_path, monkeypatc
 
 def test_the_catalogue_is_large():
     assert len(DEFINITION) + len(STEPS) + len(RUNS) + len(CONDITIONS) + len(SAVED) >= 140
+
+
+ESCAPES = ["__import__('os').system('touch {m}')", "open('{m}', 'w')",
+           "().__class__.__base__.__subclasses__()[0]('{m}')", "exec(\"open('{m}','w')\")", "9**9**9**9"]
+
+
+@settings(max_examples=150)
+@given(data=st.data())
+def test_a_mutated_saved_schedule_is_refused_or_replayed_never_run(data):
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    marker = Path(tempfile.gettempdir()) / f"ptowsp-hostile-schedule-{os.getpid()}"  # one path: same-length texts
+    wl = rows()
+    saved = json.loads(wl.schedule().split("y", "s", 4).parallel("y", "b", "s.outer")
+                       .specialize("y", "lens[b] <= 4", lambda v: v.split("y", "s.inner", 2)).to_json())
+    when = data.draw(st.one_of(st.sampled_from(ESCAPES).map(lambda e: e.format(m=marker)),
+                               st.text(max_size=60), st.sampled_from(["lens[b] <= 4", "b < 1 or not b > 2"])))
+    saved["steps"][-1]["when"] = when
+    text = json.dumps(saved)
+    cut = data.draw(st.integers(0, len(text)))
+    text = data.draw(st.sampled_from([text, text[:cut], text[:cut] + data.draw(st.text(max_size=8)) + text[cut:]]))
+    try:
+        pw.Schedule.from_json(wl, text)
+    except pw.PtowspError:
+        pass
+    assert not marker.exists()
