@@ -35,6 +35,7 @@ class Built:
         self.options = options
         self._executable = executable
         self.trace: Trace | None = None
+        self.runs = 0  # runs so far: the first pays one-off costs (thread start, first touch of buffers)
         _check_affinity_key(options.policy, executable)
 
     @functools.cached_property
@@ -62,14 +63,24 @@ class Built:
         timeout = check_timeout(timeout)
         options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
         outputs, self.trace = self._executable.run(validate_inputs(self.workload, inputs), options)
+        self.trace.cold = self.runs == 0
+        self.runs += 1
         Built.last_run = self
         return outputs
 
     __call__ = run
 
-    def source(self, task: str) -> str:
-        """The task's lowered loop nest as pseudo-code."""
-        return self.program.source(task)
+    def source(self, task: str, kind: str = "loops") -> str:
+        """A task's code: its lowered loop nest as pseudo-code ("loops"), or what the target
+        generates from it: "llvm" (IR after optimisation) and "asm" on cpu and aicore (whose numbers
+        are computed by host code), "llvm" and "ptx" on cuda.  Works for cached builds too."""
+        kinds = ("loops", *getattr(self._executable, "source_kinds", ()))
+        if kind not in kinds:
+            raise BuildError(f"source({task!r}, {kind!r}): the {self.target} target shows "
+                             f"{', '.join(map(repr, kinds))}")
+        if kind == "loops":
+            return self.program.source(task)
+        return self._executable.source(task, kind)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"Built({self.workload.name!r}, target={self.target!r}, workers={len(self.options.workers)})"

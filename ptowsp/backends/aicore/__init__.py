@@ -32,6 +32,8 @@ __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
 class AicoreExecutable:
     """A cpu executable for the numbers, plus the device's view of its task table."""
 
+    source_kinds = CpuExecutable.source_kinds  # the host code that computes the numbers
+
     def __init__(self, schedule: Schedule, device: DeviceModel):
         self.schedule, self.device = schedule, device
         if schedule.workload.sizes:
@@ -86,6 +88,9 @@ class AicoreExecutable:
     @property
     def memory_plan(self):
         return self.cpu.memory_plan
+
+    def source(self, task: str, kind: str) -> str:
+        return self.cpu.source(task, kind)
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
         statistics = {}

@@ -23,7 +23,9 @@ from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
-from ptowsp.backends.cpu.jit import LoadedObject, cache_key, compile_object, target_machine, vector_bytes
+from ptowsp.backends.cpu.jit import (
+    LoadedObject, cache_key, compile_object, optimised_module, target_machine, vector_bytes,
+)
 from ptowsp.backends.buffers import Recycler
 from ptowsp.backends.host import domain_outputs, run_table, tile_of
 from ptowsp.errors import BuildError
@@ -68,6 +70,8 @@ def describe(schedule: Schedule) -> str:
 class CpuExecutable:
     """Compiled kernels plus the order to launch them; the lowered program is rebuilt only on demand
     (a cached build needs just the manifest stored with the object code)."""
+
+    source_kinds = ("llvm", "asm")
 
     def __init__(self, schedule: Schedule):
         self.schedule = schedule
@@ -158,25 +162,28 @@ class CpuExecutable:
         module = ir.Module(name=program.workload.name)
         kernels = {}
         for name, kernel in program.kernels.items():
-            symbol = f"ptowsp_{name}"
-            KernelEmitter(module, kernel, symbol).emit()
-            variants = []
-            for k, (_, variant) in enumerate(program.variants.get(name, ()), 1):
-                variants.append(f"{symbol}.v{k}")  # "." keeps it apart from any task name
-                if {b.name for b in variant.inputs} != {b.name for b in kernel.inputs}:
-                    raise BuildError(f"task {name!r}: variant {k} reads {sorted(b.name for b in variant.inputs)}, "
-                                     f"its own loops {sorted(b.name for b in kernel.inputs)}")
-                variant = dataclasses.replace(variant, inputs=kernel.inputs)  # one argument list for all
-                KernelEmitter(module, variant, variants[-1]).emit()
+            symbol, variants = _emit_task(module, program, name)
             grid = tuple(formula_of(extent) for _, extent in kernel.grid)
             if None in grid:
                 raise BuildError(f"task {name!r}: a grid extent is not integer arithmetic over sizes: {kernel.grid}")
             arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
             kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
-                                        variants=tuple(variants))
+                                        variants=variants)
         self.module_text = str(module)
         data = compile_object(module)
         return LoadedObject(data), cache.store(key, data, tuple(program.order), kernels)
+
+    def source(self, task: str, kind: str) -> str:
+        """The task's kernel (and its specialized versions) as LLVM IR after -O3 ("llvm") or as the
+        host's assembly ("asm").  Made anew from the schedule when asked, by the same compiler with
+        the same options, so a build served from the cache shows its code too."""
+        program = self.program
+        if task not in program.kernels:
+            program.source(task)  # raises BuildError saying why the task has no kernel
+        module = ir.Module(name=program.workload.name)
+        _emit_task(module, program, task)
+        optimised, machine = optimised_module(module)
+        return str(optimised) if kind == "llvm" else machine.emit_assembly(optimised)
 
     def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
         """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
@@ -250,6 +257,22 @@ def _mismatch(manifest: Manifest, schedule: Schedule) -> str | None:
             return f"kernel {name!r}: {len(entry.variants)} specialized versions, the schedule has " \
                    f"{len(schedule.variants.get(name, ()))}"
     return None
+
+
+def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tuple[str, ...]]:
+    """Emit a task's kernel and its specialized versions into `module`: (symbol, variant symbols)."""
+    kernel = program.kernels[name]
+    symbol = f"ptowsp_{name}"
+    KernelEmitter(module, kernel, symbol).emit()
+    variants = []
+    for k, (_, variant) in enumerate(program.variants.get(name, ()), 1):
+        variants.append(f"{symbol}.v{k}")  # "." keeps it apart from any task name
+        if {b.name for b in variant.inputs} != {b.name for b in kernel.inputs}:
+            raise BuildError(f"task {name!r}: variant {k} reads {sorted(b.name for b in variant.inputs)}, "
+                             f"its own loops {sorted(b.name for b in kernel.inputs)}")
+        variant = dataclasses.replace(variant, inputs=kernel.inputs)  # one argument list for all
+        KernelEmitter(module, variant, variants[-1]).emit()
+    return symbol, tuple(variants)
 
 
 class _Launch:

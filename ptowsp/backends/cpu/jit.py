@@ -75,13 +75,19 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm
 COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
 
 
+def optimised_module(module: ir.Module) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """The module after -O3 for the host, and the machine that emits its code."""
+    module.triple = llvm.get_process_triple()
+    tm = target_machine()
+    return optimise(module, tm, vectorize=True), tm
+
+
 def compile_object(module: ir.Module) -> bytes:
     """Optimise and compile the module for the host."""
     global COMPILATIONS
     COMPILATIONS += 1
-    module.triple = llvm.get_process_triple()
-    tm = target_machine()
-    return tm.emit_object(optimise(module, tm, vectorize=True))
+    optimised, tm = optimised_module(module)
+    return tm.emit_object(optimised)
 
 
 class LoadedObject:

@@ -49,6 +49,17 @@ class CudaCode:
     def schedule(self) -> Schedule:
         return self.program.schedule
 
+    def source(self, task: str, kind: str) -> str:
+        """One task's kernel: its LLVM IR ("llvm") or PTX ("ptx"), cut from the module's text."""
+        if task not in self.symbols:
+            self.program.source(task)  # raises BuildError saying why the task has no kernel
+        text = self.llvm_ir if kind == "llvm" else self.ptx
+        lines = text.splitlines()
+        heads = (f'@"{self.symbols[task]}"(', f".entry {self.symbols[task]}(")
+        start = next(k for k, line in enumerate(lines) if any(h in line for h in heads))
+        end = lines.index("}", start)
+        return "\n".join(lines[start:end + 1])
+
 
 def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
              max_shared_bytes: int = MAX_STATIC_SHARED_BYTES) -> CudaCode:
@@ -75,6 +86,8 @@ def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
 class CudaExecutable:
     """PTX loaded on GPU 0, device memory for every tensor, and the launches of the task table."""
 
+    source_kinds = ("llvm", "ptx")
+
     def __init__(self, schedule: Schedule):
         self.device = driver.device()
         self.schedule = schedule
@@ -91,6 +104,9 @@ class CudaExecutable:
             self.memory[name].upload(value)
         self.streams = threading.local()  # one CUDA stream per worker thread
         self.lock = threading.Lock()  # runs share the device memory: one at a time
+
+    def source(self, task: str, kind: str) -> str:
+        return self.code.source(task, kind)
 
     @functools.cached_property
     def table(self) -> TaskTable:
