@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+# the transformer block built by ptowsp, timed beside plain numpy (and torch, when installed),
+# checked against pw.reference; the trace of a warm run goes to demo-out/
 demo: $(STAMP)
 	$(VPY) examples/transformer_demo.py
 
