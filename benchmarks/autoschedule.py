@@ -181,7 +181,9 @@ def main() -> None:
         if args.plots:
             Path(args.plots).mkdir(parents=True, exist_ok=True)
             path = Path(args.plots) / f"autoschedule_{wl.name}.png"
-            guided[0].plot(path, *guided[1:], *random, flops=flops)
+            defaults = [t.default_seconds for t in tuned_runs if t.default_seconds is not None]
+            default = statistics.median(defaults) if defaults else None  # measured by the user-like searches
+            guided[0].plot(path, *guided[1:], *random, flops=flops, default=default)
         inputs = random_inputs(wl)
         progs = {"hand": pw.build(hand, "cpu", workers=WORKERS), "default": pw.build(wl, "cpu", workers=WORKERS)}
         progs |= {f"tuned seed {r.seed}": pw.build(r.schedule, "cpu", workers=WORKERS) for r in tuned_runs}

@@ -41,7 +41,7 @@ from ptowsp.autoschedule import records
 from ptowsp.autoschedule.cost_model import CostModel
 from ptowsp.autoschedule.features import FEATURE_NAMES, FEATURE_SET, program_features
 from ptowsp.autoschedule.measure import Runner
-from ptowsp.autoschedule.result import SearchResult
+from ptowsp.autoschedule.result import SearchResult, best_cost, milliseconds
 from ptowsp.autoschedule.space import Point, Space, key
 from ptowsp.backends import backend
 from ptowsp.errors import ScheduleError
@@ -197,8 +197,10 @@ class _Tuner:
         wall = time.perf_counter() - started
         if self.progress:
             print(file=sys.stderr)
+        default = self.candidates.schedule(self.candidates.key(self.space.default()))
         return SearchResult(self.wl, self.target, self.history, wall_seconds=wall, measure_seconds=self.measuring,
-                            resumed=resumed, strategy="xgboost" if self.guided else "random", seed=self.seed)
+                            resumed=resumed, strategy="xgboost" if self.guided else "random", seed=self.seed,
+                            default_schedule=default)
 
     def _trials(self) -> int:
         return len(set(self.keys))
@@ -341,9 +343,9 @@ def _stored_features(r: records.TrialRecord) -> np.ndarray | None:
 def _draw(name: str, target: str, done: int, total: int, history: list[records.TrialRecord]) -> None:
     width = 30
     filled = width * min(done, total) // max(1, total)
-    ok = [r.seconds for r in history if r.seconds is not None]
-    best = f"best {min(ok) * 1e3:.3f} ms" if ok else "no success yet"
-    failed = len(history) - len(ok)
+    cost = best_cost(history)  # the result's definition: its last figure is the result's best_seconds
+    best = "no success yet" if cost is None else f"best {milliseconds(cost)}"
+    failed = sum(r.seconds is None for r in history)
     checks = len(history) - done
     print(f"\rtuning {name} on {target} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {best}"
           + (f", {failed} failed" if failed else "") + (f", {checks} re-measured" if checks else ""),

@@ -69,6 +69,7 @@ class Summary:
     memory: dict[str, int] | None = None  # intermediate bytes: "planned" (the arena) and "unshared"
     classes: dict[str, float] = field(default_factory=dict)  # core class -> mean share of its cores computing
     control: dict[str, float] = field(default_factory=dict)  # control thread (AICPU) -> busy fraction
+    cold: bool | None = None  # the first run after build (None: not known)
 
     @property
     def overhead_per_task(self) -> float:
@@ -76,8 +77,10 @@ class Summary:
 
     def __str__(self) -> str:
         clock = " (device clock)" if self.clock == "device" else ""
-        lines = [f"makespan        {_time(self.makespan)}{clock}",
-                 f"tasks           {self.tasks}",
+        lines = [f"makespan        {_time(self.makespan)}{clock}"]
+        if self.cold is not None:  # a cold run pays one-off costs (page faults, caches): not the steady state
+            lines.append("cold run: the first after build, includes one-off costs" if self.cold else "warm run")
+        lines += [f"tasks           {self.tasks}",
                  f"critical path   {_time(self.critical_path)}"
                  + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
                  f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
@@ -90,11 +93,17 @@ class Summary:
         return "\n".join(lines)
 
 
-def _time(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+def time_unit(seconds: float, micro: str = "us") -> tuple[float, str]:
+    """The unit a person reads `seconds` in (s, ms, micro, ns: the largest not above it), and its scale."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, micro)):
         if abs(seconds) >= scale:
-            return f"{seconds / scale:.3f} {unit}"
-    return f"{seconds * 1e9:.0f} ns"
+            return scale, unit
+    return 1e-9, "ns"
+
+
+def _time(seconds: float) -> str:
+    scale, unit = time_unit(seconds)
+    return f"{seconds / scale:.0f} ns" if unit == "ns" else f"{seconds / scale:.3f} {unit}"
 
 
 class Edges:
@@ -126,6 +135,7 @@ class Trace:
     title: str = "ptowsp"
     statistics: dict = field(default_factory=dict)  # the primitives' own reports (token queues, window)
     memory: dict[str, int] | None = None  # the backend's memory plan: "planned" and "unshared" bytes
+    cold: bool | None = None  # the first run after build (one-off costs included); None: not known
 
     @property
     def makespan(self) -> float:
@@ -157,7 +167,7 @@ class Trace:
         classes = {core: share(sum(bs), len(bs)) for core, bs in by_class.items()}
         controls = {self.workers[row][0]: share(seconds) for row, seconds in sorted(control.items())}
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
-                       classes, controls)
+                       classes, controls, self.cold)
 
     def critical_path(self) -> float:
         """Length of the longest chain of task durations along dependency edges."""
@@ -180,9 +190,9 @@ class Trace:
         return path
 
     def plot(self, path: str | Path, **options) -> Path:
-        """A Gantt chart PNG: one lane per worker, tasks coloured by name (see `gantt.plot`); a path
-        without a suffix gets ".png".  InputError names the path when it cannot be written, or when
-        its suffix is no image format."""
+        """A Gantt chart PNG: one lane per worker that did something, one colour per task (see
+        `gantt.py`); a path without a suffix gets ".png".  InputError names the path when it cannot
+        be written, or when its suffix is no image format."""
         from ptowsp.runtime.gantt import plot  # matplotlib loads only when a chart is drawn
 
         return plot(self, output_path(path, "plot"), **options)

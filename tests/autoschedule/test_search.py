@@ -110,8 +110,9 @@ def test_the_result_gives_the_tuning_curve_and_plots_it(tmp_path):
     checked = [*history, records.TrialRecord.of(schedules[3], "cpu", 5, 2.9),  # 2.0 was lucky
                records.TrialRecord.of(schedules[3], "cpu", 6, 2.7)]
     res = pw.autoschedule.SearchResult(wl, "cpu", checked)
-    assert res.confirmations == 2 and res.curve() == [None, 3.0, 3.0, 2.0, 2.0]
+    assert res.confirmations == 2 and res.curve() == [None, 3.0, 3.0, 2.7, 2.5]  # each at its median
     assert res.best_seconds == 2.5 and res.schedule == schedules[4]  # 2.5 beats the median 2.7
+    assert res.curve()[-1] == res.best_seconds and res.trials_to_reach(2.6) == 5
     other = pw.autoschedule.SearchResult(wl, "cpu", history[:3], strategy="random")
     assert res.plot(tmp_path / "curve.png", other, flops=1e9).stat().st_size > 0
     with pytest.raises(pw.ScheduleError, match="no trial .* succeeded"):
