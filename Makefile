@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(VPY) -m pip install --quiet --disable-pip-version-check --no-compile -e '.[test]'
 	touch $(STAMP)
 
 # the transformer block built by ptowsp, timed beside plain numpy (and torch, when installed),

@@ -1,18 +1,17 @@
-"""The `ptowsp` command.
+"""The `ptowsp` command: look at, run, time, trace and tune a workload from the shell.
 
-    ptowsp trace <script.py | zoo-name> [--target cpu] [--workers N] [--tasks N] --out DIR
-    ptowsp tune <script.py | zoo-name> [--target cpu] [--trials N] [--log FILE] [--seed S] [--plot PNG]
+    ptowsp show  WORKLOAD               the task graph, categories, fusion and default schedule
+    ptowsp bench WORKLOAD               the default schedule beside plain numpy, timed side by side
+    ptowsp trace WORKLOAD --out DIR     trace.json, gantt.png and summary.txt of a warm run
+    ptowsp tune  WORKLOAD --log FILE    the AutoScheduler, resuming from and appending to FILE
+    ptowsp --version
 
-A zoo name builds that zoo workload at its default size (symbolic sizes bound to 64) with every task split
-into `--tasks` row blocks (`Schedule.parallelize`), runs it once on random
-inputs and checks it against `pw.reference`.  A script is run as `__main__`;
-the program it ran last is traced.  Either way DIR receives trace.json
-(Chrome trace-event JSON for Perfetto), gantt.png and summary.txt, and the
-summary is printed.
-
-`tune` runs the AutoScheduler on the zoo workload (default size) or on the
-workload of the program a script ran last, appending every trial to the log
-(and resuming from it), and prints the best schedule beside the default one.
+WORKLOAD is a zoo name (built at its default size, symbolic sizes bound to
+64) or a script named by a path ending in .py: a script is run as
+`__main__` and the program it ran last is the one used.  Zoo names win, so
+a file that happens to be called `softmax` is never executed.  A typed
+ptowsp error is printed as one line (`ptowsp trace: error: ScheduleError:
+...`) with exit status 2.
 """
 
 from __future__ import annotations
@@ -24,7 +23,10 @@ import sys
 from pathlib import Path
 
 import ptowsp as pw
+from ptowsp.backends.base import backend
 from ptowsp.backends.build import Built
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.timing import readable_seconds, side_by_side
 from ptowsp.workloads import matches, random_inputs
 
 
@@ -41,15 +43,22 @@ def _zoo(name: str) -> pw.Workload:
     return wl.bind(dict.fromkeys(wl.sizes, ZOO_SIZE)) if wl.sizes else wl
 
 
-def _zoo_run(name: str, target: str, workers: int | None, tasks: int) -> Built:
-    wl = _zoo(name)
-    inputs = random_inputs(wl)
-    prog = pw.build(wl.schedule().parallelize(tasks), target=target, workers=workers)
+def _checked(prog: Built, wl: pw.Workload, inputs: dict, command: str) -> None:
     out = prog.run(**inputs)
     for key, expected in pw.reference(wl, **inputs).items():
         if not matches(out[key], expected):
-            raise CommandError(f"ptowsp trace: {name} output {key!r} differs from the reference on {target}")
-    return prog
+            raise CommandError(f"ptowsp {command}: {wl.name} output {key!r} differs from the reference on "
+                               f"{prog.target}")
+
+
+def _zoo_build(name: str, args: argparse.Namespace) -> tuple[Built, dict]:
+    """The zoo workload built with its default schedule (or parallelize(--tasks)), checked once."""
+    wl = _zoo(name)
+    what = wl if getattr(args, "tasks", None) is None else wl.schedule().parallelize(args.tasks)
+    prog = pw.build(what, target=args.target, workers=args.workers)
+    inputs = random_inputs(wl)
+    _checked(prog, wl, inputs, args.command)
+    return prog, inputs
 
 
 def _script_run(path: Path) -> Built:
@@ -103,44 +112,125 @@ def tune_command(args: argparse.Namespace) -> int:
 
 def trace_command(args: argparse.Namespace) -> int:
     chosen = _chosen(args.what, "trace")
-    prog = _script_run(chosen) if isinstance(chosen, Path) else _zoo_run(chosen, args.target, args.workers, args.tasks)
+    if isinstance(chosen, Path):
+        prog = _script_run(chosen)  # the script's own last run: warm if it ran its program before
+        trace = prog.trace
+    else:
+        prog, inputs = _zoo_build(chosen, args)
+        traces = []
+        for _ in range(args.runs):
+            prog.run(**inputs)
+            traces.append(prog.trace)
+        trace = sorted(traces, key=lambda t: t.makespan)[len(traces) // 2]  # the median run's
+    assert trace is not None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    trace = prog.trace
-    assert trace is not None
     summary = str(trace.summary())
     trace.to_chrome(out / "trace.json")
     trace.plot(out / "gantt.png")
     (out / "summary.txt").write_text(summary + "\n")
-    print(f"{prog}: {len(trace.events)} events")
+    runs = "" if isinstance(chosen, Path) else f" (the median of {args.runs} runs after the checking one)"
+    print(f"{prog}: {len(trace.events)} events{runs}")
     print(summary)
     print(f"wrote {out / 'trace.json'}, {out / 'gantt.png'}, {out / 'summary.txt'}")
     return 0
 
 
-def _command(commands, name: str, purpose: str) -> argparse.ArgumentParser:
+def bench_command(args: argparse.Namespace) -> int:
+    chosen = _chosen(args.what, "bench")
+    if isinstance(chosen, Path):
+        prog = _script_run(chosen)
+        wl = prog.workload
+        inputs = random_inputs(wl)
+        _checked(prog, wl, inputs, "bench")
+    else:
+        prog, inputs = _zoo_build(chosen, args)
+        wl = prog.workload
+    contenders = {f"ptowsp default ({args.target})": lambda: prog.run(**inputs),
+                  "numpy (pw.reference)": lambda: pw.reference(wl, **inputs)}
+    seconds = side_by_side(list(contenders.values()), repeat=args.runs, rounds=3, min_block=0.05)
+    numpy_seconds = seconds[-1]
+    print(f"{wl.name} on {args.target}, {len(prog.options.workers)} workers: median of warm runs, "
+          "3 alternating blocks; results checked against pw.reference")
+    width = max(map(len, contenders))
+    print(f"{'':{width}}  {'time':>10}  {'speed-up vs numpy':>17}")
+    for name, t in zip(contenders, seconds, strict=True):
+        print(f"{name:{width}}  {readable_seconds(t):>10}  {numpy_seconds / t:>16.2f}x")
+    return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    chosen = _chosen(args.what, "show")
+    wl = _script_run(chosen).workload if isinstance(chosen, Path) else _zoo(chosen)
+    found = backend(args.target)
+    workers = len(found.cores(args.workers, None))
+    schedule = default_schedule(wl, vector_bytes=found.vector_bytes, workers=workers,
+                                choose=found.schedule_choices(None))
+    print(wl)
+    print("\ntask graph (producer -> consumers):")
+    for task in wl.tasks:
+        consumers = sorted(wl.graph.successors(task))
+        print(f"  {task} [{wl.category(task).name}] -> {', '.join(consumers) or '(output)'}")
+    print(f"\ndefault schedule on {args.target} with {workers} workers:")
+    print(schedule)
+    print("\nfusion:")
+    print(schedule.explain())
+    return 0
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's layout and shows every option's default."""
+
+
+def _command(commands, name: str, purpose: str, targets: list[str]) -> argparse.ArgumentParser:
     """A subcommand taking a script or zoo workload, a target and a worker count."""
-    command = commands.add_parser(name, help=purpose)
-    command.add_argument("what", help="a script (.py) or a zoo workload name")
-    command.add_argument("--target", default="cpu")
-    command.add_argument("--workers", type=int, default=None, help="worker threads (default: one per core)")
+    command = commands.add_parser(name, help=purpose, description=purpose, formatter_class=_HelpFormatter)
+    command.add_argument("what", metavar="WORKLOAD",
+                         help=f"a zoo workload ({', '.join(pw.zoo.ZOO)}) or a script named by a path ending in .py")
+    command.add_argument("--target", default="cpu", choices=targets, help="where it runs (pw.targets())")
+    command.add_argument("--workers", type=_positive, default=None,
+                         help="worker threads; None: one per core")
     return command
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ptowsp", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    trace = _command(commands, "trace", "run a script or a zoo workload and write its trace")
-    trace.add_argument("--tasks", type=int, default=8, help="row blocks per task for zoo workloads")
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+COMMANDS = {"show": show_command, "bench": bench_command, "trace": trace_command, "tune": tune_command}
+
+
+def parser() -> argparse.ArgumentParser:
+    targets = pw.targets()
+    top = argparse.ArgumentParser(prog="ptowsp", description=__doc__, formatter_class=_HelpFormatter,
+                                  epilog=f"zoo workloads: {', '.join(pw.zoo.ZOO)}\ntargets here: {', '.join(targets)}")
+    top.add_argument("--version", action="version", version=f"ptowsp {pw.__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _command(commands, "show", "print the task graph, categories, fusion and the default schedule", targets)
+    bench = _command(commands, "bench", "time the default schedule beside plain numpy, side by side", targets)
+    bench.add_argument("--runs", type=_positive, default=10, help="timed runs per block (3 alternating blocks)")
+    trace = _command(commands, "trace", "run a workload warm and write its trace, Gantt chart and summary",
+                     targets)
+    trace.add_argument("--runs", type=_positive, default=5,
+                       help="warm runs after the checking one; the median run's trace is written")
+    trace.add_argument("--tasks", type=_positive, default=None,
+                       help="schedule zoo workloads with parallelize(TASKS) instead of the default schedule")
     trace.add_argument("--out", default="ptowsp-trace", help="directory for trace.json, gantt.png, summary.txt")
-    tune = _command(commands, "tune", "tune a script's or a zoo workload's schedule with the AutoScheduler")
-    tune.add_argument("--trials", type=int, default=64, help="measured trials in all (those in the log count)")
+    tune = _command(commands, "tune", "tune a workload's schedule with the AutoScheduler", targets)
+    tune.add_argument("--trials", type=_positive, default=64, help="measured trials in all (those in the log count)")
     tune.add_argument("--log", default="tune.jsonl", help="JSON-lines log: appended to, resumed from")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=int, default=0, help="seed of the search")
     tune.add_argument("--plot", default=None, help="write the tuning curve (best time vs trial) to this PNG")
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
-        return tune_command(args) if args.command == "tune" else trace_command(args)
+        return COMMANDS[args.command](args)
     except CommandError as e:
         print(e, file=sys.stderr)
         return 2

@@ -66,3 +66,47 @@ def test_a_dynamic_zoo_workload_is_traced_at_bound_sizes_and_refused_unbound_by_
     assert (tmp_path / "trace.json").exists()
     with pytest.raises(pw.ScheduleError, match="symbolic sizes.*search wl.bind"):
         pw.AutoScheduler.search(pw.zoo.decode_step(), "cpu", num_trials=1)
+
+
+def test_version_and_help_name_everything_a_user_can_choose(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"ptowsp {pw.__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert all(name in top for name in pw.zoo.ZOO) and all(c in top for c in ("show", "bench", "trace", "tune"))
+    for command in ("show", "bench", "trace", "tune"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "{" + ",".join(pw.targets()) + "}" in text  # --target lists its choices
+        assert "(default: cpu)" in text and "softmax" in text
+
+
+def test_a_typed_error_is_one_line_naming_the_command(tmp_path, capsys):
+    script = tmp_path / "bad.py"
+    script.write_text("import ptowsp as pw\npw.Workload('w').schedule().split('x', 'i', 4)\n")
+    assert main(["trace", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ptowsp trace: error: ScheduleError: ")
+
+
+def test_bench_times_the_default_schedule_beside_numpy(capsys):
+    assert main(["bench", "softmax", "--runs", "2", "--workers", "1"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].startswith("ptowsp default (cpu)") and rows[3].startswith("numpy (pw.reference)")
+    assert rows[3].rstrip().endswith("1.00x") and float(rows[2].split()[-1].rstrip("x")) > 0
+
+
+def test_show_prints_the_graph_categories_and_default_schedule(capsys):
+    assert main(["show", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "Y_exp [INJECTIVE] -> Y, Y_sum" in out and "Y [INJECTIVE] -> (output)" in out
+    assert "softmax.schedule()" in out and ".parallel('Y', 'i.outer')" in out
+
+
+def test_trace_writes_the_median_of_warm_runs(tmp_path, capsys):
+    assert main(["trace", "softmax", "--runs", "3", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "the median of 3 runs" in out and "warm run" in (tmp_path / "summary.txt").read_text()
