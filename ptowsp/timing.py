@@ -12,6 +12,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from ptowsp.runtime.trace import time_unit
+
 
 def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
     """Median wall time of `repeat` calls after `warmup` untimed ones."""
@@ -43,8 +45,6 @@ def side_by_side(fns: Sequence[Callable[[], object]], repeat: int, rounds: int =
 
 
 def readable_seconds(seconds: float) -> str:
-    """A duration in the unit a person reads: 2.33 ms, 41.2 µs, 1.50 s."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+    """A duration in the unit a person reads: 2.33 ms, 41.2 µs, 1.5 s (the trace's units)."""
+    scale, unit = time_unit(seconds, micro="µs")
+    return f"{seconds / scale:.3g} {unit}"
