@@ -10,8 +10,8 @@ from ptowsp.errors import (
     RunTimeout, ShapeError, TaskError, WorkloadError,
 )
 from ptowsp.te import (
-    Expr, Tensor, cast, ceil, erf, exp, floor, log, maximum, minimum, reduce_axis, rsqrt, sigmoid,
-    sqrt, tanh, where,
+    Expr, Tensor, cast, ceil, clamp, erf, exp, floor, log, maximum, minimum, reduce_axis, rsqrt,
+    saturating_cast, sigmoid, sqrt, tanh, where,
 )
 from ptowsp.te import absolute as abs  # noqa: A001 - the expression language's name
 from ptowsp.te import power as pow  # noqa: A001
@@ -36,7 +36,7 @@ __all__ = [
     "AutoScheduler", "autoschedule",
     # expression language
     "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
-    "pow", "floor", "ceil", "maximum", "minimum", "where", "cast",
+    "pow", "floor", "ceil", "maximum", "minimum", "where", "cast", "saturating_cast", "clamp",
     # errors
     "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",
     "TaskError", "DeadlockError", "WorkloadError", "RunTimeout",

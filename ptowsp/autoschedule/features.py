@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ptowsp.lower import Allocate, Block, For, IfThen, Program, Store
+from ptowsp.lower import Allocate, Block, For, IfThen, Let, Program, Store
 from ptowsp.lower.kernel import Kernel
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, walk
@@ -170,6 +170,7 @@ class _KernelScan:
         self.groups: list[tuple[str, tuple[int, ...], list[int], list[int], int]] = []
         self.sums: dict[str, float] = dict.fromkeys(_KERNEL, 0.0)
         self.execs = self.accesses = self.flops = self.carried = self.local_bytes = 0
+        self.lets: list[Expr] = []  # the values of the lets around the statement being visited
         self.linear: dict[int, tuple] = {}  # id(index expr) -> (coefs or None, loop names); lives for one kernel
         # the root level is the whole kernel over all instances; the grid loops are its outermost loops
         loops, levels, trips = [], [(self.node(1), 0)], 1
@@ -196,7 +197,11 @@ class _KernelScan:
                 levels.append((self.node(trips * s.extent), len(inner)))
             self.visit(s.body, inner, levels, guards, trips * s.extent)
         elif isinstance(s, Store):
-            self.statement(loops, levels, guards, trips, (s.value,), s)
+            self.statement(loops, levels, guards, trips, (*self.lets, s.value), s)
+        elif isinstance(s, Let):  # a part of the stores below it, computed once
+            self.lets.append(s.value)
+            self.visit(s.body, loops, levels, guards, trips)
+            self.lets.pop()
         elif isinstance(s, IfThen):
             self.statement(loops, levels, guards, trips, (s.cond,), None)
             self.visit(s.then, loops, levels, guards + 1, trips)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from ptowsp.errors import BuildError
 from ptowsp.lower.formula import Formula, check_limits, combine, constant, formula_of
-from ptowsp.lower.ir import GLOBAL, For, Stmt, Store, bound_loops, stmt_exprs
+from ptowsp.lower.ir import GLOBAL, For, Let, Stmt, Store, bound_loops, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.regions import read_box
 from ptowsp.te import Expr, Op, sizes, walk
@@ -266,10 +266,11 @@ def _statements(s: Stmt, trips: Extent):
 
 
 def _flops(body: Stmt) -> Extent:
-    """Arithmetic operations one instance performs: per store, its value's operations times its trips."""
+    """Arithmetic operations one instance performs: per store and let, its value's operations times its
+    trips."""
     total: Extent = 0
     for s, trips in _statements(body, 1):
-        if isinstance(s, Store):
+        if isinstance(s, (Store, Let)):
             total = sizes.add(total, sizes.mul(trips, _operations(s.value)))
     return total
 

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ptowsp.te import Expr, Op
+from ptowsp.te import Expr, Op, dtypes
 from ptowsp.te.sizes import Extent
 
 MAX_DEPTH = 48  # far above what lowering makes (sums and products are flat), far below any stack limit
@@ -204,7 +204,7 @@ def _formula(e: Extent | Expr, coordinates: Mapping[str, int]) -> Formula | None
         return grid(coordinates[e.arg[0]]) if e.arg[0] in coordinates else None
     if e.op is Op.SIZE:
         return Formula(op="size", name=e.arg)
-    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
+    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
         return _formula(e.src[0], coordinates)
     if e.op not in _FROM_OP:
         return None

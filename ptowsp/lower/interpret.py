@@ -8,14 +8,15 @@ slow by design and used by tests on small workloads.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import numpy as np
 
 from ptowsp.errors import TaskError
-from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Stmt, Store
+from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
 from ptowsp.lower.program import Program
-from ptowsp.te import Expr
+from ptowsp.te import Expr, Op, const, substitute
 from ptowsp.te.evaluate import Domain, Evaluator
 from ptowsp.workloads.inputs import validate_inputs
 from ptowsp.workloads.reference import run_opaque
@@ -40,8 +41,11 @@ class Interpreter:
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
         self.evaluator = _CheckedEvaluator(arrays)
+        self.lets: dict[str, Expr] = {}  # the values of the enclosing lets, as constants
 
     def value(self, e: Expr, env: Mapping[str, int]):
+        if self.lets:
+            e = substitute(e, lambda n: self.lets.get(n.arg[0]) if n.op is Op.VAR and n.arg[1] is None else None)
         dom = Domain(tuple(env), tuple((v, v + 1) for v in env.values()))
         with np.errstate(all="ignore"):
             return np.asarray(self.evaluator.run(e, dom)).reshape(-1)[0]
@@ -63,6 +67,9 @@ class Interpreter:
             del self.arrays[s.buffer.name]
             if outer is not None:
                 self.arrays[s.buffer.name] = outer
+        elif isinstance(s, Let):
+            with self.bound(s, env):
+                self.run(s.body, env)
         elif isinstance(s, Store):
             target = self.arrays[s.buffer.name]
             index = tuple(int(self.value(i, env)) for i in s.indices)
@@ -71,6 +78,15 @@ class Interpreter:
             target[index] = self.value(s.value, env)
         elif not isinstance(s, Barrier):
             raise TypeError(f"unknown statement {s!r}")
+
+    @contextlib.contextmanager
+    def bound(self, s: Let, env: Mapping[str, int]):
+        """The let's value, computed here, read by its name inside the block."""
+        self.lets[s.var] = const(self.value(s.value, env).item(), s.value.dtype)
+        try:
+            yield
+        finally:
+            del self.lets[s.var]
 
 
 def run_instances(program: Program, inputs: Mapping[str, np.ndarray], fresh, run_kernel) -> dict[str, np.ndarray]:

@@ -1,10 +1,11 @@
 """The loop-nest IR: statements as frozen dataclasses over te expressions.
 
 Scalar expressions are te `Expr` trees: loop variables are VAR nodes, reads
-are LOAD nodes whose `arg` is a `Buffer`.  Statements are immutable; passes
-build new ones (`dataclasses.replace`).  Backends consume this IR: the
-kernel of one task instance is a statement whose free variables are the
-task's grid coordinates.
+are LOAD nodes whose `arg` is a `Buffer`; a value bound by `Let` is a VAR
+of the value's dtype whose extent is None (`let_var`).  Statements are
+immutable; passes build new ones (`dataclasses.replace`).  Backends consume
+this IR: the kernel of one task instance is a statement whose free
+variables are the task's grid coordinates.
 """
 
 from __future__ import annotations
@@ -94,6 +95,21 @@ class Allocate(Stmt):
 
 
 @dataclass(frozen=True)
+class Let(Stmt):
+    """Compute `value` once and name it `var` for the body (a common subexpression of its stores).
+
+    The name is read as `let_var(var, value.dtype)`.  Lets bind values only,
+    never indices or guards, so bounds inference never meets one.
+    """
+
+    var: str
+    value: Expr
+    body: Stmt
+
+    body_field: ClassVar[str | None] = "body"
+
+
+@dataclass(frozen=True)
 class Block(Stmt):
     stmts: tuple[Stmt, ...] = field(default=())
 
@@ -109,6 +125,11 @@ class Barrier(Stmt):
     """All threads of a block wait here (GPU shared-memory exchange)."""
 
     scope: str = SHARED
+
+
+def let_var(name: str, dtype: str) -> Expr:
+    """A read of the value a `Let` binds (a VAR without extent: it is not a loop)."""
+    return Expr(Op.VAR, dtype, (), (name, None))
 
 
 def block(*stmts: Stmt) -> Stmt:
@@ -131,8 +152,9 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
         return (*s.indices, s.value)
     if isinstance(s, IfThen):
         return (s.cond,)
+    if isinstance(s, Let):
+        return (s.value,)
     return ()
-
 
 
 def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
@@ -145,6 +167,8 @@ def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
         return For(loop_name(s.var), s.extent, s.kind, map_exprs(s.body, fn, loop_name))
     if isinstance(s, Allocate):
         return Allocate(s.buffer, map_exprs(s.body, fn, loop_name))
+    if isinstance(s, Let):
+        return Let(s.var, fn(s.value), map_exprs(s.body, fn, loop_name))
     if isinstance(s, Block):
         return Block(tuple(map_exprs(c, fn, loop_name) for c in s.stmts))
     return s

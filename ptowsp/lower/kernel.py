@@ -1,13 +1,18 @@
 """Lower one compute task and its loop nest to a kernel: loops, guards, stores.
 
-The pipeline, one pass per line (`lower_task`):
+The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s):
 
     body = inline_producers(body)      # compute_inline: substitute producers' expressions
+    body = simplify_expr(body)         # constants and identities the substitution exposed (simplify.py)
     axis = axis_values(nest)           # original loop variables from split/fuse relations
     stmt = lower_reduction(...)        # Halide-style init / update / epilogue
     stmt = hoist(...)                  # reductions inside expressions become scalar loops
     stmt = place(...)                  # read caches and computed-at producers (placement.py)
-    stmt = tidy(stmt)                  # unit loops, index folding, unroll budget (tidy.py)
+    stmt = tidy(stmt)                  # unit loops, index folding (tidy.py)
+    stmt = simplify(stmt)              # what unit loops turned into constants
+    stmt = clamp_gathers(stmt)         # data-dependent indices kept inside their tensors
+    stmt = bind_common(stmt)           # repeated subexpressions of a store let-bound (cse.py)
+    stmt = bound_unrolling(stmt)       # unrolled code within budget (tidy.py)
 
 A reduction `out = epilogue(sum(body, axes))` lowers to init, update and
 epilogue.  They share the spatial loops that enclose every reduction loop
@@ -28,6 +33,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from ptowsp.errors import BuildError
@@ -46,13 +52,15 @@ from ptowsp.lower.ir import (
     var,
     walk_stmts,
 )
-from ptowsp.lower.placement import global_reads, stage
+from ptowsp.lower.cse import bind_common
+from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
-from ptowsp.lower.tidy import tidy
+from ptowsp.lower.simplify import simplify, simplify_expr
+from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.schedules import LoopNest, Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
-from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, dtypes, outermost_reductions, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import binary, unary, where
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
@@ -120,15 +128,15 @@ def _identity(kind: str, dtype: str) -> Expr:
         return const(0, dtype)
     if dtype == "bool":
         return const(kind == "min", dtype)
-    if dtype.startswith("float"):
+    if dtypes.is_float(dtype):
         return const(float("-inf") if kind == "max" else float("inf"), dtype)
     info = np.iinfo(dtype)
     return const(info.min if kind == "max" else info.max, dtype)
 
 
 def accumulator_dtype(kind: str, dtype: str) -> str:
-    """sum over float16 accumulates in float32, as the reference does."""
-    return "float32" if kind == "sum" and dtype == "float16" else dtype
+    """sum over float16 and bfloat16 accumulates in float32, as the reference does."""
+    return "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
 
 
 def _combine(kind: str, acc: Expr, value: Expr) -> Expr:
@@ -158,7 +166,7 @@ class _Lowering:
         self.inner = [lp for lp in self.nest.loops if lp.annotation != "parallel"]
         self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
-        self.body = to_buffers(inline_producers(self.task.value, wl, schedule.inlined))
+        self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined)))
 
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
@@ -404,16 +412,24 @@ def _copy_from(tensor: Buffer):
 def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tuple[tuple[str, int], ...]) -> Stmt:
     """Stage the consumer's read caches, then the producers computed at its loops (placement.py).
 
-    Producers go in reverse topological order, so a producer computed at the
-    same loop as its own consumer covers that consumer's reads too.
+    A staged buffer is filled before the body of its loop, so what its fill
+    or its box reads must be staged after it (around it): producers go in
+    reverse topological order, so a producer computed at the same loop as its
+    own consumer covers that consumer's reads too, and a producer whose values
+    index the reads of another (a computed gather index) goes after that one.
     """
     stages = [(tensor, loop, f"{tensor}.{scope}", scope, None)
               for task, tensor, scope, loop in schedule.cache_reads if task == consumer]
     order = {t: n for n, t in enumerate(wl.tasks)}
     producers = sorted(((p, loop) for p, (c, loop) in schedule.compute_at_locations.items() if c == consumer),
                        key=lambda pl: -order[pl[0]])
-    stages += [(p, loop, p, LOCAL, p) for p, loop in producers]  # never stored, so the name is free
-    for tensor, loop, name, scope, producer in stages:
+    while stages or producers:
+        if stages:
+            tensor, loop, name, scope, producer = stages.pop(0)
+        else:
+            producer, loop = _next_producer(wl, stmt, producers)
+            producers.remove((producer, loop))
+            tensor, name, scope = producer, producer, LOCAL  # never stored, so the name is free
         what = "cache_read" if producer is None else "compute_at"
         if not global_reads(stmt, tensor):
             raise BuildError(f"task {consumer!r} does not read {tensor!r}, neither itself nor through tasks inlined or "
@@ -426,6 +442,16 @@ def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tup
             raise BuildError(f"task {consumer!r} reads {tensor!r} outside {where}, where {what} puts it; "
                              "choose a loop that encloses every read")
     return stmt
+
+
+def _next_producer(wl: Workload, stmt: Stmt, producers: list[tuple[str, str | None]]) -> tuple[str, str | None]:
+    """The first producer that no other one left must be staged before: neither one reading it (a
+    consumer) nor one whose reads it indexes.  With none (a cycle), the first: its box widens."""
+
+    def waits(q: str) -> bool:
+        return any(p != q and (nx.has_path(wl.graph, q, p) or indexed_by(stmt, p, q)) for p, _ in producers)
+
+    return next((pl for pl in producers if not waits(pl[0])), producers[0])
 
 
 def clamp_gathers(body: Stmt) -> Stmt:
@@ -449,8 +475,14 @@ def clamp_gathers(body: Stmt) -> Stmt:
 
 def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     """The kernel of compute task `name` under `schedule` (grid loops become parameters)."""
-    lowering = _Lowering(wl, schedule, name)
-    body = clamp_gathers(tidy(place(wl, schedule, name, lowering.lower(), lowering.grid)))
+    lowering = _Lowering(wl, schedule, name)  # producers inlined and simplified, the loops' axis values
+    body = lowering.lower()  # loops, reductions, guards and stores
+    body = place(wl, schedule, name, body, lowering.grid)  # read caches and computed-at producers
+    body = tidy(body)  # unit loops dropped, indices folded
+    body = simplify(body)  # constants folded again: unit loops left zeros
+    body = clamp_gathers(body)  # data-dependent indices kept inside their tensors
+    body = bind_common(body)  # repeated subexpressions computed once per point
+    body = bound_unrolling(body)  # unrolled loops within the code-size budget
     reads: dict[str, Buffer] = {}
     for s in walk_stmts(body):
         for e in stmt_exprs(s):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import (GLOBAL, SHARED, Allocate, Buffer, For, IfThen, Stmt, block, bound_loops, map_exprs,
-                             stmt_exprs)
+                             stmt_exprs, walk_stmts)
 from ptowsp.lower.regions import Box, read_box
 from ptowsp.te import Expr, Op, sizes, substitute, walk
 from ptowsp.te.bounds import conjuncts
@@ -50,6 +50,11 @@ def global_reads(s: Stmt, tensor: str, skip: str | None = None) -> list[Expr]:
     return here + [n for c in s.children() for n in global_reads(c, tensor, skip)]
 
 
+def indexed_by(s: Stmt, tensor: str, other: str) -> bool:
+    """Whether a read of global `tensor` in s has an index that reads `other` (gathers by its values)."""
+    return any(n.op is Op.LOAD and n.arg.name == other for r in global_reads(s, tensor) for i in r.src for n in walk(i))
+
+
 def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, relaxed: dict[str, int],
                 known: tuple[Expr, ...] = ()) -> Stmt:
     """Stage the reads in `body`; loops in `relaxed` (outside the anchor) count as ranging over their
@@ -57,7 +62,9 @@ def _stage_body(body: Stmt, tensor: Buffer, name: str, scope: str, fill: Fill, r
     reads = global_reads(body, tensor.name)
     if not reads:
         return body  # this occurrence of the anchor does not read the tensor
-    box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape, known=known)
+    filled_inside = frozenset(s.buffer.name for s in walk_stmts(body) if isinstance(s, Allocate))
+    box = read_box([r.src for r in reads], bound_loops(body) | relaxed, tensor.shape, known=known,
+                   varying=filled_inside)
     symbolic = [str(e) for e in box.extents if sizes.most(e) is None]
     if symbolic:
         raise BuildError(f"{name}: the part of {tensor.name} read there is {symbolic[0]} elements long, a symbolic "

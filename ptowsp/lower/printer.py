@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Stmt, Store
+from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
 
 INDENT = "  "
 
@@ -19,6 +19,8 @@ def to_source(s: Stmt, depth: int = 0) -> str:
     if isinstance(s, Allocate):
         b = s.buffer
         return f"{pad}{b.scope} {b.name}: {b.dtype}{list(b.shape)}\n{to_source(s.body, depth)}"
+    if isinstance(s, Let):
+        return f"{pad}let {s.var}: {s.value.dtype} = {s.value}\n{to_source(s.body, depth)}"
     if isinstance(s, Store):
         return f"{pad}{s.buffer.name}[{', '.join(str(i) for i in s.indices)}] = {s.value}"
     if isinstance(s, Barrier):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, sizes, walk
+from ptowsp.te import Expr, Op, const, dtypes, sizes, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import binary
 
@@ -61,26 +61,32 @@ def _merge(a: _Affine, b: _Affine, sign: int) -> _Affine:
     return _Affine(_plus(a.base, b.base, sign), a.offset + sign * b.offset, tuple(sorted(coefs.items())))
 
 
-def _affine(e: Expr, inner: dict[str, int]) -> _Affine | None:
+def _moves(n: Expr, inner: dict, varying: frozenset[str]) -> bool:
+    """Whether a node changes while the anchor's body runs: an inner loop, or a read of a buffer
+    filled inside it (a base must be known before the body runs, where the box is filled)."""
+    return (n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner) or (n.op is Op.LOAD and n.arg.name in varying)
+
+
+def _affine(e: Expr, inner: dict[str, int], varying: frozenset[str] = frozenset()) -> _Affine | None:
     """e as base + offset + sum(coef * inner loop), or None when an inner loop enters non-linearly."""
-    if not any(n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner for n in walk(e)):
+    if not any(_moves(n, inner, varying) for n in walk(e)):
         if e.op is Op.CONST:
             return _Affine(None, int(e.arg), ())
         return _Affine(e, 0, ())
     if e.op in (Op.VAR, Op.RVAR):
         return _Affine(None, 0, ((e.arg[0], 1),))
-    if e.op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
-        return _affine(e.src[0], inner)
+    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
+        return _affine(e.src[0], inner, varying)
     if e.op is Op.NEG:
-        a = _affine(e.src[0], inner)
+        a = _affine(e.src[0], inner, varying)
         return None if a is None else _scaled(a, -1)
     if e.op in (Op.ADD, Op.SUB):
-        a, b = _affine(e.src[0], inner), _affine(e.src[1], inner)
+        a, b = _affine(e.src[0], inner, varying), _affine(e.src[1], inner, varying)
         return None if a is None or b is None else _merge(a, b, 1 if e.op is Op.ADD else -1)
     if e.op is Op.MUL:
         for x, y in (e.src, e.src[::-1]):
             if y.op is Op.CONST and not isinstance(y.arg, bool):
-                a = _affine(x, inner)
+                a = _affine(x, inner, varying)
                 return None if a is None else _scaled(a, int(y.arg))
     return None
 
@@ -106,9 +112,16 @@ def _bound(form: _Affine, inner: dict, side) -> sizes.Extent:
 
 
 def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool,
-               known: tuple[Expr, ...] = ()) -> tuple[Expr, sizes.Extent]:
-    """(start, extent) of one dimension over all accesses, shifted into [0, size) when `shift`."""
-    forms = [_affine(i, inner) for i in indices]
+               known: tuple[Expr, ...] = (), varying: frozenset[str] = frozenset()) -> tuple[Expr, sizes.Extent]:
+    """(start, extent) of one dimension over all accesses, shifted into [0, size) when `shift`.
+
+    An index clamped into the tensor (a boundary condition: `clamp(a, 0, size - 1)`) counts as
+    `a`, and the box is then shifted into the tensor: the clamped values lie between the clamps
+    of its ends, which the shifted box covers, so a tile reads its halo, not the whole tensor."""
+    unclamped = [_unclamped(i, size) for i in indices]
+    clamped = any(u is not None for u in unclamped)
+    indices = [i if u is None else u for i, u in zip(indices, unclamped, strict=True)]
+    forms = [_affine(i, inner, varying) for i in indices]
     if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
         lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
         highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
@@ -118,16 +131,30 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
         base = forms[0].base  # type: ignore[union-attr]
     else:  # numeric bounds over every loop, inner and outer
         bounds = [interval(i) for i in indices]
-        known = [b for b in bounds if b is not None]
-        lo, hi = (min(b[0] for b in known), max(b[1] for b in known)) if len(known) == len(bounds) else \
+        found = [b for b in bounds if b is not None]
+        lo, hi = (min(b[0] for b in found), max(b[1] for b in found)) if len(found) == len(bounds) else \
             (0, sizes.sub(size, 1))
         base = None
-    extent = sizes.minimum(sizes.add(sizes.sub(hi, lo), 1), size)
+    extent = sizes.add(sizes.sub(hi, lo), 1)
+    shift = shift or clamped
+    if shift:  # a buffer never outgrows its tensor; unshifted, the caller clips [start, start + extent)
+        extent = sizes.minimum(extent, size)  # (capped there, a box starting at -1 would miss its last row)
     if isinstance(extent, int):
         extent = max(1, extent)
     start = base if isinstance(lo, int) and lo == 0 else _plus(base, sizes.as_expr(lo))
     start = start if start is not None else const(0, "int64")
     return (_shift_inwards(start, extent, size, known) if shift else start), extent
+
+
+def _unclamped(index: Expr, size: sizes.Extent) -> Expr | None:
+    """`a` when index is clamp(a, 0, size - 1) (minimum(maximum(a, 0), size - 1)), else None."""
+    if index.op is not Op.MIN or index.src[0].op is not Op.MAX:
+        return None
+    (a, low), high = index.src[0].src, index.src[1]
+    last = sizes.as_expr(sizes.sub(size, 1))
+    zero = low.op is Op.CONST and low.arg == 0
+    top = high.same_as(last) or (high.op is Op.CONST and last.op is Op.CONST and high.arg == last.arg)
+    return a if zero and top else None
 
 
 def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent, known: tuple[Expr, ...]) -> Expr:
@@ -146,10 +173,12 @@ def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent, known:
     return start
 
 
-def read_box(accesses: list[tuple[Expr, ...]], inner: dict, shape: tuple,
-             shift: bool = True, known: tuple[Expr, ...] = ()) -> Box:
+def read_box(accesses: list[tuple[Expr, ...]], inner: dict, shape: tuple, shift: bool = True,
+             known: tuple[Expr, ...] = (), varying: frozenset[str] = frozenset()) -> Box:
     """The box of a tensor that index tuples read while the `inner` loops run, shifted into the
     tensor (constant extent; for buffers) or, with shift=False, left for the caller to clip;
-    `known`: conditions that hold where the box is read."""
-    dims = [_dimension([a[d] for a in accesses], inner, size, shift, known) for d, size in enumerate(shape)]
+    `known`: conditions that hold where the box is read; `varying`: buffers filled while the
+    inner loops run, whose reads in an index move like an inner loop."""
+    dims = [_dimension([a[d] for a in accesses], inner, size, shift, known, varying)
+            for d, size in enumerate(shape)]
     return Box(tuple(s for s, _ in dims), tuple(e for _, e in dims))

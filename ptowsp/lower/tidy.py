@@ -1,4 +1,4 @@
-"""The last lowering pass: drop loops of extent 1, fold index arithmetic, bound unrolling.
+"""Lowering passes that tidy the loops: drop loops of extent 1, fold index arithmetic, bound unrolling.
 
 Splits, regions and staging leave indices like `k.outer * 16 + k.inner + i - i`
 and loops that run once.  Users read the lowered code, so it should say
@@ -73,15 +73,15 @@ def _loads(e: Expr) -> Expr:
 
     def fold(n: Expr) -> Expr | None:
         if n.op is Op.LOAD or (n.op in _COMPARISONS and n.src[0].dtype == "int64"):
-            return Expr(n.op, n.dtype, tuple(simplify_index(i) for i in n.src), n.arg)
+            return Expr(n.op, n.dtype, tuple(simplify_index(_loads(i)) for i in n.src), n.arg)  # gathers too
         return None
 
     return substitute(e, fold)
 
 
-def tidy(s: Stmt) -> Stmt:
-    """Drop unit loops, fold every load and store index, keep unrolling within budget."""
-    return _bound_unrolling(_tidy(s))[0]
+def bound_unrolling(s: Stmt) -> Stmt:
+    """Unrolled loops past the budget made serial (the last pass: it sees the final code's size)."""
+    return _bound_unrolling(s)[0]
 
 
 def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
@@ -98,17 +98,17 @@ def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
     return s, size
 
 
-def _tidy(s: Stmt) -> Stmt:
+def tidy(s: Stmt) -> Stmt:
     """Drop unit loops (their variable becomes 0) and fold every load and store index."""
     if isinstance(s, For) and isinstance(s.extent, int) and s.extent == 1:
         zero = const(0, "int64")
-        return _tidy(_with_value(s.body, s.var, zero))
+        return tidy(_with_value(s.body, s.var, zero))
     if isinstance(s, Store):
         return Store(s.buffer, tuple(simplify_index(_loads(i)) for i in s.indices), _loads(s.value))
     if isinstance(s, IfThen):
-        return IfThen(_loads(s.cond), _tidy(s.then))
+        return IfThen(_loads(s.cond), tidy(s.then))
     if isinstance(s, (For, Allocate, Block)):
-        return s.with_children([_tidy(c) for c in s.children()])
+        return s.with_children([tidy(c) for c in s.children()])
     return s
 
 

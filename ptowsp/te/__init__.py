@@ -5,13 +5,13 @@ from ptowsp.te.bounds import check_bounds, loop_vars
 from ptowsp.te.evaluate import evaluate
 from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, outermost_reductions, substitute, walk, where
 from ptowsp.te.ops import (
-    absolute, ceil, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
-    reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh,
+    absolute, ceil, clamp, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
+    reduce_min, reduce_sum, rsqrt, saturating_cast, sigmoid, sqrt, tanh,
 )
 
 __all__ = [
-    "Expr", "Op", "Tensor", "absolute", "cast", "ceil", "check_bounds", "const", "dtypes", "erf",
+    "Expr", "Op", "Tensor", "absolute", "cast", "ceil", "check_bounds", "clamp", "const", "dtypes", "erf",
     "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum", "outermost_reductions", "minimum", "power",
-    "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "rsqrt", "sigmoid", "sqrt", "substitute", "tanh",
-    "walk", "where",
+    "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "rsqrt", "saturating_cast", "sigmoid", "sqrt",
+    "substitute", "tanh", "walk", "where",
 ]

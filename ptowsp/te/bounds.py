@@ -23,8 +23,8 @@ import math
 import numpy as np
 
 from ptowsp.errors import BoundsError
-from ptowsp.te import sizes
-from ptowsp.te.domain import ARITHMETIC, arithmetic
+from ptowsp.te import dtypes, sizes
+from ptowsp.te.domain import ARITHMETIC, arithmetic, fits
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
 from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
 
@@ -40,7 +40,7 @@ def interval(e: Expr) -> tuple[int, int] | None:
         return None if isinstance(e.arg, (bool, float)) else (e.arg, e.arg)
     if op in (Op.VAR, Op.RVAR):
         return (0, e.arg[1] - 1) if isinstance(e.arg[1], int) else None
-    if op is Op.CAST and e.src[0].dtype in ("int32", "int64"):
+    if op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
         return interval(e.src[0])
     if op is Op.NEG:
         x = interval(e.src[0])
@@ -50,7 +50,8 @@ def interval(e: Expr) -> tuple[int, int] | None:
         return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
     if op not in ARITHMETIC:
         return None
-    return combine(op, interval(e.src[0]), interval(e.src[1]))
+    found = combine(op, interval(e.src[0]), interval(e.src[1]))
+    return found if found is None or fits(found, e.dtype) else None  # it may wrap: unknown
 
 
 

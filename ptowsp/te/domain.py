@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ptowsp.te import dtypes
 from ptowsp.te.expr import Expr, Op
 
 Bounds = tuple[np.ndarray, np.ndarray]  # inclusive lows and highs, one entry per tile; bools as 0/1
@@ -57,11 +58,12 @@ def _range(e: Expr, tiles, arrays, memo: dict) -> Bounds | None:
 def _compute(e: Expr, tiles, arrays, memo) -> Bounds | None:
     op = e.op
     if op is Op.CONST:
-        return None if isinstance(e.arg, float) else (np.int64(e.arg), np.int64(e.arg))
+        return None if isinstance(e.arg, float) or e.arg >= 1 << 63 else (np.int64(e.arg), np.int64(e.arg))
     if op in (Op.VAR, Op.RVAR):
         return tiles.get(e.arg[0])
     if op is Op.CAST:
-        return _range(e.src[0], tiles, arrays, memo) if e.dtype != "bool" and not e.dtype.startswith("float") else None
+        keeps = e.src[0].dtype == "bool" or dtypes.keeps_index(e.src[0].dtype, e.dtype)
+        return _range(e.src[0], tiles, arrays, memo) if keeps else None
     if op is Op.LOAD:
         return _load(e, tiles, arrays, memo)
     args = [_range(s, tiles, arrays, memo) for s in e.src]
@@ -85,7 +87,18 @@ def _compute(e: Expr, tiles, arrays, memo) -> Bounds | None:
         return _logic(a, b, op is Op.AND)
     if a is None or b is None:
         return None
-    return arithmetic(op, a, b) if op in ARITHMETIC else _compare(op, a, b)
+    if op not in ARITHMETIC:
+        return _compare(op, a, b)
+    found = arithmetic(op, a, b)
+    return found if found is None or fits(found, e.dtype) else None  # it may wrap: unknown
+
+
+def fits(bounds: Bounds, dtype: str) -> bool:
+    """The bounds lie in a narrow integer dtype's range (int64 arithmetic is taken not to wrap)."""
+    if dtype in ("int64", "uint64") or not dtypes.is_int(dtype):
+        return True
+    lo, hi = dtypes.int_range(dtype)
+    return bool(np.all(bounds[0] >= lo) and np.all(bounds[1] <= hi))
 
 
 def _logic(a: Bounds | None, b: Bounds | None, conjunction: bool) -> Bounds | None:

@@ -1,20 +1,42 @@
-"""The dtypes ptowsp supports and NumPy-style promotion between them.
+"""The dtypes ptowsp supports and their exact rules: promotion, wrapping, casts.
 
-Python scalars are *weak* (NumPy 2 / NEP 50): `x + 1.0` keeps x's float
-dtype, `x + 1` keeps x's integer dtype, and a Python float next to an integer
-gives float64.  Concrete dtypes promote with `numpy.result_type`.
+- Two concrete dtypes promote as `numpy.result_type` does for arrays (never by
+  value); bfloat16, which numpy lacks (it comes from ml_dtypes), promotes as
+  float16 does, and bfloat16 with float16 gives float32.
+- Python scalars are *weak* (NumPy 2 / NEP 50): they take the other operand's
+  dtype (`x + 1` keeps uint8, `x + 1.0` keeps bfloat16); a Python float next
+  to an integer gives float64; a Python int that the integer operand's dtype
+  cannot hold is a DTypeError, as in NumPy 2 (uint8 x + 300, uint8 x * -1).
+- Integer arithmetic wraps in its dtype (uint8 200 + 100 == 44).
+- Casts (`cast_array`): integers wrap (modular); floats round to nearest even,
+  and a conversion to bfloat16 from anything but float32 first goes to float32
+  (as ml_dtypes does); float -> integer truncates toward zero and saturates at
+  the integer's range, NaN giving 0 (LLVM's fptosi.sat / fptoui.sat); -> bool
+  is `!= 0` (NaN is True).
+
+docs/expressions.md states the same rules with examples.
 """
 
 from __future__ import annotations
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy: np.dtype("bfloat16") works from here on
 import numpy as np
 
 from ptowsp.errors import DTypeError
 
-DTYPES = ("float32", "float64", "float16", "int32", "int64", "bool")
-FLOATS = frozenset({"float16", "float32", "float64"})
-INTS = frozenset({"int32", "int64"})
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+SIGNED_DTYPES = ("int8", "int16", "int32", "int64")
+UNSIGNED_DTYPES = ("uint8", "uint16", "uint32", "uint64")
+DTYPES = ("float32", "float64", "float16", "bfloat16", *SIGNED_DTYPES, *UNSIGNED_DTYPES, "bool")
+FLOATS = frozenset(FLOAT_DTYPES)
+UNSIGNED = frozenset(UNSIGNED_DTYPES)
+INTS = frozenset(SIGNED_DTYPES) | UNSIGNED
 INDEX_DTYPE = "int64"  # dtype of loop variables, as numpy.arange's default
+# what bfloat16 promotes to beside each dtype: float16's row of numpy's table, and float32 with float16
+_WITH_BFLOAT16 = {"bool": "bfloat16", "int8": "bfloat16", "uint8": "bfloat16", "bfloat16": "bfloat16",
+                  "int16": "float32", "uint16": "float32", "float16": "float32", "float32": "float32",
+                  "int32": "float64", "uint32": "float64", "int64": "float64", "uint64": "float64",
+                  "float64": "float64"}
 
 
 def normalize(dtype: object) -> str:
@@ -36,8 +58,46 @@ def is_int(dtype: str) -> bool:
     return dtype in INTS
 
 
+def is_unsigned(dtype: str) -> bool:
+    return dtype in UNSIGNED
+
+
+def kind(dtype: str) -> str:
+    """numpy's kind letter, with bfloat16 as "f" (ml_dtypes reports "V")."""
+    return "f" if dtype in FLOATS else np.dtype(dtype).kind
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def float_max(dtype: str) -> float:
+    """The largest finite value of a float dtype."""
+    return float(ml_dtypes.finfo(dtype).max)
+
+
+def holds(wide: str, narrow: str) -> bool:
+    """Every value of integer dtype `narrow` is a value of integer dtype `wide`."""
+    (lo_w, hi_w), (lo_n, hi_n) = int_range(wide), int_range(narrow)
+    return lo_w <= lo_n and hi_n <= hi_w
+
+
+def keeps_index(src: str, dst: str) -> bool:
+    """An integer cast that bounds analysis may look through: one that never changes the value, or
+    between int32 and int64 (index values are assumed to fit both)."""
+    if not (is_int(src) and is_int(dst)):
+        return False
+    return holds(dst, src) or {src, dst} <= {"int32", "int64"}
+
+
 def promote(a: str, b: str) -> str:
-    """NumPy's promotion of two concrete dtypes (always one of DTYPES here)."""
+    """NumPy's promotion of two concrete dtypes, extended to bfloat16 (module docstring)."""
+    if a == b:
+        return a
+    if "bfloat16" in (a, b):
+        return _WITH_BFLOAT16[b if a == "bfloat16" else a]
     return np.result_type(a, b).name
 
 
@@ -63,8 +123,54 @@ def weak_scalar_dtype(value: bool | int | float, partner: str) -> str:
         if partner == "bool":
             return "int64"
         if partner in INTS:
-            info = np.iinfo(partner)
-            if not info.min <= value <= info.max:
-                raise DTypeError(f"constant {value} does not fit the {partner} operand it meets")
+            lo, hi = int_range(partner)
+            if not lo <= value <= hi:
+                raise DTypeError(f"constant {value} does not fit the {partner} operand it meets (range {lo}..{hi}); "
+                                 f"cast the operand to a wider dtype first, e.g. pw.cast(x, 'int32')")
         return partner
     return partner if partner in FLOATS else "float64"
+
+
+def wrap(value: int, dtype: str) -> int:
+    """An integer reduced modulo 2**bits into the range of integer dtype `dtype`."""
+    lo, hi = int_range(dtype)
+    return (value - lo) % (hi - lo + 1) + lo
+
+
+def _float_to_int(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Truncate toward zero, saturate at the range, NaN -> 0: LLVM's fptosi.sat / fptoui.sat."""
+    lo, hi = int_range(dtype)
+    t = np.trunc(np.asarray(x, dtype=np.float64))  # exact for every float dtype
+    low, high = t < lo, t >= float(hi + 1)  # lo and hi + 1 are powers of two: exact as floats
+    inside = np.where(low | high | np.isnan(t), 0, t).astype(dtype)
+    return np.where(low, np.asarray(lo, dtype), np.where(high, np.asarray(hi, dtype), inside)).astype(dtype)
+
+
+def cast_array(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The exact conversion of an array (or numpy scalar) to `dtype` (module docstring)."""
+    x = np.asarray(x)
+    src = x.dtype.name
+    if src == dtype:
+        return x
+    if src in FLOATS and dtype in INTS:
+        return _float_to_int(x, dtype)
+    if dtype == "bfloat16" and src != "float32":
+        x = x.astype(np.float32)
+    return x.astype(dtype)
+
+
+def cast_scalar(value: bool | int | float, src: str, dst: str) -> bool | int | float:
+    """A constant of dtype `src` converted to `dst` by the rules of `cast_array`, as a Python value."""
+    return cast_array(np.asarray(value, dtype=src), dst).item()
+
+
+def scalar_value(value: bool | int | float, dtype: str) -> bool | int | float:
+    """The Python value a constant of `dtype` holds: bool, an int wrapped into range, a float (bfloat16
+    rounded to it, so code generators can hold it in float32)."""
+    if dtype == "bool":
+        return bool(value)
+    if dtype in INTS:
+        return wrap(int(value), dtype)
+    if dtype == "bfloat16":
+        return float(np.asarray(np.float32(value)).astype(dtype))
+    return float(value)

@@ -11,7 +11,10 @@ Semantics fixed here (and documented in docs/concepts.md):
 - `pw.where` reads only the chosen side: loads on the other side see their
   indices replaced by 0 (always in bounds), and their values are discarded.
 - `//` and `%` floor, as in Python and numpy; integer division by zero gives 0.
-- sum over float16 accumulates in float32; integer sums wrap like the dtype.
+- integer arithmetic wraps in its dtype; casts follow dtypes.cast_array (float -> int
+  truncates and saturates, NaN -> 0, where numpy leaves it undefined).
+- a bfloat16 operation computes in float32 and rounds its result to bfloat16 once.
+- sum over float16 and bfloat16 accumulates in float32; integer sums wrap like the dtype.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptowsp.errors import BoundsError
+from ptowsp.te.dtypes import cast_array
 from ptowsp.te.expr import Expr, Op, walk
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
@@ -50,7 +54,12 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 def _accumulator_dtype(kind: str, dtype: str) -> str:
     if kind != "sum":
         return dtype
-    return {"float16": "float32", "int32": "int64"}.get(dtype, dtype)
+    return {"float16": "float32", "bfloat16": "float32", "int32": "int64"}.get(dtype, dtype)
+
+
+def _computing(args: list[np.ndarray]) -> list[np.ndarray]:
+    """Operands as an operation computes on them: bfloat16 widened to float32 (exact)."""
+    return [a.astype(np.float32) if a.dtype.name == "bfloat16" else a for a in args]
 
 
 def iter_boxes(shape: tuple[int, ...], max_elements: int) -> Iterator[Box]:
@@ -127,11 +136,11 @@ class Evaluator:
             return self._reduce(e, dom, mask)
         args = [self.run(s, dom, mask) for s in e.src]
         if op is Op.CAST:
-            return args[0].astype(e.dtype)
+            return cast_array(args[0], e.dtype)
         if op is Op.ERF:
-            return np.asarray(_erf(args[0].astype(np.float64)), dtype=np.float64).astype(e.dtype)
+            return cast_array(np.asarray(_erf(args[0].astype(np.float64)), dtype=np.float64), e.dtype)
         fn = _UNARY.get(op) or _BINARY[op]
-        return np.asarray(fn(*args)).astype(e.dtype, copy=False)
+        return cast_array(np.asarray(fn(*_computing(args))), e.dtype)
 
     def _load(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
         indices = [self.run(i, dom, mask) for i in e.src]
@@ -188,9 +197,10 @@ def _factors(e: Expr) -> list[Expr]:
 
 
 def is_contraction(body: Expr) -> bool:
-    """A product of one or two loads, each indexed by distinct plain loop variables."""
+    """A product of one or two loads, each indexed by distinct plain loop variables (not for float16
+    or bfloat16, whose products round before they are summed: einsum cannot do that)."""
     factors = _factors(body)
-    if len(factors) > 2:
+    if len(factors) > 2 or (len(factors) == 2 and body.dtype in ("float16", "bfloat16")):
         return False
     for f in factors:
         if f.op is not Op.LOAD or any(i.op not in (Op.VAR, Op.RVAR) for i in f.src):
@@ -217,7 +227,7 @@ def contract(body: Expr, dom: Domain, names: tuple[str, ...], extents: tuple[int
     for f in _factors(body):
         index_names = [i.arg[0] for i in f.src]
         array = arrays[f.arg.name][tuple(slice(*ranges[n]) for n in index_names)]
-        operands.append(array.astype(np.float32) if dtype == "float16" else array)
+        operands.append(array.astype(np.float32) if dtype in ("float16", "bfloat16") else array)
         subscripts.append("".join(letters[n] for n in index_names))
     used = set("".join(subscripts))
     out_names = [n for n in dom.names if letters[n] in used]
@@ -228,7 +238,7 @@ def contract(body: Expr, dom: Domain, names: tuple[str, ...], extents: tuple[int
     missing = math.prod(extents[p] for p, n in enumerate(names) if letters[n] not in used)
     if missing != 1:  # reduce axes no factor reads repeat each term
         result = result * missing
-    return result.astype(dtype, copy=False)
+    return cast_array(result, dtype)
 
 
 def evaluate(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...],

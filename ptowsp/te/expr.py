@@ -228,6 +228,13 @@ class Tensor:
             indices.append(expr)
         return Expr(Op.LOAD, self.dtype, tuple(indices), self)
 
+    def boundary(self, kind: str, value: Operand | None = None):
+        """A view that any integer index reads: "repeat_edge", ("constant", value) or "mirror"
+        (Halide's BoundaryConditions; te/boundary.py gives the exact index maps)."""
+        from ptowsp.te.boundary import boundary  # boundary builds on ops, which build on this module
+
+        return boundary(self, kind, value)
+
     def _unindexed(self, *_: object) -> Expr:
         """Arithmetic on a whole tensor is a mistake: say how to read an element instead."""
         return lift(self)
@@ -250,13 +257,9 @@ def shape_text(shape) -> str:
 
 
 def const(value: bool | int | float, dtype: str) -> Expr:
-    """A scalar constant of a given dtype (the value converted to it)."""
+    """A scalar constant of a given dtype (an integer wrapped into its range, bfloat16 rounded)."""
     dtype = dtypes.normalize(dtype)
-    if dtype == "bool":
-        return Expr(Op.CONST, dtype, (), bool(value))
-    if dtypes.is_int(dtype):
-        return Expr(Op.CONST, dtype, (), int(value))
-    return Expr(Op.CONST, dtype, (), float(value))
+    return Expr(Op.CONST, dtype, (), dtypes.scalar_value(value, dtype))
 
 
 def lift(value: Operand, partner: str | None = None) -> Expr:
@@ -278,13 +281,13 @@ def lift(value: Operand, partner: str | None = None) -> Expr:
 
 
 def cast(x: Operand, dtype: str) -> Expr:
-    """Convert to `dtype`; a no-op when x already has it."""
+    """Convert to `dtype` by the rules of dtypes.cast_array; a no-op when x already has it."""
     x = lift(x)
     dtype = dtypes.normalize(dtype)
     if x.dtype == dtype:
         return x
     if x.op is Op.CONST:
-        return const(x.arg, dtype)
+        return const(dtypes.cast_scalar(x.arg, x.dtype, dtype), dtype)
     return Expr(Op.CAST, dtype, (x,), dtype)
 
 
@@ -327,7 +330,7 @@ def unary(op: Op, a: Operand) -> Expr:
         x = cast(x, dtypes.to_float(x.dtype))
     elif op in (Op.FLOOR, Op.CEIL) and not dtypes.is_float(x.dtype):
         return x  # integers are already whole
-    elif op is Op.ABS and x.dtype == "bool":
+    elif op is Op.ABS and (x.dtype == "bool" or dtypes.is_unsigned(x.dtype)):
         return x
     elif op is Op.NEG and x.dtype == "bool":
         raise DTypeError(f"cannot negate the bool expression {x}; use ~ for logical not")

@@ -11,13 +11,13 @@ import itertools
 from collections.abc import Sequence
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
-from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, lift, unary
-from ptowsp.te import sizes
+from ptowsp.te.expr import REDUCE_KINDS, Expr, Op, Operand, binary, cast, const, lift, unary
+from ptowsp.te import dtypes, sizes
 from ptowsp.te.names import check_name
 
 __all__ = [
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
-    "power", "maximum", "minimum", "reduce_axis", "reduce_sum", "reduce_max",
+    "power", "maximum", "minimum", "clamp", "saturating_cast", "reduce_axis", "reduce_sum", "reduce_max",
     "reduce_min",
 ]
 
@@ -80,6 +80,41 @@ def minimum(x: Operand, y: Operand) -> Expr:
     return binary(Op.MIN, x, y)
 
 
+def clamp(x: Operand, lo: Operand, hi: Operand) -> Expr:
+    """minimum(maximum(x, lo), hi): x limited to [lo, hi] (NaN stays NaN)."""
+    return minimum(maximum(x, lo), hi)
+
+
+def saturating_cast(x: Operand, dtype: str) -> Expr:
+    """Convert to `dtype`, first clamping x to the values `dtype` can hold (Halide's saturating_cast).
+
+    Integers clamp where pw.cast would wrap (int16 300 -> uint8 255, -5 -> 0); a float going to a
+    narrower float clamps to its largest finite value instead of becoming inf (NaN stays NaN);
+    float -> integer is pw.cast, which saturates already; bool on either side is pw.cast.
+    """
+    x, dst = lift(x), dtypes.normalize(dtype)
+    src = x.dtype
+    if src == dst or "bool" in (src, dst) or (dtypes.is_float(src) and dtypes.is_int(dst)):
+        return cast(x, dst)
+    lo, hi = dtypes.int_range(src) if dtypes.is_int(src) else (-dtypes.float_max(src), dtypes.float_max(src))
+    if dtypes.is_int(dst):
+        want_lo, want_hi = dtypes.int_range(dst)
+    else:
+        want_lo, want_hi = -dtypes.float_max(dst), dtypes.float_max(dst)
+        if dtypes.is_int(src):  # a bound the source can hold, at or inside the float's range
+            want_lo, want_hi = -int(want_hi), int(want_hi)
+        elif want_hi < hi and src in ("float16", "bfloat16"):  # float32 holds the bound exactly; these may not
+            x = cast(x, "float32")
+    if x.op is Op.CONST:  # folded here: nothing else folds maximum and minimum of constants
+        value = x.arg if x.arg != x.arg else min(max(x.arg, want_lo), want_hi)  # (NaN stays)
+        return cast(const(value, x.dtype), dst)
+    if want_lo > lo:
+        x = maximum(x, want_lo)
+    if want_hi < hi:
+        x = minimum(x, want_hi)
+    return cast(x, dst)
+
+
 _axis_names = (f"r{n}" for n in itertools.count())
 
 
@@ -116,7 +151,7 @@ def _reduce(kind: str, body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
 
 
 def reduce_sum(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
-    """Sum over the reduce axes (float16 accumulates in float32)."""
+    """Sum over the reduce axes (float16 and bfloat16 accumulate in float32; integers wrap in their dtype)."""
     return _reduce("sum", body, axis)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ptowsp.errors import InputError, WorkloadError
-from ptowsp.te import sizes
+from ptowsp.te import dtypes, sizes
 from ptowsp.workloads.workload import Workload
 
 
@@ -19,9 +19,10 @@ def read_only(array: np.ndarray) -> np.ndarray:
 
 
 def random_inputs(wl: Workload, seed: int = 0, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Seeded inputs of the declared shapes and dtypes: normal floats, small integers (-5..5), coin-flip
-    booleans.  What tests, the AutoScheduler's checking run and the CLI feed a workload.  A workload
-    with symbolic sizes needs their values (`sizes`)."""
+    """Seeded inputs of the declared shapes and dtypes: normal floats, small 32/64-bit integers (-5..5,
+    unsigned 0..10), 8/16-bit integers over their whole range (pixels, quantized values: wrap-around
+    shows), coin-flip booleans.  What tests, the AutoScheduler's checking run and the CLI feed a
+    workload.  A workload with symbolic sizes needs their values (`sizes`)."""
     rng = np.random.default_rng(seed)
     bound = wl.bind(sizes or {})
     out = {}
@@ -31,6 +32,9 @@ def random_inputs(wl: Workload, seed: int = 0, sizes: Mapping[str, int] | None =
             out[name] = rng.integers(0, 2, t.shape).astype(bool)
         elif t.dtype in ("int32", "int64"):
             out[name] = rng.integers(-5, 6, t.shape).astype(t.dtype)
+        elif dtypes.is_int(t.dtype):
+            lo, hi = dtypes.int_range(t.dtype) if np.dtype(t.dtype).itemsize <= 2 else (0, 10)
+            out[name] = rng.integers(lo, hi, t.shape, dtype=t.dtype, endpoint=True)
         else:
             out[name] = rng.standard_normal(t.shape).astype(t.dtype)
     return out

@@ -62,7 +62,8 @@ def _constant_array(what: str, value: object, dtype: object) -> np.ndarray:
         name = dtypes.normalize(dtype)
     except DTypeError as e:
         raise DTypeError(f"{what}: {e}; pass dtype= or convert the array") from None
-    if found.dtype.kind not in "biuf" or not np.can_cast(found.dtype, name, casting="same_kind"):
+    numbers = found.dtype.kind in "biuf" or found.dtype.name == "bfloat16"  # ml_dtypes' kind is "V"
+    if not numbers or not np.can_cast(found.dtype, name, casting="same_kind"):
         raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
                          "convert it explicitly")
     array = np.array(found, dtype=name, order="C")  # always a copy: the caller's array stays theirs

@@ -24,7 +24,9 @@ def run(schedule, device=SMALL):
     inputs = random_inputs(wl)
     out = prog.run(**inputs)
     for name, want in pw.reference(wl, **inputs).items():
-        np.testing.assert_allclose(out[name], want, rtol=2e-2 if want.dtype == np.float16 else 1e-4, atol=1e-2)
+        half = want.dtype.name in ("float16", "bfloat16")
+        np.testing.assert_allclose(out[name].astype(np.float64), want.astype(np.float64), rtol=2e-2 if half else 1e-4,
+                                   atol=1e-2)
     return prog.trace
 
 
@@ -151,3 +153,26 @@ def test_more_scheduler_threads_help_a_dispatch_bound_run():
     spans = [run(s, SMALL.model_copy(update={"schedulers": k})).makespan for k in (1, 2, 3)]
     assert spans[0] > spans[1] > spans[2]
     assert spans[0] >= 512 * SMALL.schedule_seconds  # bounded below by one scheduler's throughput
+
+
+def _cube_seconds(dtype: str, device=QUICK) -> float:
+    """Device seconds of the cube's compute events of a tiled 256^3 matmul with `dtype` inputs
+    (int8: summed in int32 through casts, the quantized form)."""
+    wl = pw.Workload(f"mm_{dtype}")
+    a, b = wl.input("A", (256, 256), dtype), wl.input("B", (256, 256), dtype)
+    k = pw.reduce_axis(256, "k")
+    widen = (lambda x: pw.cast(x, "int32")) if dtype == "int8" else (lambda x: x)
+    wl.output(wl.compute("C", (256, 256), lambda i, j: pw.sum(widen(a[i, k]) * widen(b[k, j]), k)))
+    s = (wl.schedule().tile("C", i=64, j=64).split("C", "k", 64)
+         .reorder("C", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner")
+         .parallel("C", "i.outer", "j.outer"))
+    trace = run(s, device)
+    return sum(e.end - e.start for e in trace.events if e.name == "C" and e.core == "cube")
+
+
+def test_cube_rates_follow_the_input_dtype():
+    """int8 in (int32 sums) at cube_int8_speedup times the float16 rate; bfloat16 as float16 (float32
+    sums); float32 at cube_float32_share of it."""
+    int8, half, bf16, single = (_cube_seconds(d) for d in ("int8", "float16", "bfloat16", "float32"))
+    assert int8 < half == bf16 < single
+    assert _cube_seconds("int8", QUICK.model_copy(update={"cube_int8_speedup": 1.0})) > int8

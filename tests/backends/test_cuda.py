@@ -94,7 +94,9 @@ EMULATED = ["matmul_int32", "matmul_float16", "matmul_prime", "softmax", "softma
             "attention_causal", "conv2d_strided", "conv2d_unpadded", "elementwise_chain", "transpose",
             "broadcast_add", "stencil_blur", "int_arith", "float16_chain", "two_outputs", "opaque_middle",
             "size_one", "compare_to_bool", "casts", "guarded_reduction", "float64_matmul", "multi_axis_sum",
-            "gather_rows"]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
+            "gather_rows", "uint8_elementwise", "int8_matmul", "uint16_reduction", "uint64_gather",
+            "bfloat16_elementwise",
+            ]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in EMULATED], ids=lambda c: c.name)
@@ -208,9 +210,9 @@ def run_math_on_host(wl: pw.Workload, inputs: dict) -> dict:
     return {name: arrays[name] for name in wl.outputs}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_math_without_libm_matches_numpy(dtype):
-    """exp, log, tanh, sigmoid, erf and pow as the GPU computes them (float16 through float32),
+    """exp, log, tanh, sigmoid, erf and pow as the GPU computes them (float16 and bfloat16 through float32),
     including negative bases, zero exponents and small integer powers."""
     wl = pw.Workload("math")
     x, y = wl.input("x", (12,), dtype=dtype), wl.input("y", (12,), dtype=dtype)
@@ -226,7 +228,8 @@ def test_math_without_libm_matches_numpy(dtype):
         expected = pw.reference(wl, **inputs)
     got = run_math_on_host(wl, inputs)
     for name in formulas:
-        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5 if dtype == "float32" else 2e-3,
+        rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[dtype]  # bfloat16: one ulp is 2**-8
+        np.testing.assert_allclose(got[name].astype(np.float64), expected[name].astype(np.float64), rtol=rtol,
                                    atol=1e-6, err_msg=name)
 
 

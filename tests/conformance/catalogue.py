@@ -17,6 +17,7 @@ import ptowsp as pw
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: the tests import it from here
 from ptowsp.workloads.zoo import layers
+from tests.conformance.dtype_cases import DTYPE_CASES
 from tests.conformance.edge_cases import EDGE_CASES
 
 
@@ -137,6 +138,7 @@ CASES += [
          {"float16_chain": 2e-2, "int_arith": 0, "int64_sum": 0, "compare_to_bool": 0}.get(fn.__name__, 1e-4))
     for fn in EDGE_CASES
 ]
+CASES += [Case(*case) for case in DTYPE_CASES]
 
 
 def hand_schedule(wl: pw.Workload) -> pw.Schedule:

@@ -136,6 +136,72 @@ def gather_rows():
     return wl, lambda p: {"y": p["x"][1::2] + p["x"][(np.arange(6) * 5) % 12][:, ::-1]}
 
 
+def where_on_gathered_rows():
+    """A producer choosing by its row, inlined into a read at rows from an int32 tensor: the
+    producer's `s == 0` compares an index read from the tensor (issue 29, 6a)."""
+    wl = pw.Workload("where_on_gathered_rows")
+    x, idx = wl.input("X", (2, 64)), wl.input("idx", (16,), "int32")
+    s = wl.compute("S", (2, 64), lambda r, c: pw.where(r == 0, x[0, c], x[1, c] * 2.0))
+    wl.output(wl.compute("Y", (16, 64), lambda j, c: s[idx[j] % 2, c]))
+
+    def expected(p):
+        rows = np.stack([p["X"][0], p["X"][1] * 2.0])
+        return {"Y": rows[p["idx"] % 2]}
+
+    return wl, expected
+
+
+def gather_by_computed_index():
+    """A table and the index that gathers from it both computed, both inlined (issue 29, 6b)."""
+    wl = pw.Workload("gather_by_computed_index")
+    g, x = wl.input("G", (32,)), wl.input("X", (40,))
+    table = wl.compute("B", (32,), lambda k: g[k] * 2.0)
+    index = wl.compute("zi", (40,), lambda i: pw.cast(pw.abs(x[i]) * 8.0, "int32") % 32)
+    wl.output(wl.compute("Y", (40,), lambda i: table[index[i]]))
+
+    def expected(p):
+        zi = (np.abs(p["X"].astype(np.float32)) * np.float32(8.0)).astype(np.int32) % 32
+        return {"Y": p["G"][zi] * 2.0}
+
+    return wl, expected
+
+
+def image_pipeline(h: int = 20, w: int = 24, box: bool = False):
+    """Six stages, all inlined by the default schedule: a blur along x then y (a 3x3 box blur twice
+    with `box`) with zero borders written as where guards, an unsharp mask, a clip, a tone curve and
+    a gamma-like mix.  Each stage reads the last several times (issue 29, 7)."""
+    wl = pw.Workload("image_pipeline")
+    img = wl.input("img", (h, w))
+
+    def tap(t, y, x):
+        return pw.where((y >= 0) & (y < h) & (x >= 0) & (x < w), t[y, x], 0.0)
+
+    def blur(t, offsets):
+        return lambda y, x: sum(tap(t, y + a, x + b) for a, b in offsets) / float(len(offsets))
+
+    square = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1)]
+    bx = wl.compute("bx", (h, w), blur(img, square if box else [(0, -1), (0, 0), (0, 1)]))
+    by = wl.compute("by", (h, w), blur(bx, square if box else [(-1, 0), (0, 0), (1, 0)]))
+    sharp = wl.compute("sharp", (h, w), lambda y, x: img[y, x] * 2.0 - by[y, x])
+    clip = wl.compute("clip", (h, w), lambda y, x: pw.minimum(pw.maximum(sharp[y, x], 0.0), 1.0))
+    curve = wl.compute("curve", (h, w), lambda y, x: clip[y, x] * clip[y, x] * (3.0 - 2.0 * clip[y, x]))
+    wl.output(wl.compute("out", (h, w), lambda y, x: pw.sqrt(curve[y, x]) * 0.5 + curve[y, x] * 0.5))
+
+    def expected(p):
+        def blurred(x, axes):
+            padded = np.pad(x, 1)
+            shifts = [(a, b) for a in ((-1, 0, 1) if 0 in axes else (0,)) for b in ((-1, 0, 1) if 1 in axes else (0,))]
+            return sum(padded[1 + a: 1 + a + h, 1 + b: 1 + b + w] for a, b in shifts) / len(shifts)
+
+        both = (0, 1)
+        smooth = blurred(blurred(p["img"], both), both) if box else blurred(blurred(p["img"], (1,)), (0,))
+        c = np.clip(p["img"] * 2.0 - smooth, 0.0, 1.0)
+        curve = c * c * (3.0 - 2.0 * c)
+        return {"out": np.sqrt(curve) * 0.5 + curve * 0.5}
+
+    return wl, expected
+
+
 EDGE_CASES = [broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
               two_outputs, opaque_middle, size_one, compare_to_bool, casts, guarded_reduction, float64_matmul,
-              gather_rows]
+              gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline]

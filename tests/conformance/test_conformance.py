@@ -61,7 +61,8 @@ def test_reference_matches_the_numpy_formula(case):
     inputs = random_inputs(wl)
     before = {k: v.copy() for k, v in inputs.items()}
     with np.errstate(all="ignore"):
-        expected = case.expected({k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in inputs.items()})
+        expected = case.expected({k: v.astype(np.float64) if v.dtype.kind == "f" or v.dtype.name == "bfloat16" else v
+                                  for k, v in inputs.items()})
     assert_close(pw.reference(wl, **inputs), expected, wl, case.rtol)
     for k, v in inputs.items():
         np.testing.assert_array_equal(v, before[k])

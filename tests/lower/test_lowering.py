@@ -118,3 +118,19 @@ def test_a_task_walking_tiles_keeps_one_tiles_accumulators():
     assert shapes == [(8, 8)]
     assert prog.source("C").splitlines()[1].strip() == f"for {fused}.inner in 0..3:"
     check(wl, s)
+
+
+def test_a_stencils_read_region_covers_both_borders():
+    """Reads at i - 1, i and i + 1 over the whole row span one more than the row on each side; the
+    region clipped into the tensor is all of it (the box was once capped at the tensor's size before
+    clipping, so it started at -1 and missed the last element: a consumer ran before that producer)."""
+    from ptowsp.lower.access import kernel_access
+
+    wl = pw.Workload("stencil_region")
+    x = wl.input("x", (20,))
+    y = wl.compute("y", (20,), lambda i: x[i] * 2.0)
+    wl.output(wl.compute("z", (20,), lambda i: pw.where(i >= 1, y[i - 1], 0.0) + y[i]
+                         + pw.where(i < 19, y[i + 1], 0.0)))
+    prog = lower_program(wl, wl.schedule())
+    reads, _ = kernel_access(prog.kernels["z"]).regions()
+    assert dict(reads)["y"] == ((0, 20),)

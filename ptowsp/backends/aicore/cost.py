@@ -24,8 +24,10 @@ From the lowered loop IR of each kernel:
   overlap.  An L2 (LRU over the boxes transferred) serves repeated reads;
   misses and every store also pass through HBM, one shared FIFO.
 - **compute**: a cube block takes one cycle per 16x16x16 fractal of its
-  tile's outputs times its k (padded to whole fractals; float32 at
-  `cube_float32_share`).  Every other arithmetic operation of a cube task
+  tile's outputs times its k (padded to whole fractals; float16 and
+  bfloat16 inputs, accumulated in float32, at the full rate; float32 at
+  `cube_float32_share`; int8/uint8 inputs, accumulated in int32, at
+  `cube_int8_speedup` times it).  Every other arithmetic operation of a cube task
   (the epilogue: casts, bias, activation; producers computed inside it)
   runs on the core's vector unit after the tile's last block.  A vector
   unit takes one cycle per `vector_bytes_per_cycle` of operands of each
@@ -257,7 +259,8 @@ class ModelCosts:
         outputs = _box_elements(writes[0][1]) if writes else 0
         f = d.cube_fractal
         fractals = math.ceil(outputs / (f * f)) * math.ceil(shape.block_reduce / f)
-        rate = 1.0 if min(self.itemsize[t] for t, _ in inst.reads) <= 2 else d.cube_float32_share
+        narrowest = min(self.itemsize[t] for t, _ in inst.reads)  # int8 in: int32 sums; 16-bit in: float32 sums
+        rate = d.cube_int8_speedup if narrowest == 1 else 1.0 if narrowest == 2 else d.cube_float32_share
         cycles = fractals * (f ** 3 / d.cube_macs_per_cycle) / rate
         if self.stores(i, block) and outputs:  # (a tile its guards leave empty computes nothing)
             tiles = shape.blocks // shape.per_tile

@@ -61,6 +61,8 @@ class DeviceModel(BaseModel):
                                        "Da Vinci architecture (Hot Chips 2019): 16x16x16 fp16 cube", ge=1)
     cube_float32_share: float = _figure(0.25, "float32 cube rate as a share of the float16 rate",
                                         "assumption: the cube's float32 mode at a quarter of float16", gt=0, le=1)
+    cube_int8_speedup: float = _figure(2.0, "int8 cube rate as a multiple of the float16 rate (int32 accumulation)",
+                                       "Ascend 910 specification: 512 TOPS int8, 256 TFLOPS fp16", gt=0)
     cube_fractal: int = _figure(16, "matrix block edge the cube computes in (shorter edges are padded)",
                                 "Da Vinci architecture: 16x16 fractal format", ge=1)
     vector_bytes_per_cycle: int = _figure(256, "bytes of operands a vector unit processes per cycle",

@@ -22,6 +22,14 @@ class DivMod:
         r = self.b.select(by_minus, zero, r)
         return self.b.select(by_zero, zero, q), self.b.select(by_zero, zero, r)
 
+    def uint_divmod(self, a: ir.Value, b: ir.Value, t: ir.IntType) -> tuple[ir.Value, ir.Value]:
+        """Unsigned floor division and modulo (truncation is the floor): x // 0 == x % 0 == 0."""
+        zero = self.k(t, 0)
+        by_zero = self.b.icmp_unsigned("==", b, zero)
+        safe = self.b.select(by_zero, self.k(t, 1), b)
+        q, r = self.b.udiv(a, safe), self.b.urem(a, safe)
+        return self.b.select(by_zero, zero, q), self.b.select(by_zero, zero, r)
+
     def float_divmod(self, a: ir.Value, b: ir.Value, t: ir.Type) -> tuple[ir.Value, ir.Value]:
         """numpy's npy_divmod: floor division and a modulo with the divisor's sign."""
         zero, one, half = self.k(t, 0.0), self.k(t, 1.0), self.k(t, 0.5)

@@ -5,8 +5,10 @@ arrays in the kernel's order (inputs, then outputs).  The semantics follow the
 reference model exactly where numpy defines them:
 
 - `//` and `%` floor (integers: division by zero gives 0; floats: numpy's divmod);
+- integers wrap in their dtype; unsigned dtypes divide, compare and convert unsigned;
 - maximum/minimum propagate NaN and pick between equal zeros as numpy does;
-- float -> int casts saturate (NaN gives 0) instead of being undefined;
+- float -> int casts saturate (NaN gives 0) instead of being undefined (types.py);
+- a bfloat16 operation computes in float32 and rounds once (types.py);
 - a float multiply feeding an add may be fused into one FMA (LLVM `contract`):
   one rounding instead of two, never a reordering of a reduction;
 - `where` reads only the chosen side: a load off the chosen side reads element 0.
@@ -25,26 +27,23 @@ from llvmlite import ir
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
+from ptowsp.backends.cpu.types import (
+    I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
+)
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
-from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store
-from ptowsp.te import Expr, Op, sizes
+from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store
+from ptowsp.te import Expr, Op, dtypes, sizes
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-REGISTER = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.HalfType(),
-            "int32": I32, "int64": I64, "bool": I1}
-MEMORY = dict(REGISTER, bool=I8)
-ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
 _FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
                      Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil", Op.ABS: "llvm.fabs"}
 _VECTOR_MATH = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", Op.ERF: "erf"}
 _FCMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=="}
 _ICMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!="}
-
-
-def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+# ops whose bfloat16 result is a bfloat16 value already (a choice, a sign, a whole number): no rounding
+_EXACT_IN_BFLOAT16 = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD, Op.WHERE, Op.CAST, Op.MAX, Op.MIN,
+                                Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL})
 
 
 def _straight_line(s: Stmt) -> bool:
@@ -53,6 +52,8 @@ def _straight_line(s: Stmt) -> bool:
         return all(_straight_line(c) for c in s.stmts)
     if isinstance(s, IfThen):
         return _straight_line(s.then)
+    if isinstance(s, Let):
+        return _straight_line(s.body)
     return isinstance(s, Store)
 
 
@@ -77,7 +78,7 @@ def _coefficient(e: Expr, var: str) -> int | None:
         if parts[0] == parts[1] == 0:
             return 0
         return _coefficient(other, var) * scale.arg if scale.op is Op.CONST else None
-    if e.op is Op.CAST and e.dtype in ("int32", "int64"):
+    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
         return parts[0]
     return 0 if all(p == 0 for p in parts) else None
 
@@ -93,7 +94,7 @@ def _lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int
     return total if isinstance(total, int) else None
 
 
-class KernelEmitter(DivMod):
+class KernelEmitter(Conversions, DivMod):
     """Emits one kernel into a module; `emit()` returns the function."""
 
     def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
@@ -132,7 +133,11 @@ class KernelEmitter(DivMod):
 
     # -- statements -----------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
-        if self.lanes and isinstance(s, (IfThen, Store)):
+        if isinstance(s, Let):  # a value computed once (a vector in vector mode), read by name in the body
+            self.env[s.var] = self.value(s.value, self.store_mask)
+            self.stmt(s.body)
+            del self.env[s.var]
+        elif self.lanes and isinstance(s, (IfThen, Store)):
             self.vector_stmt(s)
         elif isinstance(s, Block):
             for c in s.stmts:
@@ -231,11 +236,6 @@ class KernelEmitter(DivMod):
     def address(self, buf: Buffer, indices: tuple[Expr, ...], mask: ir.Value | None) -> ir.Value:
         return self.b.gep(self.pointers[buf.name], [self.flat_index(buf, indices, mask)],
                           source_etype=MEMORY[buf.dtype])
-
-    def to_memory(self, value: ir.Value, dtype: str) -> ir.Value:
-        if dtype != "bool":
-            return value
-        return self.b.zext(value, ir.VectorType(I8, self.lanes) if self.lanes else I8)
 
     # -- vector mode ----------------------------------------------------------------
     def ty(self, dtype: str) -> ir.Type:
@@ -340,7 +340,7 @@ class KernelEmitter(DivMod):
                 pointer = self.b.gep(self.pointers[buf.name], [self.b.extract_element(offsets, at)],
                                      source_etype=MEMORY[e.dtype])
                 raw = self.b.insert_element(raw, self.b.load(pointer, typ=MEMORY[e.dtype]), at)
-        return self.b.icmp_unsigned("!=", raw, self.k(I8, 0)) if e.dtype == "bool" else raw
+        return self.from_memory(raw, e.dtype)
 
     def prefetch_stream(self, buf: Buffer, indices: tuple[Expr, ...], pointer: ir.Value, write: bool) -> None:
         """A prefetch ahead of a vector access that streams with the innermost serial loop (see streams)."""
@@ -371,19 +371,23 @@ class KernelEmitter(DivMod):
 
     # -- expressions ----------------------------------------------------------------
     def value(self, e: Expr, mask: ir.Value | None) -> ir.Value:
+        """e's value in registers; a bfloat16 result is rounded to bfloat16 here, once per operation."""
+        v = self.compute(e, mask)
+        return v if e.dtype != "bfloat16" or e.op in _EXACT_IN_BFLOAT16 else self.round_bfloat16(v)
+
+    def compute(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         op, t = e.op, REGISTER[e.dtype]
         if op is Op.CONST:
-            return self.k(t, int(e.arg) if not is_float(e.dtype) else e.arg)
+            return self.k(t, e.arg if is_float(e.dtype) else signed_constant(int(e.arg), t.width))
         if op in (Op.VAR, Op.RVAR):
             bound = self.env[e.arg[0]]
-            return self.splat(bound) if self.lanes and e.arg[0] != self.lane_var else bound
+            return self.splat(bound) if self.lanes and not isinstance(bound.type, ir.VectorType) else bound
         if op is Op.SIZE:
             return self.splat(self.sizes[e.arg]) if self.lanes else self.sizes[e.arg]
         if op is Op.LOAD and self.lanes:
             return self.vector_load(e, mask)
         if op is Op.LOAD:
-            loaded = self.b.load(self.address(e.arg, e.src, mask), typ=MEMORY[e.dtype])
-            return self.b.icmp_unsigned("!=", loaded, self.k(I8, 0)) if e.dtype == "bool" else loaded
+            return self.from_memory(self.b.load(self.address(e.arg, e.src, mask), typ=MEMORY[e.dtype]), e.dtype)
         if op is Op.WHERE:
             cond = self.value(e.src[0], mask)
             yes = cond if mask is None else self.b.and_(mask, cond)
@@ -404,7 +408,7 @@ class KernelEmitter(DivMod):
 
     def unary(self, op: Op, x: ir.Value, dtype: str) -> ir.Value:
         t = REGISTER[dtype]
-        if self.lanes and dtype == "float32" and op in _VECTOR_MATH:
+        if self.lanes and dtype in ("float32", "bfloat16") and op in _VECTOR_MATH:
             return getattr(VectorMath(self.b, self.module, self.lanes), _VECTOR_MATH[op])(x)
         if is_float(dtype):
             if op in _FLOAT_INTRINSICS:
@@ -442,7 +446,7 @@ class KernelEmitter(DivMod):
         if op in _ICMP:
             if is_float(dtype):
                 return self.b.fcmp_unordered("!=", a, b) if op is Op.NE else self.b.fcmp_ordered(_FCMP[op], a, b)
-            return (self.b.icmp_unsigned if dtype == "bool" else self.b.icmp_signed)(_ICMP[op], a, b)
+            return self.int_compare(_ICMP[op], a, b, dtype)
         if is_float(dtype):
             if op in (Op.ADD, Op.SUB, Op.MUL):  # `contract`: a*b+c may become one fused multiply-add
                 emit = {Op.ADD: self.b.fadd, Op.SUB: self.b.fsub, Op.MUL: self.b.fmul}[op]
@@ -464,27 +468,12 @@ class KernelEmitter(DivMod):
             if op in (Op.MAX, Op.MIN):
                 if dtype == "bool":
                     return self.b.or_(a, b) if op is Op.MAX else self.b.and_(a, b)
-                pick = self.b.icmp_signed(">" if op is Op.MAX else "<", a, b)
-                return self.b.select(pick, a, b)
+                return self.b.select(self.int_compare(">" if op is Op.MAX else "<", a, b, dtype), a, b)
             if op in (Op.FLOORDIV, Op.MOD):
-                return self.int_divmod(a, b, t)[0 if op is Op.FLOORDIV else 1]
+                divmod_ = self.uint_divmod if is_unsigned(dtype) else self.int_divmod
+                return divmod_(a, b, t)[0 if op is Op.FLOORDIV else 1]
         raise TypeError(f"no {op.name} for {dtype}")
 
-    def cast(self, x: ir.Value, src: str, dst: str) -> ir.Value:
-        s, d = REGISTER[src], self.ty(dst)
-        if src == dst:
-            return x
-        if dst == "bool":
-            if is_float(src):
-                return self.b.fcmp_unordered("!=", x, self.k(s, 0.0))
-            return self.b.icmp_signed("!=", x, self.k(s, 0))
-        if is_float(src) and is_float(dst):
-            return (self.b.fpext if ITEMSIZE[dst] > ITEMSIZE[src] else self.b.fptrunc)(x, d)
-        if is_float(dst):
-            return (self.b.uitofp if src == "bool" else self.b.sitofp)(x, d)
-        if is_float(src):
-            saturating = declare(self.module, "llvm.fptosi.sat", [d, x.type], ir.FunctionType(d, [x.type]))
-            return self.b.call(saturating, [x])
-        if src == "bool":
-            return self.b.zext(x, d)
-        return (self.b.sext if REGISTER[dst].width > s.width else self.b.trunc)(x, d)
+    def int_compare(self, cmp: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        unsigned = dtype == "bool" or is_unsigned(dtype)
+        return (self.b.icmp_unsigned if unsigned else self.b.icmp_signed)(cmp, a, b)

@@ -11,8 +11,9 @@ one changes what differs on a GPU:
 - a barrier is `bar.sync 0`;
 - loops never become vectors, and nothing calls libm: NVPTX has no libm, so
   exp, log, tanh, sigmoid, erf and pow are computed inline by the cpu
-  target's float32 polynomials (float16 goes through float32).  float64 has
-  none yet: BuildError says so.
+  target's float32 polynomials (float16 goes through float32; bfloat16 is a
+  float32 in registers already, rounded after each operation as on the cpu).
+  float64 has none yet: BuildError says so.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dataclasses import replace
 
 from llvmlite import ir
 
-from ptowsp.backends.cpu.codegen import MEMORY, REGISTER, KernelEmitter
+from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.backends.cpu.types import MEMORY, REGISTER, is_float
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import BuildError
@@ -42,13 +44,14 @@ class NoLibm:
     run the same code generation on the host and compare it with numpy)."""
 
     def through_float32(self, x: ir.Value, dtype: str, what: str, fn) -> ir.Value:
-        """fn on float32 scalars, for a float32 or float16 value (float16: widened, then rounded)."""
+        """fn on float32 scalars, for a float32, bfloat16 (a float32 register, rounded by `value`) or
+        float16 value (widened, then rounded)."""
         if dtype == "float64":
             raise BuildError(f"task {self.kernel.name!r}: float64 {what} is not supported on the cuda target "
                              "(NVPTX has no libm); cast to float32 around it")
-        wide = x if dtype == "float32" else self.b.fpext(x, F32)
-        y = fn(wide)
-        return y if dtype == "float32" else self.b.fptrunc(y, REGISTER[dtype])
+        if REGISTER[dtype] == F32:
+            return fn(x)
+        return self.b.fptrunc(fn(self.b.fpext(x, F32)), REGISTER[dtype])
 
     def lanewise(self, name: str, *args: ir.Value) -> ir.Value:
         """A VectorMath function on float32 scalars, as one-lane vectors (LLVM scalarizes them)."""
@@ -58,29 +61,29 @@ class NoLibm:
         return self.b.extract_element(getattr(VectorMath(self.b, self.module, 1), name)(*vectors), zero)
 
     def unary(self, op: Op, x: ir.Value, dtype: str) -> ir.Value:
-        if op in _MATH and dtype.startswith("float"):
+        if op in _MATH and is_float(dtype):
             return self.through_float32(x, dtype, op.name.lower(), lambda v: self.lanewise(_MATH[op], v))
         return super().unary(op, x, dtype)
 
     def erf(self, x: ir.Value, dtype: str) -> ir.Value:
         return self.through_float32(x, dtype, "erf", lambda v: self.lanewise("erf", v))
 
-    def value(self, e: Expr, mask: ir.Value | None) -> ir.Value:
+    def compute(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         if e.op is Op.POW and e.src[1].op is Op.CONST and e.src[1].arg in _SMALL_POWERS:
             return self.small_power(self.value(e.src[0], mask), int(e.src[1].arg), e.dtype)
-        return super().value(e, mask)
+        return super().compute(e, mask)
 
     def small_power(self, x: ir.Value, n: int, dtype: str) -> ir.Value:
         t = REGISTER[dtype]
-        result = ir.Constant(t, 1.0) if dtype.startswith("float") else ir.Constant(t, 1)
+        result = ir.Constant(t, 1.0) if is_float(dtype) else ir.Constant(t, 1)
         for _ in range(abs(n)):
-            result = self.b.fmul(result, x) if dtype.startswith("float") else self.b.mul(result, x)
+            result = self.b.fmul(result, x) if is_float(dtype) else self.b.mul(result, x)
         return self.b.fdiv(ir.Constant(t, 1.0), result) if n < 0 else result
 
     def binary(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
-        if op is Op.POW and dtype.startswith("float"):
+        if op is Op.POW and is_float(dtype):
             return self.through_float32(a, dtype, "pow", lambda x: self.power(
-                x, b if dtype == "float32" else self.b.fpext(b, F32)))
+                x, b if REGISTER[dtype] == F32 else self.b.fpext(b, F32)))
         return super().binary(op, a, b, dtype)
 
     def power(self, x: ir.Value, y: ir.Value) -> ir.Value:

@@ -21,12 +21,14 @@ from ptowsp.backends.cuda import CudaCode
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import TaskError
 from ptowsp.lower.interpret import Interpreter, run_instances
-from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Stmt, Store
+from ptowsp.te import dtypes
+from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
 
 
 def _poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     array = np.empty(shape, dtype)
-    array.fill(np.nan if array.dtype.kind == "f" else -12345 if array.dtype.kind == "i" else True)
+    kind = dtypes.kind(array.dtype.name)  # bfloat16 is a float here (numpy says "V")
+    array.fill(np.nan if kind == "f" else -123 if kind == "i" else np.iinfo(array.dtype).max if kind == "u" else True)
     return array
 
 
@@ -51,6 +53,9 @@ class _Thread(Interpreter):
         elif isinstance(s, Allocate):
             self.arrays[s.buffer.name] = _poisoned(s.buffer.shape, s.buffer.dtype)
             yield from self.steps(s.body, env)
+        elif isinstance(s, Let):
+            with self.bound(s, env):
+                yield from self.steps(s.body, env)
         elif isinstance(s, Store):
             self.run(s, env)
         else:

@@ -33,9 +33,11 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ptowsp.errors import ScheduleError
 from ptowsp.lower import Kernel
-from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Barrier, Block, Buffer, For, IfThen, Stmt, Store, block, \
+from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, block, \
     map_exprs, stmt_exprs, walk_stmts
 from ptowsp.schedules.loopnest import MAX_THREADS_PER_BLOCK, SERIAL, VECTORIZED
 from ptowsp.schedules.steps import THREAD_AXES
@@ -45,7 +47,6 @@ BLOCK_AXES = THREAD_AXES[:3]
 LANE_AXES = THREAD_AXES[3:]
 MAX_STATIC_SHARED_BYTES = 48 * 1024  # what a block may declare statically on every CUDA GPU
 _MAX_BLOCKS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 
 def axis_var(axis: str, extent: int) -> Expr:
@@ -69,7 +70,7 @@ class GpuKernel:
 
     @property
     def shared_bytes(self) -> int:
-        return sum(math.prod(b.shape) * _ITEMSIZE[b.dtype] for b in self.shared)
+        return sum(math.prod(b.shape) * np.dtype(b.dtype).itemsize for b in self.shared)
 
 
 def _launch_extents(kernel: Kernel) -> dict[str, int]:
@@ -136,7 +137,7 @@ class _Rewrite:
             return Allocate(s.buffer, self.stmt(s.body, bound, divergent))
         if isinstance(s, Store) and s.buffer.scope in (GLOBAL, SHARED):
             return self.single_writer(s, bound)
-        return s
+        return s.with_children([self.stmt(c, bound, divergent) for c in s.children()])  # lets, local stores
 
     def single_writer(self, s: Store, bound: frozenset[str]) -> Stmt:
         """A store outside some axis' loops runs on index 0 of that axis only."""
@@ -263,6 +264,8 @@ def _privatize(body: Stmt) -> Stmt:
                          at(st.buffer.name, st.indices) if private else tuple(map(expr, st.indices)), expr(st.value))
         if isinstance(st, IfThen):
             return IfThen(expr(st.cond), visit(st.then))
+        if isinstance(st, Let):
+            return Let(st.var, expr(st.value), visit(st.body))
         if isinstance(st, Allocate) and st.buffer.name in dims:
             return Allocate(narrow(st.buffer), visit(st.body))
         return st.with_children([visit(c) for c in st.children()])
