@@ -19,6 +19,7 @@ from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: t
 from ptowsp.workloads.zoo import layers
 from tests.conformance.dtype_cases import DTYPE_CASES
 from tests.conformance.edge_cases import EDGE_CASES
+from tests.conformance.operator_cases import OPERATOR_CASES
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ CASES += [
          {"float16_chain": 2e-2, "int_arith": 0, "int64_sum": 0, "compare_to_bool": 0}.get(fn.__name__, 1e-4))
     for fn in EDGE_CASES
 ]
+CASES += [Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p), 0 if "uint8" in fn.__name__ else 1e-4)
+          for fn in OPERATOR_CASES]
 CASES += [Case(*case) for case in DTYPE_CASES]
 
 
