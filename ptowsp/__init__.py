@@ -10,8 +10,8 @@ from ptowsp.errors import (
     RunTimeout, ShapeError, TaskError, WorkloadError,
 )
 from ptowsp.te import (
-    Expr, Tensor, cast, ceil, clamp, erf, exp, floor, log, maximum, minimum, reduce_axis, rsqrt,
-    saturating_cast, sigmoid, sqrt, tanh, where,
+    Expr, Tensor, argmax, argmin, cast, ceil, clamp, erf, exp, floor, log, maximum, minimum, reduce_axis, reducer,
+    rsqrt, saturating_cast, sigmoid, sqrt, tanh, where,
 )
 from ptowsp.te import absolute as abs  # noqa: A001 - the expression language's name
 from ptowsp.te import power as pow  # noqa: A001
@@ -35,7 +35,8 @@ __all__ = [
     # tuning: the AutoScheduler and its records
     "AutoScheduler", "autoschedule",
     # expression language
-    "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "erf",
+    "reduce_axis", "sum", "max", "min", "argmax", "argmin", "reducer", "exp", "log", "sqrt", "rsqrt", "tanh",
+    "sigmoid", "abs", "erf",
     "pow", "floor", "ceil", "maximum", "minimum", "where", "cast", "saturating_cast", "clamp",
     # errors
     "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",

@@ -34,7 +34,6 @@ import math
 from dataclasses import dataclass
 
 import networkx as nx
-import numpy as np
 
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import (
@@ -52,6 +51,10 @@ from ptowsp.lower.ir import (
     var,
     walk_stmts,
 )
+from ptowsp.lower.accumulate import accumulator_dtype
+from ptowsp.lower.accumulate import combine as _combine
+from ptowsp.lower.accumulate import identity as _identity
+from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
 from ptowsp.lower.cse import bind_common
 from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
@@ -60,13 +63,10 @@ from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.schedules import LoopNest, Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
-from ptowsp.te import Expr, Op, cast, const, dtypes, outermost_reductions, sizes, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import binary, unary, where
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
-
-_IDENTITY_OP = {"sum": Op.ADD, "max": Op.MAX, "min": Op.MIN}
-
 
 @dataclass(frozen=True)
 class Kernel:
@@ -120,27 +120,6 @@ def axis_values(nest: LoopNest) -> tuple[dict[str, Expr], list[Expr]]:
 
 def _guard_vars(guard: Expr) -> set[str]:
     return {n.arg[0] for n in walk(guard) if n.op is Op.VAR}
-
-
-def _identity(kind: str, dtype: str) -> Expr:
-    """The value a reduction starts from."""
-    if kind == "sum":
-        return const(0, dtype)
-    if dtype == "bool":
-        return const(kind == "min", dtype)
-    if dtypes.is_float(dtype):
-        return const(float("-inf") if kind == "max" else float("inf"), dtype)
-    info = np.iinfo(dtype)
-    return const(info.min if kind == "max" else info.max, dtype)
-
-
-def accumulator_dtype(kind: str, dtype: str) -> str:
-    """sum over float16 and bfloat16 accumulates in float32, as the reference does."""
-    return "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
-
-
-def _combine(kind: str, acc: Expr, value: Expr) -> Expr:
-    return binary(_IDENTITY_OP[kind], acc, cast(value, acc.dtype))
 
 
 class _Lowering:
@@ -225,6 +204,11 @@ class _Lowering:
                          self.hoist(e.src[2], else_path, prelude, locals_))
         if e.op is Op.REDUCE:
             kind, (body, *axes) = e.arg, e.src
+            if is_arg_reduction(e):  # a (value, index) pair: argreduce.py
+                inner = []
+                stmt, index = hoisted(self, e, self.hoist(body, None, inner, locals_), prelude, locals_, inner)
+                prelude.append(stmt if path is None else IfThen(path, stmt))
+                return index
             acc = Buffer(f"{self.name}_r{self.counter}", (1,), accumulator_dtype(kind, e.dtype), LOCAL)
             self.counter += 1
             locals_.append(acc)
@@ -277,6 +261,8 @@ class _Lowering:
             itertools.takewhile(lambda lp: not lp.reduce, self.inner))
         rest = self.inner[len(lead):]
         per_tile = [lp for lp in rest if not lp.reduce]  # loops that index the accumulators and wrap each piece
+        if kind in ("argmax", "argmin"):
+            return lower_arg_reduction(self, spatial, reduction, path, lead, rest, per_tile)
 
         def piece(st: Stmt) -> Stmt:
             return self.nest_over(per_tile, st, lead)

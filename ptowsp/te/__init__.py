@@ -3,15 +3,16 @@
 from ptowsp.te import dtypes
 from ptowsp.te.bounds import check_bounds, loop_vars
 from ptowsp.te.evaluate import evaluate
+from ptowsp.te.reducer import Reducer, UserReducer, reducer
 from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, outermost_reductions, substitute, walk, where
 from ptowsp.te.ops import (
-    absolute, ceil, clamp, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
+    absolute, argmax, argmin, ceil, clamp, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
     reduce_min, reduce_sum, rsqrt, saturating_cast, sigmoid, sqrt, tanh,
 )
 
 __all__ = [
-    "Expr", "Op", "Tensor", "absolute", "cast", "ceil", "check_bounds", "clamp", "const", "dtypes", "erf",
-    "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum", "outermost_reductions", "minimum", "power",
-    "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "rsqrt", "saturating_cast", "sigmoid", "sqrt",
-    "substitute", "tanh", "walk", "where",
+    "Expr", "Op", "Reducer", "Tensor", "UserReducer", "absolute", "argmax", "argmin", "cast", "ceil", "check_bounds",
+    "clamp", "const", "dtypes", "erf", "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum",
+    "outermost_reductions", "minimum", "power", "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "reducer",
+    "rsqrt", "saturating_cast", "sigmoid", "sqrt", "substitute", "tanh", "walk", "where",
 ]

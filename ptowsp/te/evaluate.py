@@ -29,6 +29,7 @@ import numpy as np
 from ptowsp.errors import BoundsError
 from ptowsp.te.dtypes import cast_array
 from ptowsp.te.expr import Expr, Op, walk
+from ptowsp.te.reducer import LEFT, RIGHT, UserReducer
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
 
@@ -174,6 +175,8 @@ class Evaluator:
             fast = contract(body, dom, names, extents, self.arrays, e.dtype)
             if fast is not None:
                 return fast
+        if kind in ("argmax", "argmin"):
+            return self._arg_reduce(e, dom, mask)
         acc_dtype = _accumulator_dtype(kind, e.dtype)
         trailing = tuple(range(len(dom.names), len(dom.names) + len(axes)))
         per_chunk = max(1, self.budget // max(1, dom.size))
@@ -182,12 +185,65 @@ class Evaluator:
             sub = dom.extend(names, box)
             sub_mask = None if mask is None else _widen(mask, len(sub.names))
             value = np.broadcast_to(self.run(body, sub, sub_mask), sub.shape)
+            if isinstance(kind, UserReducer):
+                part = self._fold(kind, value.reshape(*value.shape[: len(dom.names)], -1))
+                total = part if total is None else self._combine(kind, total, part)
+                continue
             if kind == "sum":
                 part = np.sum(value, axis=trailing, dtype=acc_dtype)
             else:
                 part = _REDUCE[kind](value, axis=trailing)
             total = part if total is None else _COMBINE[kind](total, part)
         return np.asarray(total).astype(e.dtype, copy=False)
+
+    def _combine(self, kind: UserReducer, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(self.run(kind.combine, _Operands({LEFT: a, RIGHT: b})), np.broadcast_shapes(
+            a.shape, b.shape))
+
+    def _fold(self, kind: UserReducer, flat: np.ndarray) -> np.ndarray:
+        """A user reducer over the last axis: halves combined pairwise (it is associative)."""
+        while flat.shape[-1] > 1:
+            half = flat.shape[-1] // 2
+            paired = self._combine(kind, flat[..., :half], flat[..., half: 2 * half])
+            flat = np.concatenate([paired, flat[..., 2 * half:]], axis=-1)
+        return flat[..., 0]
+
+    def _arg_reduce(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
+        """argmax / argmin: numpy's per chunk, chunks met in row-major order, so a later chunk wins
+        only when strictly better (a NaN beats every number; the first NaN stays)."""
+        kind, (body, *axes) = e.arg, e.src
+        names = tuple(a.arg[0] for a in axes)
+        extents = tuple(a.arg[1] for a in axes)
+        pick = np.argmax if kind == "argmax" else np.argmin
+        per_chunk = max(1, self.budget // max(1, dom.size))
+        best_v = best_i = None
+        for box in iter_boxes(extents, per_chunk):
+            sub = dom.extend(names, box)
+            sub_mask = None if mask is None else _widen(mask, len(sub.names))
+            value = np.broadcast_to(_computing([self.run(body, sub, sub_mask)])[0], sub.shape)
+            flat = value.reshape(*value.shape[: len(dom.names)], -1)
+            local = pick(flat, axis=-1)
+            v = np.take_along_axis(flat, local[..., None], axis=-1)[..., 0]
+            coords = np.unravel_index(local, tuple(hi - lo for lo, hi in box))
+            i = np.ravel_multi_index(tuple(c + lo for c, (lo, _) in zip(coords, box)), extents)
+            if best_v is None:
+                best_v, best_i = v, i
+                continue
+            better = v > best_v if kind == "argmax" else v < best_v
+            if value.dtype.kind == "f":
+                better = (better & ~np.isnan(best_v)) | (np.isnan(v) & ~np.isnan(best_v))
+            best_v, best_i = np.where(better, v, best_v), np.where(better, i, best_i)
+        return np.asarray(best_i, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _Operands:
+    """The domain a reducer's combine is evaluated over: its two placeholders bound to arrays."""
+
+    arrays: dict[str, np.ndarray]
+
+    def array(self, name: str) -> np.ndarray:
+        return self.arrays[name]
 
 
 def _factors(e: Expr) -> list[Expr]:

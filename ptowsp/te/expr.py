@@ -65,7 +65,8 @@ class Op(enum.Enum):
     # selection and conversion: WHERE src=(cond, then, else); CAST arg=dtype
     WHERE = enum.auto()
     CAST = enum.auto()
-    # reduction: REDUCE arg="sum"|"max"|"min", src=(body, *RVAR axes)
+    # reduction: REDUCE arg="sum"|"max"|"min"|"argmax"|"argmin", src=(body, *RVAR axes); the arg kinds
+    # have dtype int64 (the flat row-major index over the axes of the first extreme), the others body's
     REDUCE = enum.auto()
 
 
@@ -74,7 +75,8 @@ ARITH_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.P
 LOGIC_OPS = frozenset({Op.AND, Op.OR})
 COMPARE_OPS = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE})
 BINARY_OPS = ARITH_OPS | LOGIC_OPS | COMPARE_OPS
-REDUCE_KINDS = ("sum", "max", "min")
+REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")
+ARG_KINDS = ("argmax", "argmin")
 
 Operand = Union["Expr", bool, int, float, np.generic]
 

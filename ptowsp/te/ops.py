@@ -18,7 +18,7 @@ from ptowsp.te.names import check_name
 __all__ = [
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
     "power", "maximum", "minimum", "clamp", "saturating_cast", "reduce_axis", "reduce_sum", "reduce_max",
-    "reduce_min",
+    "reduce_min", "argmax", "argmin",
 ]
 
 
@@ -131,8 +131,8 @@ def reduce_axis(extent: int | str | Expr, name: str | None = None) -> Expr:
     return Expr(Op.RVAR, "int64", (), (name, extent))
 
 
-def _reduce(kind: str, body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
-    assert kind in REDUCE_KINDS
+def reduce_axes(kind: str, axis: Expr | Sequence[Expr]) -> tuple[Expr, ...]:
+    """The axes of pw.<kind>(..., axis=...), checked: reduce axes, at least one, none twice."""
     axes = (axis,) if isinstance(axis, Expr) else tuple(axis)
     if not axes:
         raise WorkloadError(f"pw.{kind} needs at least one reduce axis")
@@ -144,9 +144,19 @@ def _reduce(kind: str, body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
     names = [ax.name for ax in axes]
     if len(set(names)) != len(names):
         raise WorkloadError(f"pw.{kind} lists a reduce axis twice: {', '.join(names)}")
+    return axes
+
+
+def _reduce(kind: str, body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    assert kind in REDUCE_KINDS
+    axes = reduce_axes(kind, axis)
     x = lift(body)
     if kind == "sum" and x.dtype == "bool":
         raise DTypeError(f"pw.sum over the bool expression {x}; cast it first, e.g. pw.cast(mask, 'int32')")
+    if kind in ("argmax", "argmin"):
+        if x.dtype == "bool":  # compared as 0 / 1, so every target orders them alike
+            x = cast(x, "int32")
+        return Expr(Op.REDUCE, "int64", (x, *axes), kind)
     return Expr(Op.REDUCE, x.dtype, (x, *axes), kind)
 
 
@@ -163,3 +173,14 @@ def reduce_max(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
 def reduce_min(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
     """Minimum over the reduce axes."""
     return _reduce("min", body, axis)
+
+
+def argmax(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    """The int64 index of the first maximum over the reduce axes (numpy.argmax's rule: the first
+    NaN wins if there is one); over several axes, the flat row-major index of a reshape."""
+    return _reduce("argmax", body, axis)
+
+
+def argmin(body: Operand, axis: Expr | Sequence[Expr]) -> Expr:
+    """The int64 index of the first minimum over the reduce axes (first NaN wins, as numpy.argmin)."""
+    return _reduce("argmin", body, axis)

@@ -1,4 +1,4 @@
-"""Scatter: writes through an index map, each target at most once, as a host step and a gather.
+"""Scatter: writes through an index map, each target at most once (a host step and a gather) or combined.
 
 `wl.scatter(name, shape, over, index, value)` means: start from zeros of
 `shape`; for every point p of the iteration space `over` (where `domain`
@@ -15,6 +15,18 @@ once, the map from targets back to points is a function, so the scatter is
 
 Every backend runs both as it runs any opaque task and any gather, and the
 orchestrator skips the gather's tiles that no point writes.
+
+With `combine="add"|"max"|"min"` several points may write one target, and the map back is
+no function; the scatter is then
+
+- `name_value`: a compute task over `over` (where `domain` holds), value(p) at every
+  point: compiled on every target, and any legal schedule of it is race-free, since each
+  point writes its own element;
+- `name`: a host task that starts from the combine's identity (0; the dtype's lowest or
+  highest value, -inf/+inf for floats) and folds each point's value into its target
+  sequentially, in row-major order of the points (`np.add.at` and kin), after the same
+  index checks.  The order is the reference's, on every target, so float sums agree
+  exactly.
 """
 
 from __future__ import annotations
@@ -34,15 +46,21 @@ if TYPE_CHECKING:
     from ptowsp.workloads.workload import Workload
 
 SOURCE_SUFFIX = "_source"
+VALUE_SUFFIX = "_value"
+COMBINES = {"add": np.add, "max": np.maximum, "min": np.minimum}
 
 
 def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Extent],
             index: Callable[..., Sequence[object]], value: Callable[..., object],
-            domain: Callable[..., object] | None = None) -> Tensor:
+            domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
     """See Workload.scatter."""
     from ptowsp.workloads.workload import normalize_shape  # workload.py imports this module
 
-    for claimed in (name, name + SOURCE_SUFFIX):  # checked before either task is added
+    if combine is not None and combine not in COMBINES:
+        raise WorkloadError(f"scatter {name!r}: combine={combine!r} is not one of {sorted(COMBINES)} (or None: "
+                            "each target written at most once)")
+    helper = SOURCE_SUFFIX if combine is None else VALUE_SUFFIX
+    for claimed in (name, name + helper):  # checked before either task is added
         wl._claim(claimed, "scatter")
     shape, over = normalize_shape(shape, f"scatter {name!r}"), normalize_shape(over, f"scatter {name!r} over")
     loops = type(wl)._loop_names(name, over, value)
@@ -53,7 +71,10 @@ def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Ext
     for k, t in enumerate(targets):
         if not dtypes.is_int(t.dtype):
             raise WorkloadError(f"scatter {name!r}: coordinate {k} of the index is {t.dtype}, not an integer: {t}")
-    for e in walk(lift(value(*points))):
+    body = lift(value(*points))
+    if combine is not None and not (dtypes.is_int(body.dtype) or dtypes.is_float(body.dtype)):
+        raise WorkloadError(f"scatter {name!r}: combine={combine!r} needs numeric values, got {body.dtype}")
+    for e in walk(body):
         if e.op is Op.REDUCE:
             raise WorkloadError(f"scatter {name!r} writes an element expression; compute the reduction "
                                 f"{e} as a task of its own and scatter its result")
@@ -62,6 +83,8 @@ def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Ext
     read = {n.arg.name: n.arg for e in where_ for n in walk(e) if n.op is Op.LOAD}
     declaring = {wl.size_sources[s][0] for s in sizes.names_in([*over, *shape]) if s in wl.size_sources}
     inputs = [*read.values(), *(wl.tensor(t) for t in sorted(declaring - set(read)))]
+    if combine is not None:
+        return _combining(wl, name, shape, over, loops, value, domain, combine, inputs, targets, cond)
     source = wl.opaque(name + SOURCE_SUFFIX, _Inversion(name, wl, inputs, over, loops, targets, cond, shape),
                        inputs, [(name + SOURCE_SUFFIX, shape, "int64")])
 
@@ -98,6 +121,13 @@ def _unravel(flat: Expr, extents: Sequence[Extent]) -> list[Expr]:
     return coords[::-1]
 
 
+def _combining(wl, name, shape, over, loops, value, domain, combine, inputs, targets, cond) -> Tensor:
+    """A scatter whose points may share a target: the values as a compute task, folded on the host."""
+    values = wl.compute(name + VALUE_SUFFIX, over, value, domain=domain)
+    fold = _Combination(name, wl, inputs, over, loops, targets, cond, shape, values, combine)
+    return wl.opaque(name, fold, [values, *inputs], [(name, shape, values.dtype)])
+
+
 class _Inversion:
     """The host step of a scatter: targets -> flat position of the point that writes them, or -1."""
 
@@ -108,7 +138,19 @@ class _Inversion:
         self.__name__ = f"invert {name}"
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
-        given = dict(zip(self.inputs, arrays, strict=True))
+        flat, positions, over, shape = self._flat_targets(dict(zip(self.inputs, arrays, strict=True)))
+        out = np.full(shape, -1, np.int64)
+        seen, first = np.unique(flat, return_index=True)
+        if len(seen) != len(flat):
+            twice = np.setdiff1d(np.arange(len(flat)), first)[0]
+            a, b = (_point(positions[k], over) for k in np.flatnonzero(flat == flat[twice])[:2])
+            raise BoundsError(f"scatter {self.name!r}: target {_point(flat[twice], shape)} is written by points "
+                              f"{a} and {b}; a scatter writes each target at most once (or give combine=)")
+        out.reshape(-1)[flat] = positions
+        return out
+
+    def _flat_targets(self, given: dict[str, np.ndarray]):
+        """Flat target and flat point of every point in the domain (row-major), after the bounds check."""
         binding = {s: int(given[t].shape[d]) for s, (t, d) in self.sources.items()}
         over = sizes.bind_shape(self.over, binding)
         shape = sizes.bind_shape(self.shape, binding)
@@ -124,16 +166,34 @@ class _Inversion:
                 source = f" (read from {', '.join(read)})" if read else ""
                 raise BoundsError(f"scatter {self.name!r}: coordinate {k} of the target of point "
                                   f"{_point(positions[bad[0]], over)} is {int(a[bad[0]])}{source}, outside [0, {n})")
-        out = np.full(shape, -1, np.int64)
         flat = np.ravel_multi_index(tuple(a.astype(np.int64) for a in at), shape) if at else np.zeros(0, np.int64)
-        seen, first = np.unique(flat, return_index=True)
-        if len(seen) != len(flat):
-            twice = np.setdiff1d(np.arange(len(flat)), first)[0]
-            a, b = (_point(positions[k], over) for k in np.flatnonzero(flat == flat[twice])[:2])
-            raise BoundsError(f"scatter {self.name!r}: target {_point(flat[twice], shape)} is written by points "
-                              f"{a} and {b}; a scatter writes each target at most once")
-        out.reshape(-1)[flat] = positions
+        return flat, positions, over, shape
+
+
+class _Combination(_Inversion):
+    """The host step of a combining scatter: fold each point's value into its target, in row-major order."""
+
+    def __init__(self, name, wl, inputs, over, loops, targets, cond, shape, values, combine):
+        super().__init__(name, wl, inputs, over, loops, targets, cond, shape)
+        self.dtype, self.combine = values.dtype, combine
+        self.__name__ = f"combine {name} ({combine})"
+
+    def __call__(self, values: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
+        flat, positions, _, shape = self._flat_targets(dict(zip(self.inputs, arrays, strict=True)))
+        out = np.full(shape, identity(self.combine, self.dtype), dtype=values.dtype)
+        # ufunc.at is unbuffered and goes through the indices in order: sequential, row-major
+        COMBINES[self.combine].at(out.reshape(-1), flat, values.reshape(-1)[positions])
         return out
+
+
+def identity(combine: str, dtype: str) -> int | float:
+    """The start value of a combining scatter's targets: 0 for add, the lowest/highest for max/min."""
+    if combine == "add":
+        return 0
+    if dtypes.is_int(dtype):
+        lo, hi = dtypes.int_range(dtype)
+        return lo if combine == "max" else hi
+    return -np.inf if combine == "max" else np.inf
 
 
 def _point(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -218,17 +218,19 @@ class Workload:
 
     def scatter(self, name: str, shape: Sequence[int | str] | int | str, over: Sequence[int | str] | int | str,
                 index: Callable[..., Sequence[object]], value: Callable[..., object],
-                domain: Callable[..., object] | None = None) -> Tensor:
+                domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
         """Write through an index map: `name` starts as zeros of `shape`, and every point p of the
         iteration space `over` (where `domain(*p)` holds) writes `value(*p)` to `name[index(*p)]`.
 
-        Each target may be written at most once (else BoundsError at run time).  value's parameter
-        names are the loops of `over`; index returns one integer coordinate per output dimension
-        and may read integer tensors (`lambda e, c, d: (slots[e, c], d)`).  It adds two tasks: a
-        host step `name_source` that inverts the index map, and the gather `name`
-        (ptowsp/workloads/scatter.py).
+        Each target may be written at most once (else BoundsError at run time), unless `combine`
+        is "add", "max" or "min": then targets start at its identity and fold their points' values
+        in row-major order (a histogram in one pass).  value's parameter names are the loops of
+        `over`; index returns one integer coordinate per output dimension and may read integer
+        tensors (`lambda e, c, d: (slots[e, c], d)`).  It adds two tasks: a host step `name_source`
+        that inverts the index map and the gather `name`, or with combine the values `name_value`
+        and the host fold `name` (ptowsp/workloads/scatter.py).
         """
-        return scatter(self, name, shape, over, index, value, domain)
+        return scatter(self, name, shape, over, index, value, domain, combine)
 
     def output(self, *tensors: Tensor) -> None:
         """Mark task results as outputs of the workload (call with one or more tensors)."""

@@ -95,8 +95,10 @@ EMULATED = ["matmul_int32", "matmul_float16", "matmul_prime", "softmax", "softma
             "broadcast_add", "stencil_blur", "int_arith", "float16_chain", "two_outputs", "opaque_middle",
             "size_one", "compare_to_bool", "casts", "guarded_reduction", "float64_matmul", "multi_axis_sum",
             "gather_rows", "uint8_elementwise", "int8_matmul", "uint16_reduction", "uint64_gather",
-            "bfloat16_elementwise",
+            "bfloat16_elementwise", "histogram_uint8", "scatter_add_repeated", "scatter_max", "bilateral_grid",
             ]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
+EMULATED += ["argmax_rows", "argmin_ties", "argmax_two_axes", "argmax_in_expression", "reducer_product",
+             "reducer_logsumexp"]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in EMULATED], ids=lambda c: c.name)

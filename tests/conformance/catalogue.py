@@ -20,6 +20,7 @@ from ptowsp.workloads.zoo import layers
 from tests.conformance.dtype_cases import DTYPE_CASES
 from tests.conformance.edge_cases import EDGE_CASES
 from tests.conformance.operator_cases import OPERATOR_CASES
+from tests.conformance.reduction_cases import EXACT_CASES
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ CASES += [
          {"float16_chain": 2e-2, "int_arith": 0, "int64_sum": 0, "compare_to_bool": 0}.get(fn.__name__, 1e-4))
     for fn in EDGE_CASES
 ]
-CASES += [Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p), 0 if "uint8" in fn.__name__ else 1e-4)
+CASES += [Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p),
+               0 if "uint8" in fn.__name__ or fn in EXACT_CASES else 1e-4)
           for fn in OPERATOR_CASES]
 CASES += [Case(*case) for case in DTYPE_CASES]
 

@@ -1,5 +1,5 @@
 """Conformance cases for the operators of real models and image pipelines (issue 29): boundary
-conditions so far.  Each returns (workload, expected outputs from the inputs, in numpy)."""
+conditions and combining scatters so far.  Each returns (workload, expected outputs from the inputs, in numpy)."""
 
 from __future__ import annotations
 
@@ -47,4 +47,68 @@ def boundary_uint8(h: int = 9, w: int = 40):
     return wl, expected
 
 
-OPERATOR_CASES = [boundary_blur, boundary_uint8]
+def histogram_uint8(h: int = 12, w: int = 20, bins: int = 8):
+    """A histogram of a byte image in one pass: every pixel adds 1 to its bin (Halide's bilateral_grid)."""
+    wl = pw.Workload("histogram_uint8")
+    img = wl.input("img", (h, w), "uint8")
+    wl.output(wl.scatter("H", (bins,), over=(h, w), index=lambda y, x: (img[y, x] // (256 // bins),),
+                         value=lambda y, x: 1, combine="add"))
+    return wl, lambda p: {"H": np.bincount((p["img"] // (256 // bins)).ravel(), minlength=bins)}
+
+
+def scatter_add_repeated(n: int = 30, d: int = 4):
+    """Rows added into an 11-row table at data-dependent, repeated rows (np.add.at)."""
+    wl = pw.Workload("scatter_add_repeated")
+    src, idx = wl.input("src", (n, d)), wl.input("idx", (n,), "int32")
+    wl.output(wl.scatter("T", (11, d), over=(n, d), index=lambda i, j: (idx[i] + 5, j),
+                         value=lambda i, j: src[i, j] * 2.0, combine="add"))
+
+    def expected(p):
+        out = np.zeros((11, d), np.float32)
+        np.add.at(out, p["idx"] + 5, p["src"] * 2)
+        return {"T": out}
+
+    return wl, expected
+
+
+def scatter_max(rows: int = 6, n: int = 44):
+    """A per-row maximum into 11 bins: the first 11 points of a row fill each bin once, the others
+    land where the data says (np.maximum.at); no bin keeps the identity, -inf."""
+    wl = pw.Workload("scatter_max")
+    x, idx = wl.input("x", (rows, n)), wl.input("idx", (rows, n), "int32")
+    wl.output(wl.scatter("M", (rows, 11), over=(rows, n), index=lambda r, c: (r, pw.where(c < 11, c, idx[r, c] + 5)),
+                         value=lambda r, c: x[r, c], combine="max"))
+
+    def expected(p):
+        out = np.full((rows, 11), -np.inf, np.float32)
+        cols = np.where(np.arange(n) < 11, np.arange(n), p["idx"] + 5)
+        np.maximum.at(out, (np.repeat(np.arange(rows), n).reshape(rows, n), cols), p["x"])
+        return {"M": out}
+
+    return wl, expected
+
+
+def bilateral_grid(h: int = 12, w: int = 18, s: int = 8, bins: int = 4):
+    """The zoo's bilateral grid: sums and counts per (cell, intensity bin) by np.add.at, a [1, 2, 1]
+    blur along the bins, each pixel sliced at its own cell."""
+    wl = pw.zoo.bilateral_grid(h, w, s, bins)
+
+    def expected(p):
+        img = p["img"]
+        z = np.clip((img * bins).astype(np.int32), 0, bins - 1)
+        at = (*np.meshgrid(np.arange(h) // s, np.arange(w) // s, indexing="ij"), z)
+        grids = [np.zeros((-(-h // s), -(-w // s), bins)) for _ in range(2)]
+        np.add.at(grids[0], at, img)
+        np.add.at(grids[1], at, 1.0)
+        blurred = [np.pad(g, ((0, 0), (0, 0), (1, 1)))[..., :-2] + 2 * g + np.pad(g, ((0, 0), (0, 0), (1, 1)))[..., 2:]
+                   for g in grids]
+        return {"out": blurred[0][at] / np.maximum(blurred[1][at], 1.0)}
+
+    return wl, expected
+
+
+OPERATOR_CASES = [boundary_blur, boundary_uint8, histogram_uint8, scatter_add_repeated, scatter_max, bilateral_grid]
+
+from tests.conformance.reduction_cases import REDUCTION_CASES  # noqa: E402 - argmax and reducers (item 3)
+
+OPERATOR_CASES += REDUCTION_CASES

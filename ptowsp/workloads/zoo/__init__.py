@@ -14,9 +14,10 @@ from ptowsp.te import exp, reduce_axis, reduce_max, reduce_sum, sigmoid, tanh, w
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
 from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
+from ptowsp.workloads.zoo.histograms import bilateral_grid
 
 __all__ = [
-    "attention", "batch_matmul", "conv2d", "decode_step", "elementwise_chain", "layernorm", "matmul", "mlp", "moe",
+    "attention", "batch_matmul", "bilateral_grid", "conv2d", "decode_step", "elementwise_chain", "layernorm", "matmul", "mlp", "moe",
     "rmsnorm", "softmax", "transformer_block", "varlen_attention", "ZOO",
 ]
 
@@ -172,5 +173,5 @@ def transformer_block(seq: int = 64, d_model: int = 128, heads: int = 4, d_ff: i
 ZOO = {
     fn.__name__: fn
     for fn in (matmul, batch_matmul, softmax, layernorm, rmsnorm, attention, mlp, conv2d,
-               elementwise_chain, transformer_block, varlen_attention, moe, decode_step)
+               elementwise_chain, transformer_block, varlen_attention, moe, decode_step, bilateral_grid)
 }

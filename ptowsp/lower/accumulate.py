@@ -1,0 +1,40 @@
+"""A reduction's accumulator: the value it starts from, its dtype, how one element folds in.
+
+Kinds are "sum", "max", "min" or a user reducer (te/reducer.py); argmax and
+argmin keep a pair instead (argreduce.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ptowsp.te import Expr, Op, cast, const, dtypes
+from ptowsp.te.expr import binary
+from ptowsp.te.reducer import UserReducer
+
+COMBINE_OP = {"sum": Op.ADD, "max": Op.MAX, "min": Op.MIN}
+
+
+def identity(kind: str | UserReducer, dtype: str) -> Expr:
+    """The value a reduction starts from."""
+    if isinstance(kind, UserReducer):
+        return cast(kind.identity, dtype)
+    if kind == "sum":
+        return const(0, dtype)
+    if dtype == "bool":
+        return const(kind == "min", dtype)
+    if dtypes.is_float(dtype):
+        return const(float("-inf") if kind == "max" else float("inf"), dtype)
+    info = np.iinfo(dtype)
+    return const(info.min if kind == "max" else info.max, dtype)
+
+
+def accumulator_dtype(kind: str, dtype: str) -> str:
+    """sum over float16 and bfloat16 accumulates in float32, as the reference does."""
+    return "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
+
+
+def combine(kind: str | UserReducer, acc: Expr, value: Expr) -> Expr:
+    if isinstance(kind, UserReducer):
+        return kind.apply(acc, value)
+    return binary(COMBINE_OP[kind], acc, cast(value, acc.dtype))
