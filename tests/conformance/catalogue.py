@@ -19,8 +19,7 @@ from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: t
 from ptowsp.workloads.zoo import layers
 from tests.conformance.dtype_cases import DTYPE_CASES
 from tests.conformance.edge_cases import EDGE_CASES
-from tests.conformance.operator_cases import OPERATOR_CASES
-from tests.conformance.reduction_cases import EXACT_CASES
+from tests.conformance.operator_cases import EXACT, OPERATOR_CASES
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ CASES += [
     for fn in EDGE_CASES
 ]
 CASES += [Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p),
-               0 if "uint8" in fn.__name__ or fn in EXACT_CASES else 1e-4)
+               0 if fn in EXACT else 1e-4)
           for fn in OPERATOR_CASES]
 CASES += [Case(*case) for case in DTYPE_CASES]
 

@@ -109,6 +109,39 @@ def bilateral_grid(h: int = 12, w: int = 18, s: int = 8, bins: int = 4):
 
 OPERATOR_CASES = [boundary_blur, boundary_uint8, histogram_uint8, scatter_add_repeated, scatter_max, bilateral_grid]
 
-from tests.conformance.reduction_cases import REDUCTION_CASES  # noqa: E402 - argmax and reducers (item 3)
+from tests.conformance.reduction_cases import EXACT_CASES, REDUCTION_CASES  # noqa: E402 - argmax, reducers
 
 OPERATOR_CASES += REDUCTION_CASES
+
+
+def zoo_blur():
+    """Halide's apps/blur on uint16 (the zoo's `blur`): widened sums, floor division, edge repeat."""
+    def expected(p):
+        def three(a, axis):
+            e = np.pad(a, [(1, 1) if d == axis else (0, 0) for d in range(2)], mode="edge").astype(np.uint32)
+            lo, mid, hi = (np.take(e, range(k, k + a.shape[axis]), axis=axis) for k in (0, 1, 2))
+            return ((lo + mid + hi) // 3).astype(np.uint16)
+
+        return {"blur_y": three(three(p["input"], 1), 0)}
+
+    return pw.zoo.blur(10, 36), expected
+
+
+def zoo_quantized_conv2d():
+    """int8 convolution with int32 accumulation (the zoo's `quantized_conv2d`), zero padding."""
+    def expected(p):
+        x, w = p["X"].astype(np.int32), p["W"].astype(np.int32)
+        k = w.shape[-1]
+        xp = np.pad(x, [(0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2)])
+        h, wd = x.shape[2:]
+        out = np.zeros((x.shape[0], w.shape[0], h, wd), np.int32)
+        for r in range(k):
+            for s in range(k):
+                out += np.einsum("nchw,oc->nohw", xp[:, :, r:r + h, s:s + wd], w[:, :, r, s])
+        return {"Y": out}
+
+    return pw.zoo.quantized_conv2d(1, 4, 6, 7, 5, 3), expected
+
+
+OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d]
+EXACT = {boundary_uint8, histogram_uint8, zoo_blur, zoo_quantized_conv2d, *EXACT_CASES}  # integer results

@@ -15,10 +15,11 @@ from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
 from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
 from ptowsp.workloads.zoo.histograms import bilateral_grid
+from ptowsp.workloads.zoo.images import blur, quantized_conv2d
 
 __all__ = [
-    "attention", "batch_matmul", "bilateral_grid", "conv2d", "decode_step", "elementwise_chain", "layernorm", "matmul", "mlp", "moe",
-    "rmsnorm", "softmax", "transformer_block", "varlen_attention", "ZOO",
+    "attention", "batch_matmul", "bilateral_grid", "blur", "conv2d", "decode_step", "elementwise_chain", "layernorm",
+    "matmul", "mlp", "moe", "quantized_conv2d", "rmsnorm", "softmax", "transformer_block", "varlen_attention", "ZOO",
 ]
 
 
@@ -173,5 +174,6 @@ def transformer_block(seq: int = 64, d_model: int = 128, heads: int = 4, d_ff: i
 ZOO = {
     fn.__name__: fn
     for fn in (matmul, batch_matmul, softmax, layernorm, rmsnorm, attention, mlp, conv2d,
-               elementwise_chain, transformer_block, varlen_attention, moe, decode_step, bilateral_grid)
+               elementwise_chain, transformer_block, varlen_attention, moe, decode_step, bilateral_grid, blur,
+               quantized_conv2d)
 }
