@@ -143,5 +143,41 @@ def zoo_quantized_conv2d():
     return pw.zoo.quantized_conv2d(1, 4, 6, 7, 5, 3), expected
 
 
-OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d]
-EXACT = {boundary_uint8, histogram_uint8, zoo_blur, zoo_quantized_conv2d, *EXACT_CASES}  # integer results
+def zoo_camera_pipe():
+    """The zoo's camera_pipe on a 16-bit raw (so random pixels reach every curve entry): saturating
+    black level, hot-pixel clamp per Bayer plane, bilinear GRBG demosaic (neighbours reflected about
+    the edge, which keeps their colour), Q8.8 colour matrix with floor division, a 1024-entry curve."""
+    black, scale = 25, 64  # bits=16: the curve index is the corrected value // 2**6
+    matrix = np.array([[589, -115, 44, -10008], [-98, 407, -53, -6510], [-23, -188, 584, -5141]], np.int64)
+    matrix[:, 3] *= scale
+
+    def expected(p):
+        lin = np.clip(p["raw"].astype(np.int64) - black, 0, 65535)
+        den = np.empty_like(lin)
+        for dy in (0, 1):
+            for dx in (0, 1):
+                e = np.pad(lin[dy::2, dx::2], 1, mode="edge")
+                near = np.stack([e[:-2, 1:-1], e[2:, 1:-1], e[1:-1, :-2], e[1:-1, 2:]])
+                den[dy::2, dx::2] = np.clip(e[1:-1, 1:-1], near.min(0), near.max(0))
+        e = np.pad(den, 1, mode="reflect")
+        h, w = den.shape
+
+        def nb(dy, dx):
+            return e[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+
+        horiz, vert = (nb(0, -1) + nb(0, 1) + 1) // 2, (nb(-1, 0) + nb(1, 0) + 1) // 2
+        cross = (nb(-1, 0) + nb(1, 0) + nb(0, -1) + nb(0, 1) + 2) // 4
+        diag = (nb(-1, -1) + nb(-1, 1) + nb(1, -1) + nb(1, 1) + 2) // 4
+        py, px = np.indices((h, w)) % 2
+        gr, red, blue, gb = ((py == sy) & (px == sx) for sy, sx in ((0, 0), (0, 1), (1, 0), (1, 1)))
+        r = np.select([red, gr, gb], [den, horiz, vert], diag)
+        g = np.where(py == px, den, cross)
+        b = np.select([blue, gr, gb], [den, vert, horiz], diag)
+        mixed = np.einsum("ck,kyx->cyx", matrix[:, :3], np.stack([r, g, b])) + matrix[:, 3, None, None]
+        return {"out": p["curve"][np.clip(mixed // 256 // scale, 0, 1023)]}
+
+    return pw.zoo.camera_pipe(12, 16, black_level=black, bits=16), expected
+
+
+OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe]
+EXACT = {boundary_uint8, histogram_uint8, zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe, *EXACT_CASES}  # integers

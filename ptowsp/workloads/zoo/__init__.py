@@ -13,13 +13,15 @@ from ptowsp.errors import ShapeError
 from ptowsp.te import exp, reduce_axis, reduce_max, reduce_sum, sigmoid, tanh, where
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
+from ptowsp.workloads.zoo.camera import camera_pipe
 from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
 from ptowsp.workloads.zoo.histograms import bilateral_grid
 from ptowsp.workloads.zoo.images import blur, quantized_conv2d
 
 __all__ = [
-    "attention", "batch_matmul", "bilateral_grid", "blur", "conv2d", "decode_step", "elementwise_chain", "layernorm",
-    "matmul", "mlp", "moe", "quantized_conv2d", "rmsnorm", "softmax", "transformer_block", "varlen_attention", "ZOO",
+    "attention", "batch_matmul", "bilateral_grid", "blur", "camera_pipe", "conv2d", "decode_step", "elementwise_chain",
+    "layernorm", "matmul", "mlp", "moe", "quantized_conv2d", "rmsnorm", "softmax", "transformer_block",
+    "varlen_attention", "ZOO",
 ]
 
 
@@ -175,5 +177,5 @@ ZOO = {
     fn.__name__: fn
     for fn in (matmul, batch_matmul, softmax, layernorm, rmsnorm, attention, mlp, conv2d,
                elementwise_chain, transformer_block, varlen_attention, moe, decode_step, bilateral_grid, blur,
-               quantized_conv2d)
+               quantized_conv2d, camera_pipe)
 }
