@@ -45,6 +45,7 @@ import numpy as np
 
 import ptowsp as pw
 from ptowsp.backends import Built
+from ptowsp.timing import rotating_blocks
 
 SIZES = {"seq": 128, "d_model": 256, "heads": 8, "d_ff": 1024}
 EPS = 1e-5
@@ -154,22 +155,11 @@ def tuned_row(wl: pw.Workload, log: Path | None, inputs: dict[str, np.ndarray],
 
 # -- timing and checking --------------------------------------------------------------------------
 def time_side_by_side(rows: Sequence[Row], rounds: int, runs: int, warmup: int = 3) -> None:
-    """Set each row's `seconds`: the median of rounds x runs warm runs.  Within a round each contender
-    runs a block of `runs` back to back; the order rotates every round so that a noisy spell on a
-    shared machine hits every contender alike, and none always follows the same neighbour."""
+    """Set each row's `seconds` (the median) and `fastest` over rounds x runs warm runs, the
+    contenders in blocks whose order rotates every round (ptowsp.timing.rotating_blocks)."""
     live = [r for r in rows if r.run is not None]
-    for row in live:
-        for _ in range(warmup):
-            row.run()
-    times: dict[int, list[float]] = {id(r): [] for r in live}
-    for i in range(rounds):
-        for row in live[i % len(live):] + live[:i % len(live)]:
-            for _ in range(runs):
-                start = time.perf_counter()
-                row.run()
-                times[id(row)].append(time.perf_counter() - start)
-    for row in live:
-        row.seconds, row.fastest = statistics.median(times[id(row)]), min(times[id(row)])
+    for row, times in zip(live, rotating_blocks([r.run for r in live], rounds, runs, warmup), strict=True):
+        row.seconds, row.fastest = statistics.median(times), min(times)
 
 
 def check(rows: Sequence[Row], expected: np.ndarray) -> None:

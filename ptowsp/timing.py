@@ -44,6 +44,25 @@ def side_by_side(fns: Sequence[Callable[[], object]], repeat: int, rounds: int =
     return [statistics.median(b) for b in blocks]
 
 
+def rotating_blocks(fns: Sequence[Callable[[], object]], rounds: int, runs: int,
+                    warmup: int = 1) -> list[list[float]]:
+    """Every timed run of each function, after `warmup` untimed ones: `rounds` rounds in which each
+    function runs a block of `runs` back to back, the order rotating every round so that a noisy
+    spell hits every function alike and none always follows the same neighbour."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
+    for i in range(rounds):
+        for k in order[i % len(order):] + order[:i % len(order)]:
+            for _ in range(runs):
+                start = time.perf_counter()
+                fns[k]()
+                times[k].append(time.perf_counter() - start)
+    return times
+
+
 def readable_seconds(seconds: float) -> str:
     """A duration in the unit a person reads: 2.33 ms, 41.2 µs, 1.5 s (the trace's units)."""
     scale, unit = time_unit(seconds, micro="µs")
