@@ -10,6 +10,7 @@ The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s)
     stmt = place(...)                  # read caches and computed-at producers (placement.py)
     stmt = tidy(stmt)                  # unit loops, index folding (tidy.py)
     stmt = simplify(stmt)              # what unit loops turned into constants
+    stmt = partition_loops(stmt)       # clamps of boundary views only at a row's edges (partition.py)
     stmt = clamp_gathers(stmt)         # data-dependent indices kept inside their tensors
     stmt = bind_common(stmt)           # repeated subexpressions of a store let-bound (cse.py)
     stmt = bound_unrolling(stmt)       # unrolled code within budget (tidy.py)
@@ -56,8 +57,10 @@ from ptowsp.lower.accumulate import combine as _combine
 from ptowsp.lower.accumulate import identity as _identity
 from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
 from ptowsp.lower.cse import bind_common
+from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
+from ptowsp.lower.scan import lower_scan
 from ptowsp.lower.simplify import simplify, simplify_expr
 from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.schedules import LoopNest, Schedule
@@ -462,10 +465,12 @@ def clamp_gathers(body: Stmt) -> Stmt:
 def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     """The kernel of compute task `name` under `schedule` (grid loops become parameters)."""
     lowering = _Lowering(wl, schedule, name)  # producers inlined and simplified, the loops' axis values
-    body = lowering.lower()  # loops, reductions, guards and stores
+    scan = lowering.task.scan is not None
+    body = lower_scan(lowering, wl, schedule) if scan else lowering.lower()  # loops, reductions, guards, stores
     body = place(wl, schedule, name, body, lowering.grid)  # read caches and computed-at producers
     body = tidy(body)  # unit loops dropped, indices folded
     body = simplify(body)  # constants folded again: unit loops left zeros
+    body = partition_loops(body)  # boundary clamps only at the edges of vectorized rows
     body = clamp_gathers(body)  # data-dependent indices kept inside their tensors
     body = bind_common(body)  # repeated subexpressions computed once per point
     body = bound_unrolling(body)  # unrolled loops within the code-size budget

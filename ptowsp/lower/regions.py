@@ -147,14 +147,24 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
 
 
 def _unclamped(index: Expr, size: sizes.Extent) -> Expr | None:
-    """`a` when index is clamp(a, 0, size - 1) (minimum(maximum(a, 0), size - 1)), else None."""
-    if index.op is not Op.MIN or index.src[0].op is not Op.MAX:
-        return None
-    (a, low), high = index.src[0].src, index.src[1]
+    """`a` when index clamps a into the tensor: clamp(a, 0, size - 1) (minimum(maximum(a, 0), size - 1)),
+    or one side of it where simplification dropped the other (`maximum(a, 0)`, `minimum(a, size - 1)`)."""
     last = sizes.as_expr(sizes.sub(size, 1))
-    zero = low.op is Op.CONST and low.arg == 0
-    top = high.same_as(last) or (high.op is Op.CONST and last.op is Op.CONST and high.arg == last.arg)
-    return a if zero and top else None
+
+    def low(e: Expr) -> Expr | None:
+        zero = e.op is Op.MAX and e.src[1].op is Op.CONST and e.src[1].arg == 0
+        return e.src[0] if zero else None
+
+    def high(e: Expr) -> Expr | None:
+        top = e.op is Op.MIN and (e.src[1].same_as(last) or (
+            e.src[1].op is Op.CONST and last.op is Op.CONST and e.src[1].arg == last.arg))
+        return e.src[0] if top else None
+
+    inner = high(index)
+    if inner is None:
+        return low(index)
+    both = low(inner)
+    return inner if both is None else both
 
 
 def _shift_inwards(start: Expr, extent: sizes.Extent, size: sizes.Extent, known: tuple[Expr, ...]) -> Expr:

@@ -20,7 +20,8 @@ Every rewrite here gives the same value as the reference evaluator
   never read);
 - an integer comparison that interval arithmetic over the loop extents
   decides is a constant (index arithmetic does not wrap, as bounds inference
-  already assumes).
+  already assumes); so is an integer `max` / `min` whose operands' bounds
+  say which one wins (the clamp of a boundary view, inside the tensor).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def _rewrite(e: Expr) -> Expr:
     if len(src) == 2:  # (Expr has no truth value: no `or` chain)
         found = _identity(e)
         found = _decided(e) if found is None else found
+        found = _bound_decided(e) if found is None else found
         return e if found is None else found
     if op in (Op.NEG, Op.NOT) and src[0].op is op and not (op is Op.NOT and dtypes.is_float(e.dtype)):
         return src[0].src[0]
@@ -137,3 +139,15 @@ def _decided(e: Expr) -> Expr | None:
         return None
     true, false = _DECIDE[e.op](a, b)
     return const(True, "bool") if true else const(False, "bool") if false else None
+
+
+def _bound_decided(e: Expr) -> Expr | None:
+    """An integer max / min whose operands' bounds over the loop extents say which one it picks."""
+    if e.op not in (Op.MAX, Op.MIN) or not dtypes.is_int(e.dtype):
+        return None
+    (a, b), (x, y) = e.src, (interval(e.src[0]), interval(e.src[1]))
+    if x is None or y is None:
+        return None
+    if e.op is Op.MAX:
+        return a if x[0] >= y[1] else b if y[0] >= x[1] else None
+    return a if x[1] <= y[0] else b if y[1] <= x[0] else None

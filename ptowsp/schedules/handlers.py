@@ -16,6 +16,7 @@ from ptowsp.schedules import steps as st
 from ptowsp.schedules.condition import parse_condition
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
 from ptowsp.schedules.passes.fusion import check_pair
+from ptowsp.schedules.scan_rules import check_scan_nest
 from ptowsp.te import Expr, Op, walk
 from ptowsp.workloads import Category, OpaqueTask
 
@@ -62,8 +63,12 @@ def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
 def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> None:
     """Replace the task's nest by change(nest), naming the task in any error."""
     nest = _compute(s, task)
+    found = s.workload.task(task)
     try:
-        s._nests[task] = change(nest)
+        changed = change(nest)
+        if found.scan is not None:
+            check_scan_nest(found, changed)
+        s._nests[task] = changed
     except StepError as e:
         raise _on_task(str(e), task) from None
 
@@ -146,10 +151,19 @@ def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
     s._inlined.add(task)
 
 
+def _not_a_scan(s: Schedule, task: str, step: str) -> None:
+    """Steps that place buffers at a task's loops or move it into another do not apply to scans."""
+    if s.workload.task(task).scan is not None:
+        raise _on_task(f"it is a scan: {step} is not supported on scans (their steps run as two nests that read "
+                       "their own stored results)", task)
+
+
 def compute_at(s: Schedule, step: st.ComputeAt) -> None:
     task, consumer = step.task, step.consumer
     _compute(s, task)
     nest = _compute(s, consumer)
+    _not_a_scan(s, task, "compute_at")
+    _not_a_scan(s, consumer, "compute_at into it")
     here, chain = consumer, [consumer]
     while here != task and here in s._compute_at:  # follow where the consumer itself is computed
         here = s._compute_at[here][0]
@@ -179,6 +193,7 @@ def _scope(scope: str) -> None:
 
 def cache_read(s: Schedule, step: st.CacheRead) -> None:
     _compute(s, step.task)
+    _not_a_scan(s, step.task, "cache_read")
     _scope(step.scope)
     read = [t.name for t in s.workload.task(step.task).inputs]
     if step.tensor not in read:
@@ -193,6 +208,7 @@ def cache_read(s: Schedule, step: st.CacheRead) -> None:
 
 def cache_write(s: Schedule, step: st.CacheWrite) -> None:
     _compute(s, step.task)
+    _not_a_scan(s, step.task, "cache_write")
     _scope(step.scope)
     if step.task in s._cache_writes:
         raise _on_task(f"its result is already cached in {s._cache_writes[step.task]!r}", step.task)

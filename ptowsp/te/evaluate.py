@@ -310,6 +310,24 @@ def evaluate(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...],
     return out
 
 
+def evaluate_scan(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...], arrays: Mapping[str, np.ndarray],
+                  name: str, axis: str, steps: int, budget: int = ELEMENT_BUDGET) -> np.ndarray:
+    """Evaluate a scan `name` (a body that reads `name` at earlier steps along `axis`): its first
+    `steps` steps at once, then one step at a time, each seeing the steps before it."""
+    out = np.zeros(shape, dtype=body.dtype)
+    evaluator = Evaluator({**arrays, name: out}, budget)
+    k = loop_names.index(axis)
+    rest = shape[:k] + shape[k + 1:]
+    per_point = max((_reduce_work(n) for n in _reduce_nodes(body)), default=1)
+    first = min(steps, shape[k])
+    with np.errstate(all="ignore"):
+        for lo, hi in [(0, first), *((t, t + 1) for t in range(first, shape[k]))]:
+            for box in iter_boxes(rest, max(1, budget // (per_point * (hi - lo)))):
+                ranges = (*box[:k], (lo, hi), *box[k:])
+                out[tuple(slice(a, b) for a, b in ranges)] = evaluator.run(body, Domain(loop_names, ranges))
+    return out
+
+
 def _reduce_nodes(e: Expr) -> Iterator[Expr]:
     if e.op is Op.REDUCE:
         yield e

@@ -7,7 +7,7 @@ import reprlib
 import numpy as np
 
 from ptowsp.errors import BoundsError, TaskError
-from ptowsp.te import Tensor, evaluate
+from ptowsp.te import Tensor
 from ptowsp.workloads.inputs import input_sizes, read_only, validate_inputs
 from ptowsp.workloads.task import ComputeTask, OpaqueTask
 from ptowsp.workloads.workload import Workload
@@ -38,7 +38,7 @@ def run_tasks(wl: Workload, values: dict[str, np.ndarray]) -> dict[str, np.ndarr
         task = wl.task(name)
         if isinstance(task, ComputeTask):
             try:
-                values[name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
+                values[name] = read_only(task.evaluate(values))
             except BoundsError as e:  # a gather's index out of its tensor
                 raise BoundsError(f"task {name!r}: {e}") from None
         else:

@@ -41,6 +41,8 @@ from ptowsp.errors import BoundsError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, dtypes, lift, sizes, walk
 from ptowsp.te.evaluate import evaluate
 from ptowsp.te.sizes import Extent
+from ptowsp.workloads.arrays import normalize_shape
+from ptowsp.workloads.checks import loop_names_of
 
 if TYPE_CHECKING:
     from ptowsp.workloads.workload import Workload
@@ -54,8 +56,6 @@ def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Ext
             index: Callable[..., Sequence[object]], value: Callable[..., object],
             domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
     """See Workload.scatter."""
-    from ptowsp.workloads.workload import normalize_shape  # workload.py imports this module
-
     if combine is not None and combine not in COMBINES:
         raise WorkloadError(f"scatter {name!r}: combine={combine!r} is not one of {sorted(COMBINES)} (or None: "
                             "each target written at most once)")
@@ -63,7 +63,7 @@ def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Ext
     for claimed in (name, name + helper):  # checked before either task is added
         wl._claim(claimed, "scatter")
     shape, over = normalize_shape(shape, f"scatter {name!r}"), normalize_shape(over, f"scatter {name!r} over")
-    loops = type(wl)._loop_names(name, over, value)
+    loops = loop_names_of(name, over, value)
     points = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loops, over, strict=True))
     targets = tuple(lift(i) for i in _sequence(index(*points), name))
     if len(targets) != len(shape):

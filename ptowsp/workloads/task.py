@@ -6,7 +6,10 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ptowsp.te import Expr, Op, Tensor, const, walk, where
+from ptowsp.te.evaluate import evaluate, evaluate_scan
 
 
 class Category(enum.Enum):
@@ -22,6 +25,18 @@ class Category(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Scan:
+    """What makes a compute task a scan (workloads/scan.py): its body is `where(axis < steps, init,
+    update)` and update reads the task's own tensor at `axis - d`, 1 <= d <= steps."""
+
+    axis: str  # the scan axis: one of the task's loop names, run in order
+    steps: int  # the leading steps init defines: the longest delay update reads
+
+    def __str__(self) -> str:
+        return f"scan over {self.axis} ({self.steps} initial step{'s' if self.steps > 1 else ''})"
+
+
+@dataclass(frozen=True)
 class ComputeTask:
     """`tensor[axes] = body`: one tensor defined by an expression over its loop variables."""
 
@@ -31,6 +46,8 @@ class ComputeTask:
     body: Expr
     category: Category
     domain: Expr | None = None  # bool over the loop variables: where the task computes (elsewhere: zero)
+    scan: Scan | None = None  # set when the task reads its own earlier steps
+
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
@@ -38,10 +55,11 @@ class ComputeTask:
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        """Tensors the body and the domain read, in first-read order."""
+        """Tensors the body and the domain read, in first-read order (a scan's reads of its own
+        earlier steps are state, not inputs)."""
         seen: dict[str, Tensor] = {}
         for node in walk(self.value):
-            if node.op is Op.LOAD:
+            if node.op is Op.LOAD and node.arg.name != self.name:
                 seen.setdefault(node.arg.name, node.arg)
         return tuple(seen.values())
 
@@ -57,8 +75,17 @@ class ComputeTask:
     def loop_names(self) -> tuple[str, ...]:
         return tuple(a.arg[0] for a in self.axes)
 
+    def evaluate(self, arrays) -> np.ndarray:
+        """The task's tensor computed with numpy from `arrays` (name -> array): the reference's step."""
+        if self.scan is None:
+            return evaluate(self.value, self.loop_names, self.tensor.shape, arrays)
+        return evaluate_scan(self.value, self.loop_names, self.tensor.shape, arrays, self.name, self.scan.axis,
+                             self.scan.steps)
+
     def __str__(self) -> str:
         text = f"{self.name}[{', '.join(self.loop_names)}] = {self.body}"
+        if self.scan is not None:
+            text += f"  ({self.scan})"
         return text if self.domain is None else f"{text} where {self.domain}"
 
 

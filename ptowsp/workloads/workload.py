@@ -8,8 +8,8 @@ mistake is reported where it is made, with the task and tensor at fault.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
-import inspect
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -21,7 +21,10 @@ from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
 from ptowsp.te.names import check_name
 from ptowsp.te.sizes import Extent
+from ptowsp.workloads.arrays import constant_array, normalize_shape
 from ptowsp.workloads.category import infer_category
+from ptowsp.workloads.checks import check_reduce_axes, loop_names_of
+from ptowsp.workloads.scan import initial_value, scan_axis, scan_task
 from ptowsp.workloads.scatter import scatter
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 
@@ -37,39 +40,16 @@ def register_schedule_factory(factory: Callable[[Workload], Any]) -> None:
 OutputSpec = tuple[str, Sequence[int]] | tuple[str, Sequence[int], str]
 
 
-def normalize_shape(shape: object, what: str) -> tuple[Extent, ...]:
-    """A shape as a tuple of positive ints and symbolic sizes (te/sizes.py), or ShapeError naming `what`."""
-    items = (shape,) if isinstance(shape, (int, str, Expr)) else shape
-    try:
-        items = tuple(items)  # type: ignore[arg-type]
-    except TypeError:
-        raise ShapeError(f"{what}: shape must be a tuple of positive ints or size names, got {shape!r}") from None
-    return tuple(sizes.dimension(n, what) for n in items)
+def _settled(method: Callable) -> Callable:
+    """Call the updates of scans defined so far before the method runs (Workload.scan)."""
 
+    @functools.wraps(method)
+    def settled(self: Workload, *args: Any, **kwargs: Any) -> Any:
+        if self._pending:
+            self._settle()
+        return method(self, *args, **kwargs)
 
-def _constant_array(what: str, value: object, dtype: object) -> np.ndarray:
-    """A private copy of a constant's value in a supported dtype, or DTypeError / ShapeError naming it."""
-    try:
-        found = np.asarray(value)
-    except ValueError as e:  # ragged nested lists
-        raise ShapeError(f"{what}: the value is not a rectangular array: {e}") from None
-    if dtype is None:
-        if isinstance(value, np.ndarray):
-            dtype = found.dtype
-        else:  # Python data: floats take the workload default, as wl.input does
-            dtype = "float32" if found.dtype.kind == "f" else found.dtype
-    try:
-        name = dtypes.normalize(dtype)
-    except DTypeError as e:
-        raise DTypeError(f"{what}: {e}; pass dtype= or convert the array") from None
-    numbers = found.dtype.kind in "biuf" or found.dtype.name == "bfloat16"  # ml_dtypes' kind is "V"
-    if not numbers or not np.can_cast(found.dtype, name, casting="same_kind"):
-        raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
-                         "convert it explicitly")
-    array = np.array(found, dtype=name, order="C")  # always a copy: the caller's array stays theirs
-    if array.dtype.kind in "iu" and not np.array_equal(array, found):
-        raise DTypeError(f"{what}: some values do not fit {name}")
-    return array
+    return settled
 
 
 @contextlib.contextmanager
@@ -106,8 +86,10 @@ class Workload:
         self._frozen_graph: nx.DiGraph | None = None  # what `graph` hands out, until the graph changes
         self._sizes: dict[str, tuple[str, int]] = {}  # size name -> (input, dimension) that declares it
         self._bound: dict[tuple[tuple[str, int], ...], Workload] = {}  # bindings made so far (bind)
+        self._pending: list[tuple[Tensor, tuple[Expr, ...], int, Expr, Callable]] = []  # scans to finish
 
     # -- definition -------------------------------------------------------------
+    @_settled
     def input(self, name: str, shape: Sequence[int | str] | int | str, dtype: str = "float32") -> Tensor:
         """Declare an input array the caller passes to run/reference by name.
 
@@ -128,6 +110,7 @@ class Workload:
         self._frozen_graph = None
         return tensor
 
+    @_settled
     def constant(self, name: str, array: object, dtype: str | None = None) -> Tensor:
         """Declare a constant input: its value (weights, a table) is given now, not passed at run time.
 
@@ -139,7 +122,7 @@ class Workload:
         """
         self._claim(name, "constant")
         what = f"constant {name!r}"
-        value = _constant_array(what, array, dtype)
+        value = constant_array(what, array, dtype)
         if value.ndim == 0:
             raise ShapeError(f"{what}: a constant needs at least one dimension, got a scalar; "
                              "use a shape-(1,) array and index it with [0]")
@@ -153,6 +136,7 @@ class Workload:
         self._frozen_graph = None
         return tensor
 
+    @_settled
     def compute(self, name: str, shape: Sequence[int | str] | int | str, fn: Callable[..., object],
                 domain: Callable[..., object] | None = None) -> Tensor:
         """Define `name[loops] = fn(*loops)`; fn's parameter names become the loop names.
@@ -166,7 +150,7 @@ class Workload:
         with _blame(name):
             shape = normalize_shape(shape, f"compute {name!r}")
             self._check_sizes(shape, f"compute {name!r}")
-            loop_names = self._loop_names(name, shape, fn)
+            loop_names = loop_names_of(name, shape, fn)
             axes = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loop_names, shape, strict=True))
             result = fn(*axes)
             if isinstance(result, Tensor):
@@ -182,6 +166,7 @@ class Workload:
         self._add_task(task)
         return tensor
 
+    @_settled
     def opaque(
         self,
         name: str,
@@ -216,6 +201,7 @@ class Workload:
         self._add_task(OpaqueTask(name, fn, ins, tuple(outs)))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    @_settled
     def scatter(self, name: str, shape: Sequence[int | str] | int | str, over: Sequence[int | str] | int | str,
                 index: Callable[..., Sequence[object]], value: Callable[..., object],
                 domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
@@ -232,6 +218,55 @@ class Workload:
         """
         return scatter(self, name, shape, over, index, value, domain, combine)
 
+    @_settled
+    def scan(self, name: str, shape: Sequence[int | str] | int | str, *, init: Callable[..., object],
+             update: Callable[..., object], axis: str | None = None, dtype: str | None = None) -> Tensor:
+        """A recurrence along `axis` (update's loop variable of that name; the first when not named):
+        `name` at the first steps is init(other loops) (or init(all loops)), and at step t after them
+        update(loops), which may read `name` at `t - d` for constants d >= 1; the longest d is the
+        number of initial steps (ptowsp/workloads/scan.py).  The dtype is `dtype`, else init's (a
+        Python number: float32 or int32); update must give the same.
+
+        update names the tensor this returns, so it is called when the workload is next used (any
+        definition, query, schedule or run); its errors surface there, naming the scan.
+        """
+        self._claim(name, "task")
+        with _blame(name):
+            shape = normalize_shape(shape, f"scan {name!r}")
+            self._check_sizes(shape, f"scan {name!r}")
+            loops = loop_names_of(name, shape, update)
+            k = scan_axis(name, loops, axis)
+            axes = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loops, shape, strict=True))
+            init_value = initial_value(name, init, axes, k, dtype)
+            self._check_body(name, init_value, loops)
+            check_bounds(init_value)  # update's reads are checked once it is called
+            tensor = Tensor(name, shape, init_value.dtype, self._id)
+        self._tensors[name] = tensor
+        self._pending.append((tensor, axes, k, init_value, update))
+        return tensor
+
+    def _settle(self) -> None:
+        """Finish the scans defined so far, in order; a failing one is removed with those after it."""
+        while self._pending:
+            tensor, axes, k, init_value, update = self._pending[0]
+            try:
+                with _blame(tensor.name):
+                    result = update(*axes)
+                    if isinstance(result, Tensor):
+                        raise ShapeError(f"update returned tensor {result.name} itself; index it")
+                    task = scan_task(tensor.name, tensor, axes, k, init_value, lift(result))
+                    self._check_body(tensor.name, task.body, task.loop_names)
+                    self._check_sizes([task.body], "the expression")
+                    check_bounds(task.value)
+            except BaseException:
+                for dropped, *_ in self._pending:
+                    del self._tensors[dropped.name]
+                self._pending.clear()
+                raise
+            self._pending.pop(0)
+            self._add_task(task)
+
+    @_settled
     def output(self, *tensors: Tensor) -> None:
         """Mark task results as outputs of the workload (call with one or more tensors)."""
         if not tensors:
@@ -248,6 +283,7 @@ class Workload:
             if t.name not in self._outputs:
                 self._outputs.append(t.name)
 
+    @_settled
     def schedule(self) -> Any:
         """A new, empty `pw.Schedule` for this workload."""
         if _schedule_factory is None:
@@ -256,12 +292,14 @@ class Workload:
 
     # -- queries ----------------------------------------------------------------
     @property
+    @_settled
     def fingerprint(self) -> str:
         """A digest of the definition (inputs, constants with their values' digests, tasks as written, outputs)
         that schedules and records key on."""
         return hashlib.sha256(str(self).encode()).hexdigest()
 
     @property
+    @_settled
     def tasks(self) -> list[str]:
         """Task names in topological (definition) order."""
         return list(self._tasks)
@@ -287,6 +325,7 @@ class Workload:
             raise WorkloadError(f"workload {self.name!r} has no size {name!r}; sizes: {known}")
         return sizes.size_var(name)
 
+    @_settled
     def bind(self, binding: Mapping[str, int] | None = None, **named: int) -> Workload:
         """The workload at one binding of its sizes: every shape and extent a number.
 
@@ -321,6 +360,7 @@ class Workload:
         return list(self._outputs)
 
     @property
+    @_settled
     def graph(self) -> nx.DiGraph:
         """A frozen copy of the task graph over task and input names.
 
@@ -332,24 +372,29 @@ class Workload:
             self._frozen_graph = nx.freeze(self._graph.copy())
         return self._frozen_graph
 
+    @_settled
     def category(self, name: str) -> Category:
         return self.task(name).category
 
+    @_settled
     def task(self, name: str) -> Task:
         if name not in self._tasks:
             raise WorkloadError(f"workload {self.name!r} has no task {name!r}; tasks: {', '.join(self._tasks)}")
         return self._tasks[name]
 
+    @_settled
     def tensor(self, name: str) -> Tensor:
         if name not in self._tensors:
             raise WorkloadError(f"workload {self.name!r} has no tensor {name!r}")
         return self._tensors[name]
 
+    @_settled
     def producer(self, tensor: str) -> str | None:
         """The task that writes `tensor`, or None for an input or a constant."""
         self.tensor(tensor)
         return self._producers.get(tensor)
 
+    @_settled
     def __str__(self) -> str:
         lines = [f"workload {self.name}"]
         lines += [f"  input {t.name}{_dims(t)} {t.dtype}" for t in map(self.tensor, self._inputs)]
@@ -360,6 +405,7 @@ class Workload:
         lines.append(f"  output {', '.join(self._outputs) or '(none)'}")
         return "\n".join(lines)
 
+    @_settled
     def __repr__(self) -> str:
         return f"Workload({self.name!r}, tasks={self.tasks}, outputs={self._outputs})"
 
@@ -375,24 +421,6 @@ class Workload:
         if t.owner != self._id or self._tensors.get(t.name) != t:
             raise WorkloadError(f"tensor {t.name} used as {role} belongs to another workload")
         return t
-
-    @staticmethod
-    def _loop_names(name: str, shape: tuple[int, ...], fn: Callable[..., object]) -> tuple[str, ...]:
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            raise WorkloadError(f"compute {name!r} needs a function of its loop variables, got {fn!r}") from None
-        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        # Parameters with defaults are the closure-binding idiom (`lambda i, f=f: ...`), not loops.
-        params = [p for p in params if p.default is inspect.Parameter.empty]
-        if any(p.kind not in positional for p in params):
-            raise WorkloadError(f"compute {name!r}: give the function one named parameter per dimension (no *args)")
-        if len(params) != len(shape):
-            raise ShapeError(
-                f"shape {shape} has {len(shape)} dimension(s) but the function takes "
-                f"{len(params)} loop variable(s) ({', '.join(p.name for p in params)})"
-            )
-        return tuple(check_name(p.name, f"compute {name!r} loop variable") for p in params)
 
     def _domain(self, fn: Callable[..., object], axes: tuple[Expr, ...], loop_names: tuple[str, ...]) -> Expr:
         """The domain condition: bool, over these loops, reading only integer tensors, no reduction."""
@@ -425,20 +453,7 @@ class Workload:
                 self._own(node.arg, "an operand")
             elif node.op is Op.VAR and node.arg[0] not in loop_names:
                 raise WorkloadError(f"loop variable {node.arg[0]} belongs to another compute")
-        self._check_reduce_axes(body, loop_names, frozenset())
-
-    def _check_reduce_axes(self, e: Expr, loop_names: tuple[str, ...], bound: frozenset[str]) -> None:
-        if e.op is Op.RVAR and e.arg[0] not in bound:
-            raise WorkloadError(f"reduce axis {e.arg[0]} is used outside a pw.sum/max/min over it")
-        if e.op is Op.REDUCE:
-            axes = [a.arg[0] for a in e.src[1:]]
-            clash = [a for a in axes if a in loop_names or a in bound]
-            if clash:
-                raise WorkloadError(f"reduce axis {clash[0]} has the name of an enclosing loop variable")
-            self._check_reduce_axes(e.src[0], loop_names, bound | set(axes))
-            return
-        for s in e.src:
-            self._check_reduce_axes(s, loop_names, bound)
+        check_reduce_axes(body, loop_names, frozenset())
 
     def _add_task(self, task: Task) -> None:
         self._tasks[task.name] = task
@@ -494,7 +509,8 @@ def bind_workload(wl: Workload, binding: dict[str, int]) -> Workload:
                 check_bounds(body)
                 axes = tuple(bound_expr(a) for a in task.axes)
                 domain = None if task.domain is None else bound_expr(task.domain)
-                out._add_task(ComputeTask(name, bound_tensor(task.tensor), axes, body, task.category, domain))
+                out._add_task(ComputeTask(name, bound_tensor(task.tensor), axes, body, task.category, domain,
+                                          task.scan))
             else:
                 out._add_task(OpaqueTask(name, task.fn, tuple(map(bound_tensor, task.inputs)),
                                          tuple(map(bound_tensor, task.outputs))))

@@ -99,6 +99,7 @@ EMULATED = ["matmul_int32", "matmul_float16", "matmul_prime", "softmax", "softma
             ]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
 EMULATED += ["argmax_rows", "argmin_ties", "argmax_two_axes", "argmax_in_expression", "reducer_product",
              "reducer_logsumexp"]
+EMULATED += ["scan_decay", "scan_fibonacci", "scan_of_producer", "zoo_lstm"]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in EMULATED], ids=lambda c: c.name)

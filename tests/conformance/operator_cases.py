@@ -181,3 +181,8 @@ def zoo_camera_pipe():
 
 OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe]
 EXACT = {boundary_uint8, histogram_uint8, zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe, *EXACT_CASES}  # integers
+
+from tests.conformance.scan_cases import EXACT_SCANS, SCAN_CASES  # noqa: E402 - scans
+
+OPERATOR_CASES += SCAN_CASES
+EXACT |= EXACT_SCANS

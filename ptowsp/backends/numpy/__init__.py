@@ -17,7 +17,6 @@ from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
-from ptowsp.te import evaluate
 from ptowsp.workloads import ComputeTask
 from ptowsp.workloads.inputs import input_sizes, read_only
 from ptowsp.workloads.reference import run_opaque
@@ -51,7 +50,7 @@ class NumpyExecutable:
             def compute(i: int) -> None:
                 task = tasks[i]
                 if isinstance(task, ComputeTask):
-                    values[task.name] = read_only(evaluate(task.value, task.loop_names, task.tensor.shape, values))
+                    values[task.name] = read_only(task.evaluate(values))
                 else:
                     values.update(run_opaque(task, values))
 

@@ -46,6 +46,7 @@ import numpy as np
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.scan_rules import independent_axes
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
@@ -110,10 +111,13 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     owners = set(anchors.values())  # epilogues take their anchor's loops: they get none of their own
     # an epilogue's loops (and grid) come from its anchor: the anchor stands for the group
     roots = [t for t in stored if t not in groups and t not in owners and anchors.get(t) not in groups]
-    tiles = {task: _inner_loops(s, task, vector_bytes, choose) for task in stored if task not in owners}
+    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose)
+             for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
         work = sum(_work(wl, t) for t in [root, *members])
+        if wl.task(root).scan is not None:  # an instance holds its strips over every step: as many as allowed
+            work = max(work, MIN_TASK_WORK * TASKS_PER_WORKER * workers)
         depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
         _grid(s, root, _tasks(root, work, workers, choose), depth)
     for task, rows in tiles.items():
@@ -164,14 +168,14 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
     out: dict[str, _Group] = {}
     fixed = set(anchors) | set(wl.outputs)  # an anchor stays in its epilogue; outputs are stored
     for x in reversed(stored):
-        if x in fixed:
+        if x in fixed or wl.task(x).scan is not None:  # a scan is stored: nothing is computed at its loops
             continue
         found: set[str] = set()
         depth, before = len(wl.task(x).loop_names), []
         for reader in fusion.readers(wl, x, inlined):
             task = wl.task(reader)
-            if not isinstance(task, ComputeTask):
-                found.add("")  # an opaque reader needs x stored
+            if not isinstance(task, ComputeTask) or task.scan is not None:
+                found.add("")  # an opaque reader or a scan needs x stored
                 continue
             lead = _leading_match(inline_producers(task.body, wl, inlined), x, task.loop_names)
             group = anchors.get(reader, reader)  # an anchor computes inside its epilogue: same variables
@@ -233,13 +237,32 @@ def _variable(loop: str) -> str:
 
 
 # -- loops per category ---------------------------------------------------------------------
-def _inner_loops(s: Schedule, task: str, vector_bytes: int, choose: Choose) -> tuple[str, str] | None:
+def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int:
+    """Lanes of one vector register of the task's widest value, its output or an intermediate (a
+    uint8 pipeline that sums in int32 gets 16 lanes per AVX-512 register, not 64: a wider vector
+    only spills, and multiplies the code LLVM compiles)."""
+    def values(e: Expr):  # the value nodes: not loop variables, reduce axes or the index arithmetic of loads
+        if e.op in (Op.VAR, Op.RVAR):
+            return
+        yield e
+        if e.op is not Op.LOAD:
+            for x in e.src:
+                yield from values(x)
+
+    body = inline_producers(wl.task(task).value, wl, inlined)
+    widest = max(np.dtype(n.dtype).itemsize for n in (wl.task(task).tensor, *values(body)))
+    return max(1, vector_bytes // widest)
+
+
+def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits.
 
     For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
     """
     wl = s.workload
-    lanes = max(1, vector_bytes // np.dtype(wl.task(task).tensor.dtype).itemsize)
+    if wl.task(task).scan is not None:
+        _scan_loops(s, task, lanes, workers, choose)
+        return None
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
@@ -272,6 +295,36 @@ def _inner_loops(s: Schedule, task: str, vector_bytes: int, choose: Choose) -> t
     else:
         s.vectorize(task, f"{j.name}.inner")
     return None
+
+
+def _scan_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose) -> None:
+    """A scan: its independent axes outside the scan axis (the grid's candidates), the rest inside,
+    and the innermost axis in vectors.  An independent innermost axis is cut into strips whose
+    outer part goes outside too, so each strip runs every step with vector loads and stores
+    (Halide's iir_blur schedule); a strip is as many vectors as still leave a few strips per
+    worker, since a task instance holds its strip over every step."""
+    scan = s.workload.task(task)
+    free, axis = independent_axes(scan), scan.scan.axis
+    names = s.loops(task)
+    last = s.nest(task).loop(names[-1])
+    fits = [n for n in (1, 2, 4) if isinstance(last.extent, int) and last.extent % (n * lanes) == 0
+            and last.extent > n * lanes and last.name != axis]
+    enough = [n for n in fits if last.name not in free or last.extent // (n * lanes) >= TASKS_PER_WORKER * workers]
+    vectors = choose(f"{task}.vectors", (0, *fits), max(enough or fits[:1], default=0)) if lanes > 1 else 0
+    outer = [n for n in names if n in free and n != last.name]
+    inner = [n for n in names if n not in free and n not in (axis, last.name)]
+    if not vectors:
+        s.reorder(task, *outer, *([last.name] if last.name in free else []), axis, *inner,
+                  *([] if last.name in free or last.name == axis else [last.name]))
+        return
+    s.split(task, last.name, vectors * lanes)
+    strip, lane = f"{last.name}.outer", f"{last.name}.inner"
+    s.reorder(task, *outer, *([strip] if last.name in free else []), axis, *inner,
+              *([] if last.name in free else [strip]), lane)
+    if vectors > 1:
+        s.split(task, lane, lanes).unroll(task, f"{lane}.outer")
+        lane = f"{lane}.inner"
+    s.vectorize(task, lane)
 
 
 def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose) -> tuple[str, str] | None:
@@ -360,7 +413,8 @@ def _grid(s: Schedule, task: str, target: int, depth: int) -> None:
     """
     if target <= 1:
         return
-    allowed = set(s.workload.task(task).loop_names[:depth])
+    found = s.workload.task(task)
+    allowed = set(found.loop_names[:depth]) & (set(found.loop_names) if found.scan is None else independent_axes(found))
     hosts = {loop for consumer, loop in s.compute_at_locations.values() if consumer == task}
     chosen, count = [], 1
     for lp in s.nest(task).loops:

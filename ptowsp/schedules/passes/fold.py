@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from ptowsp.errors import BuildError
-from ptowsp.te import evaluate, sizes
+from ptowsp.te import sizes
 from ptowsp.workloads import ComputeTask, Workload
 
 # per workload object: folded values computed so far
@@ -67,7 +67,7 @@ def fold_constants(wl: Workload) -> dict[str, np.ndarray]:
         task = wl.task(name)
         assert isinstance(task, ComputeTask)
         try:
-            result = evaluate(task.value, task.loop_names, task.tensor.shape, values)
+            result = task.evaluate(values)
         except Exception as e:
             raise BuildError(f"constant folding: task {name!r} (which reads only constants) failed at build "
                              f"time: {type(e).__name__}: {e}") from e

@@ -1,0 +1,143 @@
+"""Loop partitioning (Halide's): a loop cut into its edges and an interior where clamps do nothing.
+
+A boundary view reads `X[clamp(x - 1, 0, w - 1)]`.  Inside a vectorized loop the clamp makes the
+lanes' addresses non-contiguous, so the load becomes a gather, lane by lane; yet only the first
+and last iterations of the loop around it ever clamp.  So the innermost serial loop around a
+vectorized loop is cut where every integer `max(a, K)` / `min(a, K)` of its body whose `a`
+moves with that loop and with the vector lanes stops binding: the interior runs with those
+clamps simplified away (lower/simplify.py decides them from the narrowed loop range), the
+edges keep them.  `a` must be affine in the loop variable (`c * v + rest`); the interior is
+computed from the bounds of `rest` over every other loop, so it is exact for the clamps of
+boundary views and conservative otherwise.  Results never change: each piece computes the
+same iterations the loop did.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ptowsp.lower.ir import For, Stmt, block, map_exprs, stmt_exprs, walk_stmts
+from ptowsp.lower.simplify import simplify
+from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
+from ptowsp.te import Expr, Op, dtypes, substitute, walk
+from ptowsp.te.bounds import combine, interval
+
+MIN_INTERIOR = 2  # iterations: a shorter interior is not worth a third copy of the body
+
+Bounds = tuple[int, int]
+
+
+def partition_loops(s: Stmt) -> Stmt:
+    """Cut the innermost serial loops around vectorized loops where their clamps stop binding."""
+    if isinstance(s, For) and s.kind == SERIAL and isinstance(s.extent, int):
+        lanes = _vector_loops(s.body)
+        if lanes:
+            cut = _interior(s, lanes)
+            if cut is not None:
+                return _cut(s, *cut)
+    children = [partition_loops(c) for c in s.children()]
+    return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
+
+
+def _vector_loops(s: Stmt) -> set[str]:
+    """The vectorized loops reached from `s` without passing a serial loop (unrolled ones are crossed)."""
+    if isinstance(s, For):
+        if s.kind == VECTORIZED:
+            return {s.var}
+        if s.kind != UNROLLED:
+            return set()
+    return set().union(*(_vector_loops(c) for c in s.children())) if s.children() else set()
+
+
+def _interior(loop: For, lanes: set[str]) -> tuple[int, int] | None:
+    """[lo, hi) of the loop where every clamp that moves with it and with the lanes is a no-op."""
+    lo, hi = 0, loop.extent
+    found = False
+    for st in walk_stmts(loop.body):
+        for e in stmt_exprs(st):
+            for n in walk(e):
+                if n.op not in (Op.MAX, Op.MIN) or not dtypes.is_int(n.dtype):
+                    continue
+                a, k = _through_opposite(n)
+                bound = interval(k)
+                names = {m.arg[0] for m in walk(a) if m.op is Op.VAR}
+                if bound is None or bound[0] != bound[1] or loop.var not in names or not names & lanes:
+                    continue
+                form = _affine(a, loop.var)
+                if form is None or form[0] == 0:
+                    continue
+                found = True
+                c, (rest_lo, rest_hi) = form
+                if n.op is Op.MAX:  # no-op where c * v + rest >= K
+                    edge = (bound[0] - rest_lo) / c
+                    lo, hi = (max(lo, math.ceil(edge)), hi) if c > 0 else (lo, min(hi, math.floor(edge) + 1))
+                else:  # no-op where c * v + rest <= K
+                    edge = (bound[0] - rest_hi) / c
+                    lo, hi = (lo, min(hi, math.floor(edge) + 1)) if c > 0 else (max(lo, math.ceil(edge)), hi)
+    if not found or hi - lo < MIN_INTERIOR or (lo, hi) == (0, loop.extent):
+        return None
+    return lo, hi
+
+
+def _through_opposite(clamp: Expr) -> tuple[Expr, Expr]:
+    """(a, K) of `max(a, K)` / `min(a, K)`, looking through an opposite clamp of a that cannot change
+    when this one is a no-op: `min(max(b, 0), 63) <= 63` exactly where `b <= 63`."""
+    a, k = clamp.src
+    other = Op.MIN if clamp.op is Op.MAX else Op.MAX
+    if a.op is other:
+        inner, (lo, hi), bound = a.src[0], interval(a.src[1]) or (None, None), interval(k)
+        if bound is not None and lo is not None and lo == hi and (
+                (clamp.op is Op.MIN and lo <= bound[0]) or (clamp.op is Op.MAX and lo >= bound[1])):
+            return inner, k
+    return a, k
+
+
+def _affine(e: Expr, v: str) -> tuple[int, Bounds] | None:
+    """(c, bounds of rest) when e is `c * v + rest` with rest free of v; None when it is not."""
+    names = {m.arg[0] for m in walk(e) if m.op is Op.VAR}
+    if v not in names:
+        found = interval(e)
+        return None if found is None else (0, found)
+    if e.op is Op.VAR:
+        return 1, (0, 0)
+    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
+        return _affine(e.src[0], v)
+    if e.op is Op.NEG:
+        inner = _affine(e.src[0], v)
+        return None if inner is None else (-inner[0], (-inner[1][1], -inner[1][0]))
+    if e.op in (Op.ADD, Op.SUB, Op.MUL):
+        a, b = _affine(e.src[0], v), _affine(e.src[1], v)
+        if a is None or b is None:
+            return None
+        if e.op is Op.MUL:  # one side must be a constant
+            (c, k), (d, x) = (a, b) if b[0] == 0 and b[1][0] == b[1][1] else (b, a)
+            if d != 0 or x[0] != x[1]:
+                return None
+            rest = combine(Op.MUL, k, x)
+            return None if rest is None else (c * x[0], rest)
+        rest = combine(e.op, a[1], b[1])
+        return None if rest is None else (a[0] + b[0] if e.op is Op.ADD else a[0] - b[0], rest)
+    return None
+
+
+def _cut(loop: For, lo: int, hi: int) -> Stmt:
+    """The loop as up to three loops over [0, lo), [lo, hi) and [hi, extent), each simplified with its
+    own range (a piece's variable counts from 0 and is shifted back by its start)."""
+    pieces = []
+    for start, stop in ((0, lo), (lo, hi), (hi, loop.extent)):
+        if stop <= start:
+            continue
+        count = stop - start
+
+        def shifted(e: Expr, start: int = start, count: int = count) -> Expr:
+            def move(n: Expr) -> Expr | None:
+                if n.op is not Op.VAR or n.arg[0] != loop.var:
+                    return None
+                moved = Expr(Op.VAR, n.dtype, (), (loop.var, count))
+                return moved + start if start else moved
+
+            return substitute(e, move)
+
+        body = simplify(map_exprs(loop.body, shifted))
+        pieces.append(For(loop.var, count, loop.kind, body))
+    return block(*pieces)

@@ -1,0 +1,44 @@
+"""Shapes and constant values as a workload accepts them: checked, normalised, copied."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ptowsp.errors import DTypeError, ShapeError
+from ptowsp.te import Expr, dtypes, sizes
+from ptowsp.te.sizes import Extent
+
+
+def normalize_shape(shape: object, what: str) -> tuple[Extent, ...]:
+    """A shape as a tuple of positive ints and symbolic sizes (te/sizes.py), or ShapeError naming `what`."""
+    items = (shape,) if isinstance(shape, (int, str, Expr)) else shape
+    try:
+        items = tuple(items)  # type: ignore[arg-type]
+    except TypeError:
+        raise ShapeError(f"{what}: shape must be a tuple of positive ints or size names, got {shape!r}") from None
+    return tuple(sizes.dimension(n, what) for n in items)
+
+
+def constant_array(what: str, value: object, dtype: object) -> np.ndarray:
+    """A private copy of a constant's value in a supported dtype, or DTypeError / ShapeError naming it."""
+    try:
+        found = np.asarray(value)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"{what}: the value is not a rectangular array: {e}") from None
+    if dtype is None:
+        if isinstance(value, np.ndarray):
+            dtype = found.dtype
+        else:  # Python data: floats take the workload default, as wl.input does
+            dtype = "float32" if found.dtype.kind == "f" else found.dtype
+    try:
+        name = dtypes.normalize(dtype)
+    except DTypeError as e:
+        raise DTypeError(f"{what}: {e}; pass dtype= or convert the array") from None
+    numbers = found.dtype.kind in "biuf" or found.dtype.name == "bfloat16"  # ml_dtypes' kind is "V"
+    if not numbers or not np.can_cast(found.dtype, name, casting="same_kind"):
+        raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
+                         "convert it explicitly")
+    array = np.array(found, dtype=name, order="C")  # always a copy: the caller's array stays theirs
+    if array.dtype.kind in "iu" and not np.array_equal(array, found):
+        raise DTypeError(f"{what}: some values do not fit {name}")
+    return array

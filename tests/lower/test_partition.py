@@ -1,0 +1,82 @@
+"""Loop partitioning and clamps decided by bounds: boundary views read with plain vector loads in
+the interior of a row (issue 29, item 4: no guard in the interior of a tile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.lower.ir import Buffer, For, Store, var, walk_stmts
+from ptowsp.lower.partition import partition_loops
+from ptowsp.lower.simplify import simplify_expr
+from ptowsp.te import Op, const, walk
+
+X = Buffer("X", (64,), "float32")
+
+
+def clamps(stmt) -> int:
+    """How many integer max / min nodes the statement's stores hold."""
+    return sum(1 for s in walk_stmts(stmt) if isinstance(s, Store)
+               for e in (*s.indices, s.value) for n in walk(e) if n.op in (Op.MAX, Op.MIN) and n.dtype == "int64")
+
+
+def test_a_clamp_the_bounds_decide_is_dropped():
+    i = var("i", 8)
+    zero, last = const(0, "int64"), const(63, "int64")
+    assert simplify_expr(pw.maximum(i + 1, zero)).same_as(i + 1)
+    assert simplify_expr(pw.minimum(i * 8 + 7, last)).same_as(i * 8 + 7)
+    assert simplify_expr(pw.maximum(i - 1, zero)).op is Op.MAX  # i == 0 clamps
+
+
+def row(outer: int = 8, lanes: int = 8, shift: int = 1):
+    """for o: vectorized for l: Y[o * lanes + l] = X[clamp(o * lanes + l - shift, 0, 63)]"""
+    o, lane = var("o", outer), var("l", lanes)
+    x = o * lanes + lane
+    index = pw.minimum(pw.maximum(x - shift, const(0, "int64")), const(outer * lanes - 1, "int64"))
+    y = Buffer("Y", (outer * lanes,), "float32")
+    return For("o", outer, "serial", For("l", lanes, "vectorized", Store(y, (x,), X[(index,)])))
+
+
+def test_the_interior_of_a_row_reads_without_clamps():
+    cut = partition_loops(row())
+    loops = [s for s in cut.stmts if isinstance(s, For)]
+    assert [lp.extent for lp in loops] == [1, 7]  # the first vector clamps; the rest never do
+    assert clamps(loops[0]) == 1 and clamps(loops[1]) == 0
+    both = partition_loops(row(shift=-1))  # reads x + 1: only the last vector clamps
+    assert [lp.extent for lp in both.stmts] == [7, 1] and clamps(both.stmts[0]) == 0
+    edges = partition_loops(row(outer=4, lanes=16, shift=-1))  # x + 1 within one vector of each edge
+    assert [lp.extent for lp in edges.stmts] == [3, 1]
+
+
+def test_loops_without_vector_lanes_or_room_stay_whole():
+    o, lane = var("o", 8), var("l", 8)
+    serial = For("o", 8, "serial", For("l", 8, "serial", Store(Buffer("Y", (64,), "float32"), (o * 8 + lane,),
+                                                                 X[(pw.maximum(o * 8 + lane - 1, const(0, "int64")),)])))
+    assert partition_loops(serial) is serial  # no vectorized loop inside: nothing gained
+    assert partition_loops(row(outer=2, shift=9)).extent == 2  # an interior shorter than 2 iterations: kept
+    nonlinear = For("o", 8, "serial", For("l", 8, "vectorized", Store(
+        Buffer("Y", (64,), "float32"), (o * 8 + lane,), X[(pw.minimum(o * o + lane, const(63, "int64")),)])))
+    assert partition_loops(nonlinear) is nonlinear
+
+
+@pytest.mark.parametrize("boundary", ["repeat_edge", "mirror", ("constant", 0.5)])
+def test_boundary_views_under_vector_schedules_match_the_reference(boundary):
+    wl = pw.Workload("edges")
+    x = wl.input("X", (6, 100))
+    view = x.boundary(*boundary) if isinstance(boundary, tuple) else x.boundary(boundary)
+    y = wl.compute("Y", (6, 100), lambda r, c: view[r, c - 2] + view[r, c + 3] * 2.0 + view[r, 99 - c + 1])
+    wl.output(y)
+    s = wl.schedule().split("Y", "c", 8).vectorize("Y", "c.inner")
+    data = np.random.default_rng(0).random((6, 100), dtype=np.float32)
+    got = pw.build(s, target="cpu").run(X=data)["Y"]
+    np.testing.assert_allclose(got, pw.reference(wl, X=data)["Y"], rtol=1e-6)
+
+
+def test_the_blur_interior_has_no_clamp_along_x():
+    wl = pw.zoo.blur(64, 256)
+    s = wl.schedule().split("blur_y", "x", 32).vectorize("blur_y", "x.inner")
+    s.split("blur_x", "x", 32).vectorize("blur_x", "x.inner")
+    text = pw.build(s, target="cpu").source("blur_x")
+    interior = text.split("for x.outer in 0..6:")[1].split("for x.outer")[0]  # 8 vectors: first, 6, last
+    assert "maximum" not in interior and "minimum" not in interior
