@@ -1,7 +1,8 @@
 """A reduction's accumulator: the value it starts from, its dtype, how one element folds in.
 
-Kinds are "sum", "max", "min" or a user reducer (te/reducer.py); argmax and
-argmin keep a pair instead (argreduce.py).
+Kinds are "sum", "max", "min" or a one-value user reducer (te/reducer.py);
+argmax and argmin keep a pair instead (argreduce.py), and several-value
+reducers one accumulator per value (tuplereduce.py).
 """
 
 from __future__ import annotations

@@ -63,12 +63,14 @@ from ptowsp.lower.regions import Box
 from ptowsp.lower.scan import lower_scan
 from ptowsp.lower.simplify import simplify, simplify_expr
 from ptowsp.lower.tidy import bound_unrolling, tidy
+from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import LoopNest, Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import binary, unary, where
+from ptowsp.te.reducer import is_several
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class _Lowering:
         self.inner = [lp for lp in self.nest.loops if lp.annotation != "parallel"]
         self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
+        self.several = SeveralValues()  # several-value reductions hoisted so far (tuplereduce.py)
         self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined)))
 
     def at_axes(self, e: Expr) -> Expr:
@@ -205,6 +208,8 @@ class _Lowering:
             else_path = unary(Op.NOT, c) if path is None else path & unary(Op.NOT, c)
             return where(c, self.hoist(e.src[1], then_path, prelude, locals_),
                          self.hoist(e.src[2], else_path, prelude, locals_))
+        if is_several(e):  # one value of a several-value reduction: all of them computed at once
+            return self.several.value(self, e, path, prelude, locals_)
         if e.op is Op.REDUCE:
             kind, (body, *axes) = e.arg, e.src
             if is_arg_reduction(e):  # a (value, index) pair: argreduce.py
@@ -239,7 +244,7 @@ class _Lowering:
     def lower(self) -> Stmt:
         spatial = tuple(self.values[name] for name in self.task.loop_names)
         found = outermost_reductions(self.body)
-        if len(found) != 1:  # no reduction, or several: stored directly, inner ones hoisted
+        if len(found) != 1 or is_several(found[0][0]):  # none, several or a several-value one: hoisted
             if self.cache_scope is None:
                 return self.nest_over(self.inner, self.store(self.out, spatial, self.at_axes(self.body)))
             cache, index = self.loop_buffer(self.inner, self.out.dtype, self.cache_scope)

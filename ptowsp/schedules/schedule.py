@@ -26,6 +26,7 @@ from ptowsp.schedules import steps as st
 from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError
 from ptowsp.schedules.passes import fusion
 from ptowsp.te import Expr, outermost_reductions
+from ptowsp.te.reducer import is_several
 from ptowsp.workloads import ComputeTask, Workload
 
 
@@ -33,10 +34,11 @@ def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
     """The reduce loops a task's nest exposes: those of its one outermost reduction.
 
     Reductions nested inside it, or several side by side, stay inner serial
-    loops of the lowered code and are not scheduled (docs/schedules.md).
+    loops of the lowered code and are not scheduled (docs/schedules.md); so
+    does a value of a several-value reducer, whose values fold together.
     """
     found = outermost_reductions(body)
-    if len(found) != 1:
+    if len(found) != 1 or is_several(found[0][0]):
         return []
     return [(a.arg[0], a.arg[1]) for a in found[0][0].src[1:]]
 

@@ -29,7 +29,7 @@ import numpy as np
 from ptowsp.errors import BoundsError
 from ptowsp.te.dtypes import cast_array
 from ptowsp.te.expr import Expr, Op, walk
-from ptowsp.te.reducer import LEFT, RIGHT, UserReducer
+from ptowsp.te.reducer import Component, TupleReducer, UserReducer, same_reduction
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
 
@@ -121,6 +121,7 @@ class Evaluator:
     def __init__(self, arrays: Mapping[str, np.ndarray], budget: int = ELEMENT_BUDGET):
         self.arrays = arrays
         self.budget = budget
+        self.folded: list[tuple[Domain, np.ndarray | None, Expr, tuple[np.ndarray, ...]]] = []  # see _several
 
     def run(self, e: Expr, dom: Domain, mask: np.ndarray | None = None) -> np.ndarray:
         """Value of e at every point of dom (broadcastable to dom.shape), in e.dtype."""
@@ -177,6 +178,8 @@ class Evaluator:
                 return fast
         if kind in ("argmax", "argmin"):
             return self._arg_reduce(e, dom, mask)
+        if isinstance(kind, Component):
+            return self._several(e, dom, mask)[kind.index]
         acc_dtype = _accumulator_dtype(kind, e.dtype)
         trailing = tuple(range(len(dom.names), len(dom.names) + len(axes)))
         per_chunk = max(1, self.budget // max(1, dom.size))
@@ -186,8 +189,8 @@ class Evaluator:
             sub_mask = None if mask is None else _widen(mask, len(sub.names))
             value = np.broadcast_to(self.run(body, sub, sub_mask), sub.shape)
             if isinstance(kind, UserReducer):
-                part = self._fold(kind, value.reshape(*value.shape[: len(dom.names)], -1))
-                total = part if total is None else self._combine(kind, total, part)
+                (part,) = self._fold(kind, (value.reshape(*value.shape[: len(dom.names)], -1),))
+                total = part if total is None else self._combine(kind, (total,), (part,))[0]
                 continue
             if kind == "sum":
                 part = np.sum(value, axis=trailing, dtype=acc_dtype)
@@ -196,17 +199,45 @@ class Evaluator:
             total = part if total is None else _COMBINE[kind](total, part)
         return np.asarray(total).astype(e.dtype, copy=False)
 
-    def _combine(self, kind: UserReducer, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(self.run(kind.combine, _Operands({LEFT: a, RIGHT: b})), np.broadcast_shapes(
-            a.shape, b.shape))
+    def _several(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """Every value of a several-value reduction, folded together once per domain: its other
+        components, evaluated next over the same domain, find them in `folded`."""
+        for d, m, other, values in self.folded:
+            if d is dom and m is mask and same_reduction(other, e):
+                return values
+        kind, (packed, *axes) = e.arg.reducer, e.src
+        names = tuple(a.arg[0] for a in axes)
+        extents = tuple(a.arg[1] for a in axes)
+        per_chunk = max(1, self.budget // max(1, dom.size))
+        total = None
+        for box in iter_boxes(extents, per_chunk):
+            sub = dom.extend(names, box)
+            sub_mask = None if mask is None else _widen(mask, len(sub.names))
+            flat = tuple(np.broadcast_to(self.run(v, sub, sub_mask), sub.shape).reshape(*dom.shape, -1)
+                         for v in packed.src)
+            part = self._fold(kind, flat)
+            total = part if total is None else self._combine(kind, total, part)
+        values = tuple(np.asarray(t).astype(d, copy=False) for t, d in zip(total, kind.dtypes, strict=True))
+        if self.folded and self.folded[0][0] is not dom:  # a new domain: what was kept is never asked again
+            self.folded.clear()
+        self.folded.append((dom, mask, e, values))
+        return values
 
-    def _fold(self, kind: UserReducer, flat: np.ndarray) -> np.ndarray:
+    def _combine(self, kind: UserReducer | TupleReducer, a: tuple[np.ndarray, ...],
+                 b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """Every value's combine over the accumulators `a` and the incoming values `b`."""
+        shape = np.broadcast_shapes(*(x.shape for x in (*a, *b)))
+        operands = _Operands(kind.operands(a, b))
+        return tuple(np.broadcast_to(self.run(c, operands), shape) for c in kind.combines)
+
+    def _fold(self, kind: UserReducer | TupleReducer, flat: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """A user reducer over the last axis: halves combined pairwise (it is associative)."""
-        while flat.shape[-1] > 1:
-            half = flat.shape[-1] // 2
-            paired = self._combine(kind, flat[..., :half], flat[..., half: 2 * half])
-            flat = np.concatenate([paired, flat[..., 2 * half:]], axis=-1)
-        return flat[..., 0]
+        while flat[0].shape[-1] > 1:
+            half = flat[0].shape[-1] // 2
+            paired = self._combine(kind, tuple(f[..., :half] for f in flat), tuple(f[..., half: 2 * half]
+                                                                                  for f in flat))
+            flat = tuple(np.concatenate([p, f[..., 2 * half:]], axis=-1) for p, f in zip(paired, flat, strict=True))
+        return tuple(f[..., 0] for f in flat)
 
     def _arg_reduce(self, e: Expr, dom: Domain, mask: np.ndarray | None) -> np.ndarray:
         """argmax / argmin: numpy's per chunk, chunks met in row-major order, so a later chunk wins

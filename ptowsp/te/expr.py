@@ -65,9 +65,12 @@ class Op(enum.Enum):
     # selection and conversion: WHERE src=(cond, then, else); CAST arg=dtype
     WHERE = enum.auto()
     CAST = enum.auto()
-    # reduction: REDUCE arg="sum"|"max"|"min"|"argmax"|"argmin", src=(body, *RVAR axes); the arg kinds
-    # have dtype int64 (the flat row-major index over the axes of the first extreme), the others body's
+    # reduction: REDUCE arg="sum"|"max"|"min"|"argmax"|"argmin"|UserReducer|Component, src=(body, *RVAR
+    # axes); the arg kinds have dtype int64 (the flat row-major index over the axes of the first extreme),
+    # a Component (one value of a several-value reducer, te/reducer.py) its value's, the others body's
     REDUCE = enum.auto()
+    # TUPLE src=values: only as the body of a several-value REDUCE; its dtype is its first value's
+    TUPLE = enum.auto()
 
 
 UNARY_FLOAT_OPS = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF})

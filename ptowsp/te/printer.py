@@ -59,6 +59,8 @@ def to_text(e: Expr) -> str:
         return f"{symbol}{_wrap(x, _precedence(x) < _ATOM_PREC)}"
     if op is Op.CAST:
         return f"{e.arg}({to_text(e.src[0])})"
+    if op is Op.TUPLE:
+        return f"({', '.join(to_text(s) for s in e.src)})"
     if op is Op.REDUCE:
         body, *axes = e.src
         return f"{e.arg}({to_text(body)}, {', '.join(a.arg[0] for a in axes)})"

@@ -155,6 +155,9 @@ class Workload:
             result = fn(*axes)
             if isinstance(result, Tensor):
                 raise ShapeError(f"the function returned tensor {result.name} itself; index it: {result.name}[...]")
+            if isinstance(result, tuple):
+                raise ShapeError(f"the function returned {len(result)} values (the values of a several-value "
+                                 "reducer?); a task stores one: combine them (`m + pw.log(s)`) or give each a task")
             body = lift(result)
             self._check_body(name, body, loop_names)
             self._check_sizes([body], "the expression")

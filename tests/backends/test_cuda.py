@@ -98,7 +98,7 @@ EMULATED = ["matmul_int32", "matmul_float16", "matmul_prime", "softmax", "softma
             "bfloat16_elementwise", "histogram_uint8", "scatter_add_repeated", "scatter_max", "bilateral_grid",
             ]  # the catalogue less its largest workloads (the emulator runs ~1e5 statements a second)
 EMULATED += ["argmax_rows", "argmin_ties", "argmax_two_axes", "argmax_in_expression", "reducer_product",
-             "reducer_logsumexp"]
+             "reducer_logsumexp", "pair_logsumexp", "pair_argmax", "pair_mean_variance"]
 EMULATED += ["scan_decay", "scan_fibonacci", "scan_of_producer", "zoo_lstm"]
 
 

@@ -80,4 +80,63 @@ def reducer_logsumexp(m: int = 9, n: int = 35):
 
 
 REDUCTION_CASES += [reducer_product, reducer_logsumexp]
-EXACT_CASES = {argmax_rows, argmin_ties, argmax_two_axes, reducer_product}  # integer results: compared exactly
+
+
+def _lse_pair(a, b):
+    m = pw.maximum(a[0], b[0])
+    return (m, a[1] * pw.exp(a[0] - m) + b[1] * pw.exp(b[0] - m))
+
+
+def pair_logsumexp(m: int = 7, n: int = 29):
+    """log-sum-exp as a (running max, scaled sum) pair folded in one pass; the epilogue reads both."""
+    lse = pw.reducer(combine=_lse_pair, identity=(float("-inf"), 0.0), name="lse_pair")
+    wl = pw.Workload("pair_logsumexp")
+    x = wl.input("X", (m, n))
+    k = pw.reduce_axis(n, "k")
+
+    def row(i):
+        top, scaled = lse((x[i, k], 1.0), axis=k)
+        return top + pw.log(scaled)
+
+    wl.output(wl.compute("Y", (m,), row))
+    return wl, lambda p: {"Y": np.logaddexp.reduce(p["X"], axis=1)}
+
+
+def _first_max(a, b):
+    take = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return pw.where(take, b[0], a[0]), pw.where(take, b[1], a[1])
+
+
+def pair_argmax(m: int = 9, n: int = 23):
+    """argmax written as a user (value, index) reducer with first-index ties, over values 0..3 (many
+    ties); the task stores the index, and a second one the pair's value."""
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    first_max = pw.reducer(combine=_first_max, identity=(low, high), name="first_max")
+    wl = pw.Workload("pair_argmax")
+    x = wl.input("X", (m, n), "int32")
+    r, s = pw.reduce_axis(n, "r"), pw.reduce_axis(n, "s")
+    index = wl.compute("I", (m,), lambda i: first_max((x[i, r] % 4, pw.cast(r, "int32")), axis=r)[1])
+    value = wl.compute("V", (m,), lambda i: first_max((x[i, s] % 4, pw.cast(s, "int32")), axis=s)[0] * 10)
+    wl.output(index, value)
+    return wl, lambda p: {"I": np.argmax(np.mod(p["X"], 4), axis=1).astype(np.int32),
+                          "V": np.mod(p["X"], 4).max(axis=1).astype(np.int32) * 10}
+
+
+def pair_mean_variance(m: int = 6, n: int = 5, w: int = 7):
+    """Sum and sum of squares over two axes in one pass, an epilogue making the variance of both."""
+    moments = pw.reducer(combine=lambda a, b: (a[0] + b[0], a[1] + b[1]), identity=(0.0, 0.0), name="moments")
+    wl = pw.Workload("pair_mean_variance")
+    x = wl.input("X", (m, n, w))
+    y, z = pw.reduce_axis(n, "y"), pw.reduce_axis(w, "z")
+
+    def variance(i):
+        total, squares = moments((x[i, y, z], x[i, y, z] * x[i, y, z]), axis=(y, z))
+        mean = total / (n * w)
+        return squares / (n * w) - mean * mean
+
+    wl.output(wl.compute("Var", (m,), variance))
+    return wl, lambda p: {"Var": p["X"].reshape(m, -1).var(axis=1)}
+
+
+REDUCTION_CASES += [pair_logsumexp, pair_argmax, pair_mean_variance]
+EXACT_CASES = {argmax_rows, argmin_ties, argmax_two_axes, reducer_product, pair_argmax}  # integer results: exact
