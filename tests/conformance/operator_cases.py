@@ -179,7 +179,33 @@ def zoo_camera_pipe():
     return pw.zoo.camera_pipe(12, 16, black_level=black, bits=16), expected
 
 
-OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe]
+def zoo_unsharp():
+    """Halide's apps/unsharp (the zoo's stages, `unsharp_mask`): gray, a 7-tap Gaussian along y then
+    x with edges repeated, sharpen / gray times each channel.  Fed `input * 0.25 + 1`, so gray, which
+    divides, stays away from 0 for random inputs."""
+    from ptowsp.workloads.zoo.images import unsharp_mask
+
+    wl = pw.Workload("unsharp")
+    raw = wl.input("input", (3, 12, 20))
+    shifted = wl.compute("shifted", (3, 12, 20), lambda c, y, x: raw[c, y, x] * 0.25 + 1.0)
+    wl.output(unsharp_mask(wl, shifted))
+
+    def expected(p):
+        img = p["input"] * 0.25 + 1.0
+        taps = np.exp(-np.arange(-3, 4) ** 2 / (2 * 1.5 ** 2))
+        w = taps / taps.sum()
+        gray = 0.299 * img[0] + 0.587 * img[1] + 0.114 * img[2]
+        h, wd = gray.shape
+        padded = np.pad(gray, ((3, 3), (0, 0)), mode="edge")
+        by = sum(w[i] * padded[i:i + h] for i in range(7))
+        padded = np.pad(by, ((0, 0), (3, 3)), mode="edge")
+        bx = sum(w[i] * padded[:, i:i + wd] for i in range(7))
+        return {"out": ((2 * gray - bx) / gray)[None] * img}
+
+    return wl, expected
+
+
+OPERATOR_CASES += [zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe, zoo_unsharp]
 EXACT = {boundary_uint8, histogram_uint8, zoo_blur, zoo_quantized_conv2d, zoo_camera_pipe, *EXACT_CASES}  # integers
 
 from tests.conformance.scan_cases import EXACT_SCANS, SCAN_CASES  # noqa: E402 - scans

@@ -45,7 +45,7 @@ import numpy as np
 
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL
-from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.scan_rules import independent_axes
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
@@ -72,6 +72,7 @@ class _Group:
     depth: int  # how many leading loop variables of the root index X
     before: tuple[str, ...] = ()  # readers placed inside the root: X goes at or outside their loops
     outermost: bool = False  # at the outermost legal loop of the root (a block of rows), else innermost
+    halo: bool = False  # read at shifted indices (a stencil): only worth it per block of several rows
 
 
 def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, fuse: bool = True,
@@ -103,7 +104,11 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     s = Schedule(wl)
     folded = fold.foldable(wl)
     fuse = choose("fuse", (True, False), fuse)
-    plan = fusion.plan(Schedule(wl).fuse_by_category()) if fuse else fusion.FusionPlan()
+    keep: dict[str, str] = {}
+    if fuse and choose("inline", ("bounded", "all"), "bounded") == "bounded":  # inlining.py
+        category = fusion.plan(Schedule(wl).fuse_by_category())
+        keep = inlining.keep_stored(wl, {f.producer for f in category.fusions if f.kind == "inline"})
+    plan = fusion.plan(Schedule(wl).fuse_by_category(), keep) if fuse else fusion.FusionPlan()
     inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
     anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
@@ -124,10 +129,12 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
             _rows_inside_panel(s, task, *rows)
     if fuse:
-        s = fusion.plan(s.fuse_by_category()).schedule
+        s = fusion.plan(s.fuse_by_category(), keep).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
         group = groups[x]
         loop = _placement(s, group)
+        if loop is not None and group.halo and not loop.endswith(".outer"):
+            loop = None  # one row per iteration would recompute the halo rows every row: store it instead
         if loop is None:
             _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names))
         else:
@@ -171,13 +178,14 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
         if x in fixed or wl.task(x).scan is not None:  # a scan is stored: nothing is computed at its loops
             continue
         found: set[str] = set()
-        depth, before = len(wl.task(x).loop_names), []
+        depth, before, halo = len(wl.task(x).loop_names), [], False
         for reader in fusion.readers(wl, x, inlined):
             task = wl.task(reader)
             if not isinstance(task, ComputeTask) or task.scan is not None:
                 found.add("")  # an opaque reader or a scan needs x stored
                 continue
-            lead = _leading_match(inline_producers(task.body, wl, inlined), x, task.loop_names)
+            lead, shifted = _leading_match(inline_producers(task.body, wl, inlined), x, task.loop_names)
+            halo |= shifted
             group = anchors.get(reader, reader)  # an anchor computes inside its epilogue: same variables
             if group in out:
                 root, lead = out[group].root, min(lead, out[group].depth)
@@ -190,24 +198,41 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
             depth = min(depth, lead)
         if len(found) == 1 and "" not in found and depth >= 1:
             contraction = x in anchors.values() or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
-            at = choose(f"{x}.at", ("outer", "inner", "root"), "outer" if contraction else "inner")
+            # a block of rows for a contraction, and for a stencil's producer (its halo is recomputed per
+            # block, not per row); one row (in L1) for anything else
+            at = choose(f"{x}.at", ("outer", "inner", "root"), "outer" if contraction or halo else "inner")
             if at != "root":
-                out[x] = _Group(found.pop(), depth, tuple(before), outermost=at == "outer")
+                out[x] = _Group(found.pop(), depth, tuple(before), outermost=at == "outer", halo=halo)
     return out
 
 
-def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> int:
-    """How many leading indices of every read of `tensor` are the reader's own leading loop variables."""
-    depth = len(loops)
+def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> tuple[int, bool]:
+    """How many leading indices of every read of `tensor` are the reader's own leading loop variables,
+    each maybe shifted by a constant (a stencil's halo), and whether any is shifted."""
+    depth, halo = len(loops), False
     for node in walk(body):
         if node.op is Op.LOAD and node.arg.name == tensor:
             same = 0
             for index, loop in zip(node.src, loops):
-                if index.op is not Op.VAR or index.arg[0] != loop:
+                offset = _offset(index, loop)
+                if offset is None:
                     break
+                halo |= offset != 0
                 same += 1
             depth = min(depth, same)
-    return depth
+    return depth, halo and depth > 0
+
+
+def _offset(index: Expr, loop: str) -> int | None:
+    """d when index is `loop + d` (a constant d), also clamped into a tensor by a boundary view."""
+    if index.op is Op.VAR:
+        return 0 if index.arg[0] == loop else None
+    if index.op in (Op.MIN, Op.MAX) and index.src[1].op is Op.CONST:
+        return _offset(index.src[0], loop)
+    if index.op in (Op.ADD, Op.SUB) and index.src[1].op is Op.CONST and isinstance(index.src[1].arg, int):
+        inner = _offset(index.src[0], loop)
+        return None if inner is None else inner + (index.src[1].arg if index.op is Op.ADD else -index.src[1].arg)
+    return None
 
 
 def _placement(s: Schedule, group: _Group) -> str | None:

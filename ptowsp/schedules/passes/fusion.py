@@ -22,7 +22,7 @@ out with the reason, an explicit one raises ScheduleError.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -100,8 +100,11 @@ def _a(word: str) -> str:
     return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
-def plan(s: Schedule) -> FusionPlan:
-    """Decide the fusions the schedule asks for and build the rewritten schedule."""
+def plan(s: Schedule, keep: Mapping[str, str] | None = None) -> FusionPlan:
+    """Decide the fusions the schedule asks for and build the rewritten schedule.
+
+    `keep`: {producer: reason} that category fusion leaves stored (the default schedule's choice,
+    inlining.py); an explicit `fuse_tasks` still inlines them."""
     wl = s.workload
     requests = [(p, c, True) for p, c in s.fused_tasks]
     if s.fuse_all_by_category:
@@ -112,7 +115,7 @@ def plan(s: Schedule) -> FusionPlan:
     injective = [r for r in requests if wl.category(r[0]) is Category.INJECTIVE]
     into_contraction = [r for r in injective if wl.category(r[1]) is Category.COMPLEX_OUT_FUSABLE]
     for p, c, explicit in [r for r in injective if r not in into_contraction]:  # first: an epilogue looks through them
-        if _inline(s, out, p, c, explicit, inlined):
+        if _inline(s, out, p, c, explicit, inlined, keep or {}):
             inlined.add(p)
     for p, c, explicit in requests:
         if wl.category(p) is Category.INJECTIVE:
@@ -123,14 +126,15 @@ def plan(s: Schedule) -> FusionPlan:
         fusion = None if reason else Fusion(p, consumer, "epilogue", FUSION_RULES[wl.category(p), wl.category(c)])
         _try(s, out, fusion, p, c, reason, explicit)
     for p, c, explicit in into_contraction:  # last, and only on request: see _inline
-        if _inline(s, out, p, c, explicit, inlined):
+        if _inline(s, out, p, c, explicit, inlined, keep or {}):
             inlined.add(p)
     out.schedule = rewrite(s, out.fusions, out.dropped) if out.fusions else s
     return out
 
 
-def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inlined: set[str]) -> bool:
-    """Fuse injective p into its consumer c by inlining, if the rules and the schedule allow it."""
+def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inlined: set[str],
+            keep: Mapping[str, str]) -> bool:
+    """Fuse injective p into its consumer c by inlining, if the rules, the schedule and `keep` allow it."""
     wl = s.workload
     if p in inlined:
         return False  # inlined already (by the user, or for another consumer)
@@ -139,6 +143,8 @@ def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inline
         reason = f"{p!r} already holds the epilogue of {anchor!r}"
     else:
         reason = check_pair(s, p, c) or _inline_problem(s, p, explicit)
+    if reason is None and not explicit and p in keep:
+        reason = keep[p]
     if reason is None and not explicit and wl.category(c) is Category.COMPLEX_OUT_FUSABLE:
         reason = (f"inlined into the contraction {c!r}, {p!r} would be recomputed at every step of its reduction; "
                   "fuse_by_category leaves it stored (fuse_tasks inlines it on request)")

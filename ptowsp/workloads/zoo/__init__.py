@@ -16,13 +16,13 @@ from ptowsp.workloads.zoo import layers
 from ptowsp.workloads.zoo.camera import camera_pipe
 from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
 from ptowsp.workloads.zoo.histograms import bilateral_grid
-from ptowsp.workloads.zoo.images import blur, quantized_conv2d
+from ptowsp.workloads.zoo.images import blur, quantized_conv2d, unsharp
 from ptowsp.workloads.zoo.recurrences import cumsum, iir_blur, lstm
 
 __all__ = [
     "attention", "batch_matmul", "bilateral_grid", "blur", "camera_pipe", "conv2d", "cumsum", "decode_step",
     "elementwise_chain", "iir_blur", "layernorm", "lstm", "matmul", "mlp", "moe", "quantized_conv2d", "rmsnorm",
-    "softmax", "transformer_block", "varlen_attention", "ZOO",
+    "softmax", "transformer_block", "unsharp", "varlen_attention", "ZOO",
 ]
 
 
@@ -178,5 +178,5 @@ ZOO = {
     fn.__name__: fn
     for fn in (matmul, batch_matmul, softmax, layernorm, rmsnorm, attention, mlp, conv2d,
                elementwise_chain, transformer_block, varlen_attention, moe, decode_step, bilateral_grid, blur,
-               quantized_conv2d, camera_pipe, cumsum, iir_blur, lstm)
+               quantized_conv2d, camera_pipe, cumsum, iir_blur, lstm, unsharp)
 }

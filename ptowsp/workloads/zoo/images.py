@@ -3,8 +3,10 @@ quantized conv2d): narrow dtypes, widening arithmetic, boundary conditions."""
 
 from __future__ import annotations
 
+import math
+
 from ptowsp.errors import ShapeError
-from ptowsp.te import cast, reduce_axis, reduce_sum
+from ptowsp.te import Tensor, cast, reduce_axis, reduce_sum
 from ptowsp.workloads.workload import Workload
 
 
@@ -42,3 +44,27 @@ def quantized_conv2d(batch: int = 1, in_channels: int = 16, height: int = 16, wi
     wl.output(wl.compute("Y", (batch, out_channels, height, width), lambda n, o, y, xx: reduce_sum(
         cast(padded[n, c, y + r - pad, xx + s - pad], "int32") * cast(w[o, c, r, s], "int32"), (c, r, s))))
     return wl
+
+
+def unsharp(height: int = 96, width: int = 128, sigma: float = 1.5) -> Workload:
+    """Halide's apps/unsharp on a planar float32 RGB image (3, h, w): gray = 0.299 r + 0.587 g + 0.114 b,
+    a 7-tap Gaussian (sigma) blur of gray along y then x over repeat_edge views, sharpen = 2 gray - blur,
+    out[c] = (sharpen / gray) * input[c]."""
+    wl = Workload("unsharp")
+    wl.output(unsharp_mask(wl, wl.input("input", (3, height, width)), sigma))
+    return wl
+
+
+def unsharp_mask(wl: Workload, image: Tensor, sigma: float = 1.5) -> Tensor:
+    """The stages of `unsharp` added to `wl` over a (3, h, w) tensor of it; returns `out`."""
+    taps = [math.exp(-(i * i) / (2 * sigma * sigma)) for i in range(-3, 4)]
+    weights = [t / sum(taps) for t in taps]
+    _, height, width = image.shape
+    gray = wl.compute("gray", (height, width),
+                      lambda y, x: image[0, y, x] * 0.299 + image[1, y, x] * 0.587 + image[2, y, x] * 0.114)
+    ge = gray.boundary("repeat_edge")
+    blur_y = wl.compute("blur_y", (height, width), lambda y, x: sum(w * ge[y + i - 3, x] for i, w in enumerate(weights)))
+    be = blur_y.boundary("repeat_edge")
+    blur_x = wl.compute("blur_x", (height, width), lambda y, x: sum(w * be[y, x + i - 3] for i, w in enumerate(weights)))
+    ratio = wl.compute("ratio", (height, width), lambda y, x: (gray[y, x] * 2.0 - blur_x[y, x]) / gray[y, x])
+    return wl.compute("out", (3, height, width), lambda c, y, x: ratio[y, x] * image[c, y, x])

@@ -1,0 +1,64 @@
+"""The default's inlining policy (issue 30, item 4): inline only where the recompute is bounded,
+else compute the producer per block of its reader's rows, with a halo."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.passes.inlining import distinct_reads, keep_stored, operations
+from ptowsp.workloads import random_inputs
+from tests.conformance.edge_cases import image_pipeline
+
+
+@pytest.mark.parametrize("height, placed", [(512, {"bx": ("out", "y.outer")}), (24, {})])
+def test_a_stencil_producer_stays_stored_per_row_block(height, placed):
+    """Read at y - 1, y, y + 1: computed per block of rows with a halo where the grid makes blocks,
+    else stored on its own (one row per iteration would recompute the halo every row)."""
+    wl, _ = image_pipeline(height, 256)
+    s = default_schedule(wl)
+    assert s.inlined == {"by", "sharp", "clip", "curve"}  # read once per point: inlined
+    assert s.compute_at_locations == placed
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.build(s, "cpu").run(**inputs)["out"], pw.reference(wl, **inputs)["out"], rtol=1e-5)
+
+
+def test_the_reason_names_the_reads_and_the_work():
+    wl, _ = image_pipeline(16, 16)
+    kept = keep_stored(wl, {"bx", "by", "sharp", "clip", "curve"})
+    assert list(kept) == ["bx"]
+    assert "inlined into 'out', 'bx' would be computed 3 times per element" in kept["bx"]
+
+
+def test_a_producer_broadcast_over_a_new_axis_stays_stored():
+    wl = pw.zoo.unsharp(64, 128)  # ratio (a 7-tap blur inlined) is read once per channel of out
+    s = default_schedule(wl)
+    assert "ratio" not in s.inlined and "blur_x" in s.inlined
+
+
+def test_cheap_or_pointwise_producers_are_still_inlined():
+    wl = pw.Workload("cheap")
+    x = wl.input("X", (32, 32), "uint8")
+    wide = wl.compute("wide", (32, 32), lambda y, c: pw.cast(x[y, c], "int32"))  # no arithmetic: free to repeat
+    wl.output(wl.compute("sum3", (30, 32), lambda y, c: wide[y, c] + wide[y + 1, c] + wide[y + 2, c]))
+    assert default_schedule(wl).inlined == {"wide"}
+    chain = pw.zoo.elementwise_chain((64, 64), 6)
+    assert len(default_schedule(chain).inlined) == len(chain.tasks) - 1
+
+
+def test_inline_all_remains_a_choice():
+    wl, _ = image_pipeline(64, 48)
+    every = default_schedule(wl, choose=lambda name, candidates, default: "all" if name == "inline" else default)
+    assert every.inlined == {"bx", "by", "sharp", "clip", "curve"}
+
+
+@pytest.mark.parametrize("fn, reads, ops", [(lambda x, i: x[i] + x[i] * 2.0, 1, 2),
+                                            (lambda x, i: pw.exp(x[i]) + x[i + 2], 2, 2)])
+def test_counting_helpers(fn, reads, ops):
+    wl = pw.Workload("count")
+    x = wl.input("X", (10,))
+    wl.compute("Y", (8,), lambda i: fn(x, i))
+    assert distinct_reads(wl.task("Y").body, "X") == reads
+    assert operations(wl.task("Y").body) == ops  # index arithmetic (i + 2) is not counted
