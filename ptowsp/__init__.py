@@ -19,6 +19,7 @@ from ptowsp.te import reduce_max as max  # noqa: A001
 from ptowsp.te import reduce_min as min  # noqa: A001
 from ptowsp.te import reduce_sum as sum  # noqa: A001
 from ptowsp.workloads import Category, Workload, reference, zoo
+from ptowsp.workloads.intrinsic import intrinsic
 from ptowsp.schedules import Schedule  # noqa: E402 - also registers Workload.schedule()
 from ptowsp.backends import DeviceModel, build, targets  # noqa: E402
 from ptowsp.runtime import Trace, csp, dispatch  # noqa: E402
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     # workloads and the golden model
     "Workload", "Category", "Tensor", "Expr", "reference", "zoo", "Schedule", "build", "targets", "DeviceModel",
+    "intrinsic",
     # runtime: custom CSP pipelines, dispatch policies, traces
     "csp", "dispatch", "Trace",
     # tuning: the AutoScheduler and its records

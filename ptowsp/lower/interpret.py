@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ptowsp.errors import TaskError
-from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
+from ptowsp.lower.ir import Tensorized, Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
 from ptowsp.lower.program import Program
 from ptowsp.te import Expr, Op, const, substitute
 from ptowsp.te.evaluate import Domain, Evaluator
@@ -70,6 +70,8 @@ class Interpreter:
         elif isinstance(s, Let):
             with self.bound(s, env):
                 self.run(s.body, env)
+        elif isinstance(s, Tensorized):  # the loops the call stands for compute its values
+            self.run(s.body, env)
         elif isinstance(s, Store):
             target = self.arrays[s.buffer.name]
             index = tuple(int(self.value(i, env)) for i in s.indices)

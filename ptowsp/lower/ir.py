@@ -121,6 +121,31 @@ class Block(Stmt):
 
 
 @dataclass(frozen=True)
+class Operand:
+    """One operand of an intrinsic call: a window of `buffer` starting at `base`, whose pattern
+    dimension d runs along the buffer's dimension `dims[d]`."""
+
+    buffer: Buffer
+    base: tuple[Expr, ...]
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tensorized(Stmt):
+    """A call of the intrinsic `intrinsic` (workloads/intrinsic.py) in place of the loops `body`.
+
+    Targets with an implementation call it; every other pass and the IR interpreter read `body`,
+    the loops it replaces, which compute the same values (lower/tensorize.py checked that)."""
+
+    intrinsic: str
+    operands: tuple[Operand, ...]  # the output window first, then the pattern's inputs in order
+    extents: tuple[int, ...]  # per pattern axis: its spatial axes, then its reduce axes
+    body: Stmt
+
+    body_field: ClassVar[str | None] = "body"
+
+
+@dataclass(frozen=True)
 class Barrier(Stmt):
     """All threads of a block wait here (GPU shared-memory exchange)."""
 
@@ -154,6 +179,8 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
         return (s.cond,)
     if isinstance(s, Let):
         return (s.value,)
+    if isinstance(s, Tensorized):
+        return tuple(e for o in s.operands for e in o.base)
     return ()
 
 
@@ -171,6 +198,9 @@ def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
         return Let(s.var, fn(s.value), map_exprs(s.body, fn, loop_name))
     if isinstance(s, Block):
         return Block(tuple(map_exprs(c, fn, loop_name) for c in s.stmts))
+    if isinstance(s, Tensorized):
+        operands = tuple(replace(o, base=tuple(fn(e) for e in o.base)) for o in s.operands)
+        return replace(s, operands=operands, body=map_exprs(s.body, fn, loop_name))
     return s
 
 

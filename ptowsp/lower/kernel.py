@@ -8,6 +8,7 @@ The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s)
     stmt = lower_reduction(...)        # Halide-style init / update / epilogue
     stmt = hoist(...)                  # reductions inside expressions become scalar loops
     stmt = place(...)                  # read caches and computed-at producers (placement.py)
+    stmt = tensorize(...)              # nests that compute an intrinsic's pattern become calls (tensorize.py)
     stmt = tidy(stmt)                  # unit loops, index folding (tidy.py)
     stmt = simplify(stmt)              # what unit loops turned into constants
     stmt = partition_loops(stmt)       # clamps of boundary views only at a row's edges (partition.py)
@@ -62,6 +63,7 @@ from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
 from ptowsp.lower.scan import lower_scan
 from ptowsp.lower.simplify import simplify, simplify_expr
+from ptowsp.lower.tensorize import tensorize
 from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import LoopNest, Schedule
@@ -384,7 +386,9 @@ def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: 
         consumer = schedule.compute_at_locations[name][0]
         raise BuildError(f"task {name!r} is computed at {consumer!r}, so its parallel loops "
                          f"{', '.join(g for g, _ in lowering.grid)} cannot form a task grid; drop parallel from it")
-    stmt = rename_loops(place(wl, schedule, name, lowering.lower(), ()), f"{name}.")
+    stmt = tensorize(place(wl, schedule, name, lowering.lower(), ()), name, schedule.tensorized.get(name),
+                     set(schedule.reduce_loops(name)))
+    stmt = rename_loops(stmt, f"{name}.")
     starts = {h.arg[0]: start for h, start in zip(holders.values(), box.starts, strict=True)}
     return map_exprs(stmt, lambda e: substitute(e, lambda n: starts.get(n.arg[0]) if n.op is Op.VAR else None))
 
@@ -473,6 +477,7 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     scan = lowering.task.scan is not None
     body = lower_scan(lowering, wl, schedule) if scan else lowering.lower()  # loops, reductions, guards, stores
     body = place(wl, schedule, name, body, lowering.grid)  # read caches and computed-at producers
+    body = tensorize(body, name, schedule.tensorized.get(name), set(schedule.reduce_loops(name)))  # intrinsic calls
     body = tidy(body)  # unit loops dropped, indices folded
     body = simplify(body)  # constants folded again: unit loops left zeros
     body = partition_loops(body)  # boundary clamps only at the edges of vectorized rows

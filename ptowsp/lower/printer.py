@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
+from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store, Tensorized
 
 INDENT = "  "
 
@@ -23,6 +23,11 @@ def to_source(s: Stmt, depth: int = 0) -> str:
         return f"{pad}let {s.var}: {s.value.dtype} = {s.value}\n{to_source(s.body, depth)}"
     if isinstance(s, Store):
         return f"{pad}{s.buffer.name}[{', '.join(str(i) for i in s.indices)}] = {s.value}"
+    if isinstance(s, Tensorized):  # the call, then the loops it stands for as comments
+        windows = ", ".join(f"{o.buffer.name}[{', '.join(map(str, o.base))}]" for o in s.operands)
+        replaced = "\n".join(f"{pad}#{line[len(pad) + 1:]}" for line in to_source(s.body, depth + 1).splitlines())
+        return (f"{pad}{s.intrinsic}<{'x'.join(map(str, s.extents))}>({windows})  # in place of:\n"
+                f"{replaced}")
     if isinstance(s, Barrier):
         return f"{pad}barrier({s.scope})"
     raise TypeError(f"unknown statement {s!r}")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
-from ptowsp.errors import ScheduleError
+from ptowsp.errors import ScheduleError, WorkloadError
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.condition import parse_condition
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
@@ -19,6 +19,7 @@ from ptowsp.schedules.passes.fusion import check_pair
 from ptowsp.schedules.scan_rules import check_scan_nest
 from ptowsp.te import Expr, Op, walk
 from ptowsp.workloads import Category, OpaqueTask
+from ptowsp.workloads.intrinsic import lookup
 
 if TYPE_CHECKING:
     from ptowsp.schedules.schedule import Schedule
@@ -58,6 +59,9 @@ def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where the cache of {tensor!r} is filled (cache_read); transform it first",
                            task)
+    if s._tensorized.get(task, ("",))[0] in removed:
+        raise _on_task(f"loop {s._tensorized[task][0]} is where {s._tensorized[task][1]!r} is called (tensorize); "
+                       "transform the loops first", task)
 
 
 def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> None:
@@ -247,13 +251,12 @@ def prefetch(s: Schedule, step: st.Prefetch) -> None:
 
 
 def bind(s: Schedule, step: st.Bind) -> None:
-    forms = [step.thread is not None or step.loop is not None, step.core is not None, step.kernel is not None]
-    if sum(forms) != 1:
-        raise StepError("bind takes one of: (loop, thread), core=..., kernel=...")
+    forms = [step.thread is not None, step.core is not None, step.kernel is not None]
+    if sum(forms) != 1 or (step.loop is not None and step.core is not None):
+        raise StepError("bind takes one of: (loop, thread), core=..., (loop, kernel=...)")
     if step.kernel is not None:
-        _compute(s, step.task)
-        raise _on_task(f"no micro-kernel named {step.kernel!r} is declared (declaring micro-kernels is not "
-                       "supported yet)", step.task)
+        _tensorize(s, step)
+        return
     if step.core is not None:
         _compute(s, step.task)
         if step.core not in st.CORE_CLASSES:
@@ -264,6 +267,29 @@ def bind(s: Schedule, step: st.Bind) -> None:
         raise StepError(f"bind needs a loop and a thread axis among {', '.join(st.THREAD_AXES)}")
     _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], step.thread))
 
+
+
+def _tensorize(s: Schedule, step: st.Bind) -> None:
+    """bind(task, loop, kernel=name): the nest under `loop` becomes a call of intrinsic `name`;
+    whether the nest computes the intrinsic's pattern is checked where it is lowered."""
+    nest = _compute(s, step.task)
+    if step.loop is None:
+        raise _on_task(f"bind(..., kernel={step.kernel!r}) needs the loop whose nest the intrinsic replaces", step.task)
+    if s.workload.task(step.task).scan is not None:
+        raise _on_task("it is a scan; tensorize is not supported on scans", step.task)
+    inside = nest.loops[nest.index(step.loop):]
+    busy = [lp.name for lp in inside if lp.annotation == PARALLEL or "Idx." in lp.annotation]
+    if busy:
+        raise _on_task(f"loop {busy[0]} at or inside {step.loop} is {nest.loop(busy[0]).annotation}; one intrinsic "
+                       "call runs on one core", step.task)
+    if step.task in s._tensorized:
+        raise _on_task(f"it already calls {s._tensorized[step.task][1]!r} at loop {s._tensorized[step.task][0]}",
+                       step.task)
+    try:
+        lookup(step.kernel)
+    except WorkloadError as e:
+        raise _on_task(str(e), step.task) from None
+    s._tensorized[step.task] = (step.loop, step.kernel)
 
 
 def specialize(s: Schedule, step: st.Specialize) -> None:

@@ -68,6 +68,7 @@ class Schedule:
         self._dispatch: st.Dispatch | None = None
         self._prefetch = 0
         self._cores: dict[str, str] = {}
+        self._tensorized: dict[str, tuple[str, str]] = {}  # task -> (loop, intrinsic)
         self._variants: dict[str, list[tuple[Expr, LoopNest]]] = {}  # task -> (when, loops), first match wins
 
     # -- loop steps -------------------------------------------------------------------
@@ -204,8 +205,15 @@ class Schedule:
 
     def bind(self, task: str, loop: str | None = None, thread: str | None = None, *,
              core: str | None = None, kernel: str | None = None) -> Schedule:
-        """bind(task, loop, "threadIdx.x") for GPU axes, bind(task, core="cube") for a core class."""
+        """bind(task, loop, "threadIdx.x") for GPU axes, bind(task, core="cube") for a core class,
+        bind(task, loop, kernel=name) to call a declared intrinsic for the nest under loop."""
         return self._make(st.Bind, task=task, loop=loop, thread=thread, core=core, kernel=kernel)
+
+    def tensorize(self, task: str, loop: str, intrinsic: str) -> Schedule:
+        """Replace the loop nest under `loop` by calls of the intrinsic `intrinsic` (pw.intrinsic),
+        when the nest computes its pattern (checked at build: ScheduleError saying what differs).
+        The same step as bind(task, loop, kernel=intrinsic)."""
+        return self._make(st.Bind, task=task, loop=loop, kernel=intrinsic)
 
     # -- introspection ----------------------------------------------------------------
     def loops(self, task: str) -> list[str]:
@@ -259,6 +267,11 @@ class Schedule:
     @property
     def prefetch_depth(self) -> int:
         return self._prefetch
+
+    @property
+    def tensorized(self) -> dict[str, tuple[str, str]]:
+        """task -> (loop, intrinsic) from tensorize / bind(..., kernel=...)."""
+        return dict(self._tensorized)
 
     @property
     def cores(self) -> dict[str, str]:

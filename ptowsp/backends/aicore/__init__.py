@@ -20,6 +20,7 @@ import numpy as np
 from ptowsp.backends.aicore.cost import KernelShape, ModelCosts, check_buffers, itemsizes, kernel_shape
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
+from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
@@ -47,10 +48,16 @@ class AicoreExecutable:
             raise BuildError(f"the aicore target has cube and vector cores; bind(..., core=) named {sorted(unknown)}")
         resolved = program.schedule  # fusion applied: epilogue anchors are computed at their consumers
         self.shapes: dict[str, KernelShape] = {}
+        calls = {t: lookup(i) for t, (_, i) in resolved.tensorized.items()}
+        for task, found in calls.items():
+            if "aicore" not in found.implementations:
+                raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no aicore implementation (a core "
+                                 "class: pw.intrinsic(..., implementations={'aicore': 'cube'}))")
         for name, kernel in program.kernels.items():
             members = self._members(name)
             cube = any(wl.category(t) is Category.COMPLEX_OUT_FUSABLE for t in members)
-            core = schedule.cores.get(name) or ("cube" if cube else "vector")
+            called = [calls[t].implementations["aicore"] for t in members if t in calls]  # tensorized: its class
+            core = schedule.cores.get(name) or (called[0] if called else "cube" if cube else "vector")
             reduce = {prefix + r for task, prefix in members.items() for r in resolved.reduce_loops(task)}
             self.shapes[name] = kernel_shape(kernel, core, reduce, set(resolved.reduce_loops(name)))
             for (_, nest), (_, variant) in zip(resolved.variants.get(name, ()), program.variants.get(name, ())):

@@ -21,6 +21,7 @@ from llvmlite import ir
 
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
+from ptowsp.backends.cpu.microkernel import linked_ir
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
@@ -40,6 +41,7 @@ from ptowsp.te import Expr, Tensor
 from ptowsp.te.bounds import check_gathers, gather_indices
 from ptowsp.workloads import ComputeTask, inline_producers
 from ptowsp.workloads.inputs import input_sizes
+from ptowsp.workloads.intrinsic import lookup
 from ptowsp.workloads.reference import run_opaque
 
 
@@ -64,7 +66,8 @@ def describe(schedule: Schedule) -> str:
     wl = schedule.workload
     tasks = [_dump(t) if isinstance(t, ComputeTask) else f"opaque {t.name} {_dump(t.inputs)} {_dump(t.outputs)}"
              for t in map(wl.task, wl.tasks)]
-    return "\n".join([*tasks, f"outputs {wl.outputs}", schedule.to_json()])
+    called = sorted(f"intrinsic {name} {lookup(name).digest}" for _, name in schedule.tensorized.values())
+    return "\n".join([*tasks, f"outputs {wl.outputs}", schedule.to_json(), *called])
 
 
 class CpuExecutable:
@@ -170,7 +173,7 @@ class CpuExecutable:
             kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
                                         variants=variants)
         self.module_text = str(module)
-        data = compile_object(module)
+        data = compile_object(module, _linked(program))
         return LoadedObject(data), cache.store(key, data, tuple(program.order), kernels)
 
     def source(self, task: str, kind: str) -> str:
@@ -182,7 +185,7 @@ class CpuExecutable:
             program.source(task)  # raises BuildError saying why the task has no kernel
         module = ir.Module(name=program.workload.name)
         _emit_task(module, program, task)
-        optimised, machine = optimised_module(module)
+        optimised, machine = optimised_module(module, _linked(program))
         return str(optimised) if kind == "llvm" else machine.emit_assembly(optimised)
 
     def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
@@ -257,6 +260,11 @@ def _mismatch(manifest: Manifest, schedule: Schedule) -> str | None:
             return f"kernel {name!r}: {len(entry.variants)} specialized versions, the schedule has " \
                    f"{len(schedule.variants.get(name, ()))}"
     return None
+
+
+def _linked(program: Program) -> list[str]:
+    """The LLVM IR of the declared intrinsics the program's kernels call."""
+    return linked_ir({name for _, name in program.schedule.tensorized.values()})
 
 
 def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tuple[str, ...]]:

@@ -20,19 +20,22 @@ plain loops for LLVM's loop vectorizer (explicit vector code: to come).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 from llvmlite import ir
 
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.backends.cpu.jit import vector_bytes
+from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
 from ptowsp.backends.cpu.types import (
     I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
 )
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
-from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store
+from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
 from ptowsp.te import Expr, Op, dtypes, sizes
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
@@ -97,6 +100,13 @@ def _lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int
 class KernelEmitter(Conversions, DivMod):
     """Emits one kernel into a module; `emit()` returns the function."""
 
+    target = "cpu"  # whose implementation of an intrinsic a call uses
+
+    @property
+    def vector_lanes(self) -> int:
+        """float32 lanes of the host's vectors, for built-in micro-kernels."""
+        return vector_bytes() // 4
+
     def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
         self.module, self.kernel = module, kernel
         buffers = list(kernel.inputs) + list(kernel.outputs)
@@ -152,6 +162,8 @@ class KernelEmitter(Conversions, DivMod):
             self.b.store(self.to_memory(self.value(s.value, None), s.buffer.dtype), address)
         elif isinstance(s, Allocate):
             self.allocate(s)
+        elif isinstance(s, Tensorized):
+            self.call_intrinsic(s)
         elif not isinstance(s, Barrier):  # one thread: a barrier is a no-op
             raise TypeError(f"cannot emit {s!r}")
 
@@ -185,6 +197,18 @@ class KernelEmitter(Conversions, DivMod):
         self.b.branch(header)
         self.b.position_at_end(done)
         del self.env[s.var]
+
+    def call_intrinsic(self, s: Tensorized) -> None:
+        """A call of the intrinsic's implementation for this target (microkernel.py): each operand
+        window's first element, the pattern's extents, then every operand dimension's stride."""
+        contiguous = all(o.dims[-1] == len(o.buffer.shape) - 1 for o in s.operands[:1] + s.operands[2:])
+        fn = intrinsic_function(self.module, s, self.target, self.vector_lanes, contiguous, self.kernel.name)
+        strides = []
+        for o in s.operands:
+            for d in o.dims:
+                strides.append(self.extent(functools.reduce(sizes.mul, o.buffer.shape[d + 1:], 1)))
+        pointers = [self.address(o.buffer, o.base, None) for o in s.operands]
+        self.b.call(fn, [*pointers, *(ir.Constant(I64, e) for e in s.extents), *strides])
 
     def extent(self, extent: int | Expr) -> ir.Value:
         """A loop bound or stride: a constant, or computed from the size arguments (scalar code)."""

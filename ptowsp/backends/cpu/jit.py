@@ -14,9 +14,13 @@ import functools
 import hashlib
 import pathlib
 
+from collections.abc import Sequence
+
 import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
+
+from ptowsp.errors import BuildError
 
 
 def new_target_machine() -> llvm.TargetMachine:
@@ -59,10 +63,19 @@ def cache_key(description: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm.ModuleRef:
-    """Parse and verify the module, then run LLVM's -O3 pipeline for `tm` (with or without the
-    loop and SLP vectorizers)."""
+def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
+             linked: Sequence[str] = ()) -> llvm.ModuleRef:
+    """Parse and verify the module (with the LLVM IR texts `linked` into it: declared intrinsics),
+    then run LLVM's -O3 pipeline for `tm` (with or without the loop and SLP vectorizers)."""
     parsed = llvm.parse_assembly(str(module))
+    for text in linked:
+        try:
+            other = llvm.parse_assembly(text)
+            other.verify()
+        except RuntimeError as e:
+            raise BuildError(f"the LLVM IR of a declared intrinsic does not parse: {e}") from None
+        other.triple = parsed.triple
+        parsed.link_in(other)
     parsed.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=3)
     options.loop_vectorization = vectorize
@@ -75,18 +88,18 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool) -> llvm
 COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
 
 
-def optimised_module(module: ir.Module) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
-    """The module after -O3 for the host, and the machine that emits its code."""
+def optimised_module(module: ir.Module, linked: Sequence[str] = ()) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """The module (and the IR `linked` into it) after -O3 for the host, and the machine that emits its code."""
     module.triple = llvm.get_process_triple()
     tm = target_machine()
-    return optimise(module, tm, vectorize=True), tm
+    return optimise(module, tm, vectorize=True, linked=linked), tm
 
 
-def compile_object(module: ir.Module) -> bytes:
+def compile_object(module: ir.Module, linked: Sequence[str] = ()) -> bytes:
     """Optimise and compile the module for the host."""
     global COMPILATIONS
     COMPILATIONS += 1
-    optimised, tm = optimised_module(module)
+    optimised, tm = optimised_module(module, linked)
     return tm.emit_object(optimised)
 
 

@@ -104,6 +104,8 @@ class NoLibm:
 class GpuEmitter(NoLibm, KernelEmitter):
     """Emits one GPU kernel into an NVPTX module; `emit()` returns the function."""
 
+    target = "cuda"
+
     def __init__(self, module: ir.Module, kernel: GpuKernel, symbol: str):
         super().__init__(module, kernel, symbol)  # type: ignore[arg-type]  # the same fields a Kernel has
         self.fn.calling_convention = "ptx_kernel"

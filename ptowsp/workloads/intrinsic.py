@@ -1,0 +1,130 @@
+"""Hardware intrinsics declared by the computation they perform (TVM's decl_tensor_intrin).
+
+`pw.intrinsic(name, compute, implementations)`: `compute` is a workload with one compute task,
+the pattern: what one call computes, over its inputs (operands).  Its extents may be sizes
+("m", "n", "k"): the call site binds them.  A reduction pattern `c[i, j] = sum(f, r)` is
+carried out as an update, `c[i, j] += sum(f, r)`: the output window already holds the running
+value (the lowering stores the identity before, as for any reduction).
+
+`implementations` maps a target to how it carries the pattern out:
+
+- `"cpu"`: LLVM IR text defining the function `@<symbol>` (`symbol`: the name with non-identifier
+  characters as `_`), or `BUILTIN` for a micro-kernel the cpu backend generates;
+- `"aicore"`: the core class its calls run on (`"cube"` or `"vector"`); the numbers come from
+  the cpu implementation, the time from the device model of that core class;
+- a target without an entry refuses a schedule that uses the intrinsic (BuildError).
+
+The cpu calling convention, every scalar an `i64`:
+
+    void @symbol(ptr out, ptr in_0, ..., ptr in_n-1,
+                 i64 extent of each pattern axis (spatial axes, then reduce axes, in order),
+                 i64 stride of each dimension of out, then of in_0, ... (in elements))
+
+where each pointer addresses the operand window's first element.  A schedule uses an intrinsic
+with `s.tensorize(task, loop, name)` (the same step as `bind(task, loop, kernel=name)`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ptowsp.errors import WorkloadError
+from ptowsp.te import Op, reduce_axis, reduce_sum
+from ptowsp.workloads.task import ComputeTask
+from ptowsp.workloads.workload import Workload
+
+BUILTIN = "builtin"  # an implementation the target's backend generates (a micro-kernel)
+CORE_CLASSES = ("cube", "vector")
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    name: str
+    pattern: Workload  # one compute task over its inputs
+    implementations: Mapping[str, str]
+
+    @property
+    def task(self) -> ComputeTask:
+        task = self.pattern.task(self.pattern.tasks[0])
+        assert isinstance(task, ComputeTask)
+        return task
+
+    @property
+    def symbol(self) -> str:
+        """The cpu function's name: `ptowsp_intrinsic_<name>` with non-identifier characters as `_`."""
+        return "ptowsp_intrinsic_" + re.sub(r"\W", "_", self.name)
+
+    @property
+    def digest(self) -> str:
+        """What a compiled kernel that calls it depends on: its pattern and implementations."""
+        text = f"{self.pattern}\n" + "\n".join(f"{k}={v}" for k, v in sorted(self.implementations.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_REGISTRY: dict[str, Intrinsic] = {}
+
+
+def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str]) -> Intrinsic:
+    """Declare (or redeclare) the intrinsic `name`; schedules name it in `tensorize`."""
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"pw.intrinsic needs a name, got {name!r}")
+    if not isinstance(compute, Workload):
+        raise WorkloadError(f"intrinsic {name!r}: compute must be a pw.Workload with one compute task (the "
+                            f"pattern one call computes), got {type(compute).__name__}")
+    tasks = [compute.task(t) for t in compute.tasks]
+    if len(tasks) != 1 or not isinstance(tasks[0], ComputeTask) or tasks[0].domain is not None or tasks[0].scan:
+        raise WorkloadError(f"intrinsic {name!r}: the compute workload must hold exactly one compute task (no "
+                            f"domain, no scan); it holds {', '.join(compute.tasks) or 'none'}")
+    body = tasks[0].body
+    nested = [n for n in _below(body) if n.op is Op.REDUCE]
+    if nested or (body.op is Op.REDUCE and body.arg != "sum"):
+        raise WorkloadError(f"intrinsic {name!r}: the pattern is elementwise or one sum at its top, got {body}")
+    if not isinstance(implementations, Mapping) or not implementations:
+        raise WorkloadError(f"intrinsic {name!r}: implementations maps targets to how each carries the pattern "
+                            "out, e.g. {'cpu': llvm_ir_text, 'aicore': 'cube'}")
+    for target, impl in implementations.items():
+        if not isinstance(impl, str):
+            raise WorkloadError(f"intrinsic {name!r}: the {target} implementation must be a string, got {impl!r}")
+        if target == "aicore" and impl not in CORE_CLASSES:
+            raise WorkloadError(f"intrinsic {name!r}: the aicore implementation names a core class "
+                                f"({', '.join(CORE_CLASSES)}), got {impl!r}")
+    found = Intrinsic(name, compute, dict(implementations))
+    if found.implementations.get("cpu", BUILTIN) != BUILTIN and f"@{found.symbol}(" not in found.implementations["cpu"]:
+        raise WorkloadError(f"intrinsic {name!r}: the cpu LLVM IR must define @{found.symbol}(...)")
+    _REGISTRY[name] = found
+    return found
+
+
+def _below(body):
+    """The nodes under a top-level sum (its body), or under the whole expression."""
+    from ptowsp.te import walk
+
+    start = body.src[0] if body.op is Op.REDUCE else body
+    return walk(start)
+
+
+def lookup(name: str) -> Intrinsic:
+    """The intrinsic declared as `name` (built-ins first declared on first use)."""
+    if name not in _REGISTRY and name in _BUILTINS:
+        _REGISTRY[name] = _BUILTINS[name]()
+    if name not in _REGISTRY:
+        known = sorted({*_REGISTRY, *_BUILTINS})
+        raise WorkloadError(f"no intrinsic named {name!r} is declared; declared: {', '.join(known)} "
+                            "(pw.intrinsic declares one)")
+    return _REGISTRY[name]
+
+
+def _gemm() -> Intrinsic:
+    """C[i, j] += sum_r A[i, r] * B[r, j] in float32, any m x n x k: the cpu's register-tile
+    micro-kernel (backends/cpu/microkernel.py) and the aicore cube."""
+    wl = Workload("gemm")
+    a, b = wl.input("A", ("m", "k")), wl.input("B", ("k", "n"))
+    r = reduce_axis(wl.size("k"), "r")
+    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(a[i, r] * b[r, j], r))
+    return Intrinsic("gemm", wl, {"cpu": BUILTIN, "aicore": "cube"})
+
+
+_BUILTINS = {"gemm": _gemm}
