@@ -18,6 +18,8 @@ Contenders:
   compiled for the host, realized into a preallocated output.  Halide's app
   sums in uint16 and trims the border; here it widens and uses repeat_edge
   like pw.zoo.blur so that the outputs agree bit for bit.
+- int8 matmul 512^3: the cpu default (the built-in `gemm_i8` intrinsic, VNNI's vpdpbusd, where
+  the host has it), the same default schedule without the intrinsic, numpy's int32 matmul.
 - conv: numpy (im2col + an int32 matmul, which numpy does without BLAS) and
   torch (int32 conv2d is not offered; it runs the int8 values as float32 and
   the result is exact, since every sum is below 2**24) when importable.
@@ -41,6 +43,8 @@ import numpy as np
 from timing import side_by_side
 
 import ptowsp as pw
+from ptowsp.backends.base import backend
+from ptowsp.schedules.passes.default import default_schedule
 
 try:
     import halide as hl
@@ -171,6 +175,27 @@ def conv_rows(repeat: int, shape=(1, 64, 56, 56, 64, 3)) -> list[tuple[str, str,
     return [(label, n, t, ok) for n, t, ok in zip(names, times, checks, strict=True)]
 
 
+def int8_matmul_rows(repeat: int, n: int = 512) -> list[tuple[str, str, float, bool]]:
+    """An int8 n^3 matmul with int32 sums: the cpu default (VNNI's vpdpbusd through the built-in
+    gemm_i8 intrinsic where the host has it), the same schedule without it, numpy's int32 matmul."""
+    wl = pw.Workload("matmul_int8")
+    a, b = wl.input("A", (n, n), "int8"), wl.input("B", (n, n), "int8")
+    r = pw.reduce_axis(n, "r")
+    wl.output(wl.compute("C", (n, n), lambda i, j: pw.sum(pw.cast(a[i, r], "int32") * pw.cast(b[r, j], "int32"),
+                                                           axis=r)))
+    rng = np.random.default_rng(0)
+    x, y = (rng.integers(-128, 128, (n, n), dtype=np.int8) for _ in range(2))
+    wide = (x.astype(np.int32), y.astype(np.int32))
+    expected = wide[0] @ wide[1]
+    progs = [pw.build(wl, target="cpu"),
+             pw.build(default_schedule(wl, vector_bytes=backend("cpu").vector_bytes), target="cpu")]
+    names = ["ptowsp default", "ptowsp no intrinsic", "numpy int32 @"]
+    fns = [lambda p=p: p.run(A=x, B=y) for p in progs] + [lambda: wide[0] @ wide[1]]
+    checks = [np.array_equal(p.run(A=x, B=y)["C"], expected) for p in progs] + [True]
+    times = side_by_side(fns, repeat)
+    return [(f"matmul int8 {n}^3", name, t, ok) for name, t, ok in zip(names, times, checks, strict=True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -181,7 +206,7 @@ def main() -> None:
     print(f"{'kernel':34} {'contender':22} {'median':>10} {'speed':>9}  check")
     for rows, base in [(blur_rows("uint8", args.repeat), "Halide apps/blur"),
                        (blur_rows("uint16", args.repeat), "Halide apps/blur"),
-                       (conv_rows(args.repeat), "numpy im2col")]:
+                       (conv_rows(args.repeat), "numpy im2col"), (int8_matmul_rows(args.repeat), "numpy int32 @")]:
         ref = {n: t for _, n, t, _ in rows}.get(base) or {n: t for _, n, t, _ in rows}["numpy"]
         for kernel, name, seconds, ok in rows:
             print(f"{kernel:34} {name:22} {seconds * 1e3:8.2f}ms {ref / seconds:8.2f}x  {'ok' if ok else 'WRONG'}")

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ptowsp.errors import WorkloadError
-from ptowsp.te import Op, reduce_axis, reduce_sum
+from ptowsp.te import Op, cast, reduce_axis, reduce_sum
 from ptowsp.workloads.task import ComputeTask
 from ptowsp.workloads.workload import Workload
 
@@ -127,4 +127,15 @@ def _gemm() -> Intrinsic:
     return Intrinsic("gemm", wl, {"cpu": BUILTIN, "aicore": "cube"})
 
 
-_BUILTINS = {"gemm": _gemm}
+def _gemm_i8() -> Intrinsic:
+    """C[i, j] += sum_r int32(A[i, r]) * int32(B[r, j]), A and B int8, C int32, any m x n x k: on cpu
+    VNNI's `vpdpbusd` where the host has it (backends/cpu/microkernel.py), else scalar code; the
+    aicore cube's int8 mode."""
+    wl = Workload("gemm_i8")
+    a, b = wl.input("A", ("m", "k"), "int8"), wl.input("B", ("k", "n"), "int8")
+    r = reduce_axis(wl.size("k"), "r")
+    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(cast(a[i, r], "int32") * cast(b[r, j], "int32"), r))
+    return Intrinsic("gemm_i8", wl, {"cpu": BUILTIN, "aicore": "cube"})
+
+
+_BUILTINS = {"gemm": _gemm, "gemm_i8": _gemm_i8}

@@ -170,3 +170,36 @@ def test_cuda_refuses_an_intrinsic_without_a_cuda_implementation():
 
     with pytest.raises(pw.BuildError, match="intrinsic 'gemm' has no cuda implementation"):
         generate(gemm_schedule(pw.zoo.matmul(16, 32, 16), 4, 32, 16))
+
+
+def int8_matmul(m: int, n: int, k: int) -> pw.Workload:
+    wl = pw.Workload("mm8")
+    a, b = wl.input("A", (m, k), "int8"), wl.input("B", (k, n), "int8")
+    r = pw.reduce_axis(k, "r")
+    wl.output(wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "int32") * pw.cast(b[r, j], "int32"),
+                                                           axis=r)))
+    return wl
+
+
+@pytest.mark.parametrize("k_block", [16, 10])  # 10: two groups of four k and a short one of two
+@pytest.mark.parametrize("target", COMPILED)
+def test_gemm_i8_is_exact_with_and_without_a_short_group_of_k(k_block, target):
+    wl = int8_matmul(8, 32, 30 if k_block == 10 else 64)
+    s = wl.schedule().tile("C", i=4, j=32).split("C", "r", k_block)
+    s.reorder("C", "i.outer", "j.outer", "r.outer", "r.inner", "i.inner", "j.inner").tensorize("C", "r.inner", "gemm_i8")
+    rng = np.random.default_rng(2)
+    a = rng.integers(-128, 128, wl.tensor("A").shape, dtype=np.int8)
+    b = rng.integers(-128, 128, wl.tensor("B").shape, dtype=np.int8)
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(pw.build(s, target=target).run(A=a, B=b)["C"], want)
+
+
+@pytest.mark.skipif("cpu" not in pw.targets(), reason="needs the cpu target")
+def test_the_cpu_default_calls_gemm_i8_where_the_host_has_vnni():
+    from ptowsp.backends.cpu.microkernel import vnni
+
+    wl = int8_matmul(64, 64, 128)
+    prog = pw.build(wl, target="cpu")
+    assert ("kernel='gemm_i8'" in str(prog.schedule)) == vnni()
+    if vnni():
+        assert "vpdpbusd" in prog.source("C", "asm")

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
-from ptowsp.backends.cpu.microkernel import linked_ir
+from ptowsp.backends.cpu.microkernel import linked_ir, vnni
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
@@ -339,4 +339,11 @@ class CpuBackend:
         return CpuExecutable(schedule)
 
     def schedule_choices(self, device: None) -> Choose:
-        return keep_default
+        """The default's answers, but an int8 register tile calls `gemm_i8` where the host has VNNI."""
+        if not vnni():
+            return keep_default
+
+        def choose(name, candidates, default):
+            return "gemm_i8" if name.endswith(".tensorize") and "gemm_i8" in candidates else default
+
+        return choose

@@ -201,8 +201,7 @@ class KernelEmitter(Conversions, DivMod):
     def call_intrinsic(self, s: Tensorized) -> None:
         """A call of the intrinsic's implementation for this target (microkernel.py): each operand
         window's first element, the pattern's extents, then every operand dimension's stride."""
-        contiguous = all(o.dims[-1] == len(o.buffer.shape) - 1 for o in s.operands[:1] + s.operands[2:])
-        fn = intrinsic_function(self.module, s, self.target, self.vector_lanes, contiguous, self.kernel.name)
+        fn = intrinsic_function(self.module, s, self.target, self.vector_lanes, self.kernel.name)
         strides = []
         for o in s.operands:
             for d in o.dims:

@@ -22,8 +22,7 @@ I64 = ir.IntType(64)
 F32 = ir.FloatType()
 
 
-def intrinsic_function(module: ir.Module, call: Tensorized, target: str, lanes: int, contiguous: bool,
-                       task: str) -> ir.Function:
+def intrinsic_function(module: ir.Module, call: Tensorized, target: str, lanes: int, task: str) -> ir.Function:
     """The function a call invokes on `target`: declared (its IR is linked in) or generated."""
     found = lookup(call.intrinsic)
     impl = found.implementations.get(target)
@@ -36,12 +35,17 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, lanes: 
     if impl != BUILTIN:
         existing = module.globals.get(found.symbol)
         return existing if existing is not None else ir.Function(module, fn_type, found.symbol)
-    if found.name != "gemm":
+    if found.name not in _BUILT:
         raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no built-in {target} micro-kernel")
     m, n, k = call.extents
-    name = f"{found.symbol}.{m}x{n}x{k}.{'v' if contiguous else 's'}{lanes}"
+    unit = [o.dims[-1] == len(o.buffer.shape) - 1 for o in call.operands]  # rows contiguous: out, a, b
+    vector = unit[0] and unit[2] and (found.name == "gemm" or (vnni() and n % VNNI_LANES == 0))
+    name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)
-    return existing if existing is not None else _gemm(module, fn_type, name, m, n, k, lanes if contiguous else 0)
+    if existing is not None:
+        return existing
+    extra = {"unit_a": unit[1]} if found.name == "gemm_i8" else {}
+    return _BUILT[found.name](module, fn_type, name, m, n, k, lanes if vector else 0, **extra)
 
 
 def linked_ir(intrinsics: set[str]) -> list[str]:
@@ -119,4 +123,103 @@ def _gemm(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int
     return fn
 
 
-__all__ = ["Intrinsic", "intrinsic_function", "linked_ir"]
+VNNI_LANES = 16  # int32 accumulators per AVX-512 vector
+
+
+def vnni() -> bool:
+    """Whether the host has AVX-512 VNNI (`vpdpbusd`: 4 byte products summed into each int32 lane)."""
+    import llvmlite.binding as llvm  # the jit module has initialised the native target by now
+
+    return bool(llvm.get_host_cpu_features().get("avx512vnni"))
+
+
+def _gemm_i8(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int, k: int,
+             lanes: int, unit_a: bool = False) -> ir.Function:
+    """C[m, n] (int32) += A[m, k] (int8) . B[k, n] (int8) with `vpdpbusd` when lanes > 0, else scalar.
+
+    vpdpbusd multiplies unsigned bytes by signed bytes, four k at a time per int32 lane: A's bytes
+    go in as a + 128 (xor 0x80), B's as they are, interleaved by k (B[k..k+3, j] side by side for
+    each column j); the 128 * sum_k B[k, j] this adds is summed alongside (vpdpbusd of ones) and
+    taken off at the end.  A last group of fewer than four k reads zeros for the missing rows."""
+    fn = ir.Function(module, fn_type, name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    c, a, b, _, _, _, c0, c1, a0, a1, b0, b1 = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+
+    def at(base, etype, *terms):
+        offset = ir.Constant(I64, 0)
+        for index, stride in terms:
+            offset = builder.add(offset, builder.mul(index if isinstance(index, ir.Value) else ir.Constant(I64, index),
+                                                     stride))
+        return builder.gep(base, [offset], source_etype=etype)
+
+    if not lanes:  # scalar: the nest the call stands for
+        for row in range(m):
+            for col in range(n):
+                total = builder.load(at(c, i32, (row, c0), (col, c1)), typ=i32)
+                for kk in range(k):
+                    x = builder.sext(builder.load(at(a, i8, (row, a0), (kk, a1)), typ=i8), i32)
+                    y = builder.sext(builder.load(at(b, i8, (kk, b0), (col, b1)), typ=i8), i32)
+                    total = builder.add(total, builder.mul(x, y))
+                builder.store(total, at(c, i32, (row, c0), (col, c1)))
+        builder.ret_void()
+        return fn
+    acc_t, bytes_t, row_t = ir.VectorType(i32, VNNI_LANES), ir.VectorType(i8, 64), ir.VectorType(i8, VNNI_LANES)
+    dot = module.globals.get("llvm.x86.avx512.vpdpbusd.512") or ir.Function(
+        module, ir.FunctionType(acc_t, [acc_t, bytes_t, bytes_t]), "llvm.x86.avx512.vpdpbusd.512")
+    pair = ir.Constant(ir.VectorType(i32, 32), list(range(32)))
+    interleave = ir.Constant(ir.VectorType(i32, 64), [q * 16 + j if q < 2 else 32 + (q - 2) * 16 + j
+                                                       for j in range(16) for q in range(4)])
+    ones = ir.Constant(bytes_t, [1] * 64)
+    vectors = n // VNNI_LANES
+    acc = [[builder.load(at(c, i32, (row, c0), (v * VNNI_LANES, c1)), typ=acc_t, align=4) for v in range(vectors)]
+           for row in range(m)]
+    sums = [ir.Constant(acc_t, [0] * VNNI_LANES) for _ in range(vectors)]
+
+    def quad(kk, rows: int):
+        """One group of `rows` (<= 4) k starting at kk: every accumulator and column sum updated."""
+        nonlocal sums
+        zero_row = ir.Constant(row_t, [0] * VNNI_LANES)
+        new_sums = []
+        columns = []
+        for v in range(vectors):
+            b_rows = [builder.load(at(b, i8, (builder.add(kk, ir.Constant(I64, q)), b0), (v * VNNI_LANES, b1)),
+                                   typ=row_t, align=1) if q < rows else zero_row for q in range(4)]
+            low = builder.shuffle_vector(b_rows[0], b_rows[1], pair)
+            high = builder.shuffle_vector(b_rows[2], b_rows[3], pair)
+            columns.append(builder.shuffle_vector(low, high, interleave))
+            new_sums.append(builder.call(dot, [sums[v], ones, columns[-1]]))
+        sums = new_sums
+        for row in range(m):
+            if rows == 4 and unit_a:  # A[row, kk..kk+3] + 128 as unsigned bytes: one little-endian word
+                word = builder.xor(builder.load(at(a, i8, (row, a0), (kk, a1)), typ=i32, align=1),
+                                   ir.Constant(i32, 0x80808080))
+            else:
+                word = ir.Constant(i32, 0)
+            for q in range(rows if not (rows == 4 and unit_a) else 0):  # byte by byte: a strided or short group
+                byte = builder.load(at(a, i8, (row, a0), (builder.add(kk, ir.Constant(I64, q)), a1)), typ=i8)
+                unsigned = builder.zext(builder.xor(byte, ir.Constant(i8, 0x80)), i32)
+                word = builder.or_(word, builder.shl(unsigned, ir.Constant(i32, 8 * q)))
+            splat = builder.bitcast(builder.shuffle_vector(
+                builder.insert_element(ir.Constant(acc_t, ir.Undefined), word, ir.Constant(i32, 0)),
+                ir.Constant(acc_t, ir.Undefined), ir.Constant(ir.VectorType(i32, VNNI_LANES), [0] * VNNI_LANES)),
+                bytes_t)
+            acc[row] = [builder.call(dot, [acc[row][v], splat, columns[v]]) for v in range(vectors)]
+
+    for kk in range(0, k - k % 4, 4):  # k is the call's block: unrolled, as LLVM would
+        quad(ir.Constant(I64, kk), 4)
+    if k % 4:
+        quad(ir.Constant(I64, k - k % 4), k % 4)
+    for row in range(m):
+        for v in range(vectors):
+            fixed = builder.sub(acc[row][v], builder.shl(sums[v], ir.Constant(acc_t, [7] * VNNI_LANES)))
+            builder.store(fixed, at(c, i32, (row, c0), (v * VNNI_LANES, c1)), align=4)
+    builder.ret_void()
+    return fn
+
+
+_BUILT = {"gemm": _gemm, "gemm_i8": _gemm_i8}
+
+__all__ = ["Intrinsic", "intrinsic_function", "linked_ir", "vnni"]

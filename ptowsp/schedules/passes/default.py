@@ -128,6 +128,9 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     for task, rows in tiles.items():
         if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
             _rows_inside_panel(s, task, *rows)
+        elif rows is None and task not in anchors and task not in groups and all(
+                g.root != task for g in groups.values()) and choose(f"{task}.stream_reduction", (True, False), True):
+            _stream_reduction(s, task)  # not where another task's placement depends on its loops
     if fuse:
         s = fusion.plan(s.fuse_by_category(), keep).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
@@ -306,6 +309,8 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     if not spatial or lanes == 1:
         return None
     j = spatial[-1]
+    while lanes > 4 and isinstance(j.extent, int) and j.extent % lanes:  # a narrower vector that divides
+        lanes //= 2
     fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
     vectors = choose(f"{task}.vectors", (0, *fits), 1 if 1 in fits else 0)
     if not vectors:
@@ -381,6 +386,8 @@ def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: C
     s.reorder(task, *outer, *tiles, f"{k.name}.outer", f"{k.name}.inner",
               f"{i.name}.inner", f"{j.name}.inner.outer", f"{j.name}.inner.inner")
     s.unroll(task, f"{i.name}.inner").unroll(task, f"{j.name}.inner.outer").vectorize(task, f"{j.name}.inner.inner")
+    if _int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
+        s.tensorize(task, f"{k.name}.inner", "gemm_i8")
     panel_loop = f"{k.name}.outer"
     packable = panels[0] in {t.name for t in s.workload.task(task).inputs}
     if packable and choose(f"{task}.pack_panel", (True, False), True):
@@ -398,6 +405,33 @@ def _rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> No
     order = [n for n in names if n != inner]
     order.insert(order.index(panel_loop) + 1, inner)
     s.reorder(task, *order)
+
+
+def _stream_reduction(s: Schedule, task: str, max_tile: int = 4096) -> None:
+    """A single reduction the other rules left over a non-contiguous axis (a matrix-vector product
+    `y[j] = sum_k x[k] W[k, j]`, column sums): its loop goes just inside the task grid, so each
+    step reads a contiguous run of a row for the instance's whole tile of outputs (a local
+    accumulator tile of at most `max_tile` elements) instead of walking a column, a page per
+    row, once per output vector."""
+    loops = s.nest(task).loops
+    reduce = [lp for lp in loops if lp.reduce]
+    if len(reduce) != 1 or reduce[0].annotation != SERIAL or _contiguous(s.workload.task(task).body, reduce[0].name):
+        return
+    grid = [lp for lp in loops if lp.annotation == PARALLEL]
+    inner = [lp for lp in loops if lp.annotation != PARALLEL and not lp.reduce]
+    extents = [lp.extent for lp in inner]
+    if not inner or not all(isinstance(e, int) for e in extents) or math.prod(extents) > max_tile:
+        return
+    order = [lp.name for lp in (*grid, reduce[0], *inner)]
+    if order != [lp.name for lp in loops]:
+        s.reorder(task, *order)
+
+
+def _int8_dot(body: Expr) -> bool:
+    """`sum(int32(A[..]) * int32(B[..]))` with A and B int8: the built-in `gemm_i8`'s pattern."""
+    if body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "int32" or body.src[0].op is not Op.MUL:
+        return False
+    return all(x.op is Op.CAST and x.src[0].op is Op.LOAD and x.src[0].dtype == "int8" for x in body.src[0].src)
 
 
 def _indexes(load: Expr, k: str, j: str, i: str) -> bool:
