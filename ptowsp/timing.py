@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 from ptowsp.runtime.trace import time_unit
 
+SETTLE_SECONDS = 0.2  # idle time before each block: peers' spinning threads go back to sleep
+
 
 def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
     """Median wall time of `repeat` calls after `warmup` untimed ones."""
@@ -28,27 +30,34 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> fl
 
 
 def side_by_side(fns: Sequence[Callable[[], object]], repeat: int, rounds: int = 3,
-                 min_block: float = 0.0) -> list[float]:
+                 min_block: float = 0.0, settle: float = SETTLE_SECONDS) -> list[float]:
     """Median seconds of each function over `rounds` alternating blocks of `repeat` runs
     (more for a fast function: a block runs at least `min_block` seconds).
 
     Within a block a function runs back to back (its steady state: warm caches,
-    the allocator reusing the last run's buffers); blocks alternate so that a
-    noisy spell on this shared machine hits every side alike.
+    the allocator reusing the last run's buffers); blocks alternate, in an order that
+    rotates every round, so that a noisy spell on this shared machine hits every side
+    alike and no side always follows the same neighbour.  Before each block the machine
+    is left idle for `settle` seconds: a peer's thread pool (OpenBLAS, oneDNN, Halide)
+    keeps spinning on the cores for a while after its call returns, and would otherwise
+    slow whichever block comes next.
     """
     blocks: list[list[float]] = [[] for _ in fns]
     repeats = [max(repeat, math.ceil(min_block / max(median_seconds(fn, 1), 1e-6))) for fn in fns]
-    for _ in range(rounds):
-        for fn, n, out in zip(fns, repeats, blocks, strict=True):
-            out.append(median_seconds(fn, n))
+    order = list(range(len(fns)))
+    for r in range(rounds):
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            time.sleep(settle)
+            blocks[k].append(median_seconds(fns[k], repeats[k]))
     return [statistics.median(b) for b in blocks]
 
 
 def rotating_blocks(fns: Sequence[Callable[[], object]], rounds: int, runs: int,
-                    warmup: int = 1) -> list[list[float]]:
+                    warmup: int = 1, settle: float = SETTLE_SECONDS) -> list[list[float]]:
     """Every timed run of each function, after `warmup` untimed ones: `rounds` rounds in which each
     function runs a block of `runs` back to back, the order rotating every round so that a noisy
-    spell hits every function alike and none always follows the same neighbour."""
+    spell hits every function alike and none always follows the same neighbour, each block after
+    `settle` idle seconds (as in side_by_side)."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -56,6 +65,7 @@ def rotating_blocks(fns: Sequence[Callable[[], object]], rounds: int, runs: int,
     order = list(range(len(fns)))
     for i in range(rounds):
         for k in order[i % len(order):] + order[:i % len(order)]:
+            time.sleep(settle)
             for _ in range(runs):
                 start = time.perf_counter()
                 fns[k]()
