@@ -27,6 +27,7 @@ test: $(STAMP)
 # thousands of random legal schedules on every compiled target (not part of `make test`)
 fuzz: $(STAMP)
 	$(VPY) -m tests.conformance.fuzz --pairs $(or $(PAIRS),5000)
+	$(VPY) -m tests.conformance.tensorize_fuzz --pairs $(or $(PAIRS),5000)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -98,16 +98,25 @@ def _match(region: Stmt, intrinsic: Intrinsic, reduce_loops: set[str]) -> Tensor
     axes = _axes(s, value, names, reduce_loops)
     p_axes = [(a.arg[0], a.arg[1], False) for a in pattern.axes] + (
         [(a.arg[0], a.arg[1], True) for a in body.src[1:]] if reduce else [])
-    if len(axes) != len(p_axes):
+    missing = len(p_axes) - len(axes)  # pattern axes of extent 1 here: their loops were dropped
+    if missing < 0:
         raise NoMatch(f"the nest runs over {len(axes)} axes ({_show(axes)}); the pattern over {len(p_axes)} "
                       f"({', '.join(f'{n} in 0..{e}' for n, e, _ in p_axes)})")
     p_body = body.src[0] if reduce else body
     failures: list[NoMatch] = []
-    for order in itertools.permutations(axes):
-        try:
-            return _pair(order, p_axes, s, value, p_body, intrinsic, region)
-        except NoMatch as e:
-            failures.append(e)
+    for units in itertools.combinations(range(len(p_axes)), missing):
+        if any(isinstance(p_axes[u][1], int) and p_axes[u][1] != 1 for u in units):
+            continue
+        for order in itertools.permutations(axes):
+            placed = iter(order)
+            aligned = [_Axis((), 1, p_axes[k][2]) if k in units else next(placed) for k in range(len(p_axes))]
+            try:
+                return _pair(aligned, p_axes, s, value, p_body, intrinsic, region)
+            except NoMatch as e:
+                failures.append(e)
+    if not failures:
+        raise NoMatch(f"the nest runs over {len(axes)} axes ({_show(axes)}); the pattern over {len(p_axes)} "
+                      f"({', '.join(f'{n} in 0..{e}' for n, e, _ in p_axes)}), whose others cannot be 1")
     raise next((e for e in failures if e.paired), failures[0])
 
 
@@ -255,6 +264,14 @@ def _window(buffer: Buffer, indices: tuple[Expr, ...], p_indices: tuple[Expr, ..
     start = 0
     for p_index in p_indices:
         p_form = {k: v for k, v in (_linear(p_index, p_loops) or {}).items() if v}
+        if not p_form:  # an axis of extent 1 here: the first dimension that does not move holds it
+            while start < len(moves) and moves[start]:
+                start += 1
+            if start == len(moves):
+                raise NoMatch(f"{buffer.name} has no dimension left for the pattern's [{p_index}] of one element")
+            dims.append(start)
+            start += 1
+            continue
         while start < len(moves) and not moves[start]:
             start += 1
         if start == len(moves) or moves[start] != p_form:
