@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ptowsp.errors import WorkloadError
-from ptowsp.te import Op, cast, reduce_axis, reduce_sum
+from ptowsp.te import Expr, Op, cast, reduce_axis, reduce_sum, walk
 from ptowsp.workloads.task import ComputeTask
 from ptowsp.workloads.workload import Workload
 
@@ -98,12 +98,9 @@ def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str]) 
     return found
 
 
-def _below(body):
+def _below(body: Expr):
     """The nodes under a top-level sum (its body), or under the whole expression."""
-    from ptowsp.te import walk
-
-    start = body.src[0] if body.op is Op.REDUCE else body
-    return walk(start)
+    return walk(body.src[0] if body.op is Op.REDUCE else body)
 
 
 def lookup(name: str) -> Intrinsic:

@@ -20,7 +20,6 @@ import numpy as np
 from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
 from ptowsp.te.names import check_name
-from ptowsp.te.sizes import Extent
 from ptowsp.workloads.arrays import constant_array, normalize_shape
 from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.checks import check_reduce_axes, loop_names_of
