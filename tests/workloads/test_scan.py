@@ -175,3 +175,43 @@ def test_a_scan_over_a_symbolic_length(target):
     for n in (1, 2, 9):
         a = np.random.default_rng(n).random((n, 16), dtype=np.float32)
         np.testing.assert_allclose(prog.run(X=a)["C"], decay_numpy(a), rtol=1e-6)
+
+
+def random_scan_schedule(wl: pw.Workload, task: str, rng) -> pw.Schedule:
+    """Up to six random loop steps on a scan; each one the rules refuse is skipped."""
+    s = wl.schedule()
+    for _ in range(rng.integers(1, 7)):
+        loops = s.loops(task)
+        loop = loops[rng.integers(len(loops))]
+        extent = s.nest(task).loop(loop).extent
+        step = rng.integers(5)
+        try:
+            if step == 0 and extent > 2:
+                s.split(task, loop, int(rng.choice([2, 4, 8])))
+            elif step == 1:
+                s.reorder(task, *rng.permutation(loops).tolist())
+            elif step == 2 and extent <= 16:
+                s.vectorize(task, loop)
+            elif step == 3:
+                s.parallel(task, loop)
+            elif step == 4 and extent <= 8:
+                s.unroll(task, loop)
+        except pw.ScheduleError:
+            pass
+    return s
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_legal_scan_schedules_match_the_reference(seed):
+    """Whatever the rules let through (independent axes outside or in parallel, the rest inside the
+    scan axis) computes the reference's values."""
+    rng = np.random.default_rng(seed)
+    wl = decay(10, 48) if seed % 2 else pw.zoo.lstm(steps=4, inputs=8, hidden=16)
+    task = "C" if seed % 2 else "state"
+    s = random_scan_schedule(wl, task, rng)
+    inputs = {n: rng.standard_normal(wl.tensor(n).shape).astype(np.float32) * 0.5 for n in wl.inputs}
+    want = pw.reference(wl, **inputs)
+    for target in COMPILED:
+        got = pw.build(s, target=target).run(**inputs)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=f"{target}\n{s}")
