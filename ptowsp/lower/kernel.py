@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import networkx as nx
@@ -58,6 +59,7 @@ from ptowsp.lower.accumulate import combine as _combine
 from ptowsp.lower.accumulate import identity as _identity
 from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
 from ptowsp.lower.cse import bind_common
+from ptowsp.lower.gathers import clamp_gathers
 from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
@@ -67,11 +69,12 @@ from ptowsp.lower.tensorize import tensorize
 from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import LoopNest, Schedule
+from ptowsp.schedules.layouts import Layout
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
-from ptowsp.te.expr import binary, unary, where
+from ptowsp.te.expr import unary, where
 from ptowsp.te.reducer import is_several
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
 
@@ -100,10 +103,19 @@ def buffer_of(tensor) -> Buffer:
     return Buffer(tensor.name, tensor.shape, tensor.dtype)
 
 
-def to_buffers(body: Expr) -> Expr:
-    """Reads of workload tensors become reads of global buffers (in gather indices too)."""
-    return substitute(body, lambda n: Expr(Op.LOAD, n.dtype, tuple(map(to_buffers, n.src)), buffer_of(n.arg))
-                      if n.op is Op.LOAD else None)
+def to_buffers(body: Expr, layouts: Mapping[str, Layout] | None = None) -> Expr:
+    """Reads of workload tensors become reads of global buffers (in gather indices too); a tensor
+    stored in another layout (transform_layout) is read at its stored position."""
+    def read(n: Expr) -> Expr | None:
+        if n.op is not Op.LOAD:
+            return None
+        indices = tuple(to_buffers(i, layouts) for i in n.src)
+        layout = (layouts or {}).get(n.arg.name)
+        if layout is None:
+            return Expr(Op.LOAD, n.dtype, indices, buffer_of(n.arg))
+        return Expr(Op.LOAD, n.dtype, layout.read(indices), Buffer(n.arg.name, layout.shape, n.arg.dtype))
+
+    return substitute(body, read)
 
 
 def axis_values(nest: LoopNest) -> tuple[dict[str, Expr], list[Expr]]:
@@ -153,7 +165,8 @@ class _Lowering:
         self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
         self.several = SeveralValues()  # several-value reductions hoisted so far (tuplereduce.py)
-        self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined)))
+        self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined),
+                                             schedule.layouts))
 
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
@@ -450,25 +463,6 @@ def _next_producer(wl: Workload, stmt: Stmt, producers: list[tuple[str, str | No
         return any(p != q and (nx.has_path(wl.graph, q, p) or indexed_by(stmt, p, q)) for p, _ in producers)
 
     return next((pl for pl in producers if not waits(pl[0])), producers[0])
-
-
-def clamp_gathers(body: Stmt) -> Stmt:
-    """An index that reads a tensor (a gather) is clamped into its dimension, so a bad index value
-    reads an edge element instead of memory outside the tensor (debug runs check the values
-    before the kernel runs and name the offender)."""
-    def clamp(n: Expr) -> Expr | None:
-        if n.op is not Op.LOAD or all(i.dtype == "int64" and not any(m.op is Op.LOAD for m in walk(i))
-                                      for i in n.src):
-            return None
-        indices = []
-        for i, size in zip(n.src, n.arg.shape, strict=True):
-            inner = cast(substitute(i, clamp), "int64")  # an index read from an int32 tensor, widened
-            if any(m.op is Op.LOAD for m in walk(i)):
-                inner = binary(Op.MIN, binary(Op.MAX, inner, const(0, "int64")), sizes.as_expr(sizes.sub(size, 1)))
-            indices.append(inner)
-        return Expr(Op.LOAD, n.dtype, tuple(indices), n.arg)
-
-    return map_exprs(body, lambda e: substitute(e, clamp))
 
 
 def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:

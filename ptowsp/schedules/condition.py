@@ -50,6 +50,20 @@ def parse_condition(text: str, names: Mapping[str, Expr | Tensor]) -> Expr:
     return _Parser(text, names).parse()
 
 
+def parse_index(text: str, names: Mapping[str, Expr]) -> Expr | int:
+    """`text` as integer arithmetic over `names` (the grammar's `sum`: + - * // %, no comparison):
+    one index of a `transform_layout` map, read back from a saved schedule without `eval`."""
+    if not isinstance(text, str) or len(text) > MAX_LENGTH:
+        raise ScheduleError(f"an index is text of at most {MAX_LENGTH} characters such as 'c // 8', got {text!r:.60}")
+    parser = _Parser(text, names)
+    if not parser.tokens:
+        raise ScheduleError("an empty index; write one such as 'c // 8'")
+    value = parser._sum()
+    if parser.at < len(parser.tokens):
+        raise parser._error(f"unexpected {parser._peek()!r} after a complete index")
+    return value
+
+
 class _Parser:
     """Recursive descent over the token list; each rule returns an Expr, an int or a Tensor."""
 

@@ -15,6 +15,8 @@ from ptowsp.errors import ScheduleError, WorkloadError
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.condition import parse_condition
 from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
+from ptowsp.schedules.layouts import layout_of
+from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.fusion import check_pair
 from ptowsp.schedules.scan_rules import check_scan_nest
 from ptowsp.te import Expr, Op, walk
@@ -198,6 +200,9 @@ def _scope(scope: str) -> None:
 def cache_read(s: Schedule, step: st.CacheRead) -> None:
     _compute(s, step.task)
     _not_a_scan(s, step.task, "cache_read")
+    if step.tensor in s._layouts:
+        raise _on_task(f"{step.tensor!r} is stored in another layout (transform_layout); cache_read of it is not "
+                       "supported yet", step.task)
     _scope(step.scope)
     read = [t.name for t in s.workload.task(step.task).inputs]
     if step.tensor not in read:
@@ -290,6 +295,24 @@ def _tensorize(s: Schedule, step: st.Bind) -> None:
     except WorkloadError as e:
         raise _on_task(str(e), step.task) from None
     s._tensorized[step.task] = (step.loop, step.kernel)
+
+
+def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
+    """A constant (or a task folded from constants) stored in another layout (layouts.py)."""
+    wl = s.workload
+    try:
+        tensor = wl.tensor(step.tensor)
+    except WorkloadError as e:
+        raise StepError(str(e)) from None
+    if step.tensor not in wl.constants and step.tensor not in fold.foldable(wl):
+        raise StepError(f"{step.tensor!r} is not a constant: only constants (and tasks folded from them at build "
+                        "time) can be stored in another layout yet")
+    if step.tensor in s._layouts:
+        raise StepError(f"{step.tensor!r} already has a layout")
+    cached = [t for t, n, _, _ in s._cache_reads if n == step.tensor]
+    if cached:
+        raise StepError(f"task {cached[0]!r} reads {step.tensor!r} through cache_read; transform the layout first")
+    s._layouts[step.tensor] = layout_of(tensor, step.axes, step.index)
 
 
 def specialize(s: Schedule, step: st.Specialize) -> None:

@@ -20,14 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from pydantic import ValidationError
 
-from ptowsp.errors import ScheduleError
+from ptowsp.errors import PtowspError, ScheduleError
 from ptowsp.schedules import handlers
 from ptowsp.schedules import steps as st
+from ptowsp.schedules.layouts import Layout
 from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError
 from ptowsp.schedules.passes import fusion
-from ptowsp.te import Expr, outermost_reductions
+from ptowsp.te import Expr, Op, lift, outermost_reductions
 from ptowsp.te.reducer import is_several
 from ptowsp.workloads import ComputeTask, Workload
+from ptowsp.workloads.checks import loop_names_of
 
 
 def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
@@ -69,6 +71,7 @@ class Schedule:
         self._prefetch = 0
         self._cores: dict[str, str] = {}
         self._tensorized: dict[str, tuple[str, str]] = {}  # task -> (loop, intrinsic)
+        self._layouts: dict[str, Layout] = {}  # tensor -> its stored layout (transform_layout)
         self._variants: dict[str, list[tuple[Expr, LoopNest]]] = {}  # task -> (when, loops), first match wins
 
     # -- loop steps -------------------------------------------------------------------
@@ -208,6 +211,25 @@ class Schedule:
         """bind(task, loop, "threadIdx.x") for GPU axes, bind(task, core="cube") for a core class,
         bind(task, loop, kernel=name) to call a declared intrinsic for the nest under loop."""
         return self._make(st.Bind, task=task, loop=loop, thread=thread, core=core, kernel=kernel)
+
+    def transform_layout(self, tensor: str, index_map: Callable[..., object]) -> Schedule:
+        """Store the constant `tensor` in another layout: element (axes) at index_map(axes), e.g.
+        `lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8)` (OIHW8o); packed once at build time, read
+        through the map by every kernel (schedules/layouts.py)."""
+        try:
+            shape = self.workload.tensor(tensor).shape
+            axes = loop_names_of(f"transform_layout {tensor}", shape, index_map)
+        except PtowspError as e:
+            raise ScheduleError(f"transform_layout({tensor!r}): {e}") from None
+        variables = [Expr(Op.VAR, "int64", (), (n, e)) for n, e in zip(axes, shape, strict=True)]
+        found = index_map(*variables)
+        index = found if isinstance(found, (tuple, list)) else (found,)
+        return self._make(st.TransformLayout, tensor=tensor, axes=list(axes), index=[str(lift(i)) for i in index])
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        """tensor -> its stored layout, from transform_layout steps."""
+        return dict(self._layouts)
 
     def tensorize(self, task: str, loop: str, intrinsic: str) -> Schedule:
         """Replace the loop nest under `loop` by calls of the intrinsic `intrinsic` (pw.intrinsic),

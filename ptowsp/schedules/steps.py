@@ -144,6 +144,20 @@ class Bind(_Step):
     keyword_fields = frozenset({"core", "kernel"})
 
 
+class TransformLayout(_Step):
+    """Store `tensor` in another layout: element (axes) goes to (index...), each index integer
+    arithmetic over the axes, kept as text and parsed back without `eval` (condition.py)."""
+
+    kind: Literal["transform_layout"] = "transform_layout"
+    tensor: str
+    axes: list[str]
+    index: list[str]
+
+    def call(self) -> str:
+        tail = "," if len(self.index) == 1 else ""
+        return f"transform_layout({self.tensor!r}, lambda {', '.join(self.axes)}: ({', '.join(self.index)}{tail}))"
+
+
 LoopStep = Annotated[Split | Tile | Reorder | Fuse | Vectorize | Unroll | Parallel, Field(discriminator="kind")]
 LOOP_STEPS = (Split, Tile, Reorder, Fuse, Vectorize, Unroll, Parallel)
 
@@ -165,7 +179,7 @@ class Specialize(_Step):
 
 Step = Annotated[
     Split | Tile | Reorder | Fuse | Vectorize | Unroll | Parallel | ComputeInline | ComputeAt | CacheRead
-    | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind | Specialize,
+    | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind | Specialize | TransformLayout,
     Field(discriminator="kind"),
 ]
 

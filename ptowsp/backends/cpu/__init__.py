@@ -89,6 +89,8 @@ class CpuExecutable:
         # a cached build is not lowered)
         self.folded = fold.fold_constants(wl)
         self.constants = {**wl.constants, **self.folded}
+        for name, layout in schedule.layouts.items():  # packed once: kernels read them in their layout
+            self.constants[name] = layout.pack(self.constants[name])
         self.order: tuple[str, ...] = manifest.order
         self.entries: dict[str, KernelEntry] = manifest.kernels
         self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops

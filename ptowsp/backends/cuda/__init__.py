@@ -68,6 +68,9 @@ def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
         raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
                          f"({', '.join(schedule.workload.sizes)}), which the cuda target does not take yet; "
                          "build Workload.bind(...) for one binding")
+    if schedule.layouts:
+        raise BuildError(f"tensor {next(iter(schedule.layouts))!r} is stored in another layout (transform_layout), "
+                         "which the cuda target does not take yet")
     if schedule.variants:
         raise BuildError(f"task {next(iter(schedule.variants))!r} is specialized (Schedule.specialize), which the "
                          "cuda target does not take yet; build the schedule without specialize steps")

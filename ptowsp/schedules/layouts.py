@@ -1,0 +1,86 @@
+"""transform_layout: a tensor stored in another layout (TVM's transform_layout), for constants so far.
+
+`s.transform_layout("W", lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8))` stores the constant W
+packed once at build time, element (o, c, kh, kw) at (o // 8, c, kh, kw, o % 8) (OIHW8o), and every
+kernel reads it through the map (lower/kernel.py `to_buffers`).  The map must send the tensor's
+domain one to one into a box of non-negative indices; the box is the packed tensor's shape, and
+positions no element reaches hold zeros.  Both are checked when the step is taken, over every
+element.  A tensor that can be packed is a constant of the workload or a task folded from
+constants at build time; inputs, outputs and intermediates keep their layout (not supported yet).
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptowsp.schedules.condition import parse_index
+from ptowsp.schedules.loopnest import StepError
+from ptowsp.te import Expr, Op, Tensor, const, dtypes, substitute
+from ptowsp.te.bounds import interval
+from ptowsp.te.evaluate import Domain, Evaluator
+
+MAX_CHECKED = 1 << 24  # elements a map is checked over
+
+
+@dataclass(frozen=True)
+class Layout:
+    axes: tuple[Expr, ...]  # VARs over the tensor's shape, in order
+    index: tuple[Expr, ...]  # where element `axes` is stored
+    shape: tuple[int, ...]  # the stored tensor's shape
+
+    def read(self, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        """The stored position of the element at `indices`."""
+        values = {a.arg[0]: i for a, i in zip(self.axes, indices, strict=True)}
+        return tuple(substitute(e, lambda n: values.get(n.arg[0]) if n.op is Op.VAR else None) for e in self.index)
+
+    def positions(self) -> tuple[np.ndarray, ...]:
+        """The stored position of every element, one array per stored dimension."""
+        names = tuple(a.arg[0] for a in self.axes)
+        dom = Domain(names, tuple((0, a.arg[1]) for a in self.axes))
+        evaluator = Evaluator({})
+        return tuple(np.broadcast_to(evaluator.run(e, dom), dom.shape) for e in self.index)
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        """The array in this layout (a new one; zeros where no element goes)."""
+        out = np.zeros(self.shape, dtype=array.dtype)
+        out[self.positions()] = array
+        return out
+
+
+def layout_of(tensor: Tensor, axes: list[str], texts: list[str]) -> Layout:
+    """The layout a transform_layout step describes, checked over every element of `tensor`."""
+    if len(axes) != len(tensor.shape) or len(set(axes)) != len(axes):
+        raise StepError(f"the map of {tensor.name} needs one distinct variable per dimension of {tensor.shape}, got "
+                        f"({', '.join(axes)})")
+    bad = [a for a in axes if not a.isidentifier() or keyword.iskeyword(a)]
+    if bad:
+        raise StepError(f"the map of {tensor.name} names its variable {bad[0]!r:.40}, not an identifier")
+    if not all(isinstance(n, int) for n in tensor.shape):
+        raise StepError(f"{tensor.name} has symbolic sizes {tensor.shape}; a layout needs a static shape")
+    variables = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, e)) for n, e in zip(axes, tensor.shape, strict=True))
+    try:
+        index = [parse_index(t, dict(zip(axes, variables, strict=True))) for t in texts]
+    except Exception as e:  # noqa: BLE001 - the parser's ScheduleError, said as this step's reason
+        raise StepError(str(e)) from None
+    index = [const(i, dtypes.INDEX_DTYPE) if isinstance(i, int) else i for i in index]
+    if not index:
+        raise StepError(f"the map of {tensor.name} gives no index")
+    shape = []
+    for text, e in zip(texts, index, strict=True):
+        bounds = interval(e)
+        if not dtypes.is_int(e.dtype) or bounds is None or bounds[0] < 0:
+            raise StepError(f"index {text!r} of the map of {tensor.name} is not a non-negative integer over its "
+                            f"domain (bounds {bounds})")
+        shape.append(bounds[1] + 1)
+    layout = Layout(variables, tuple(index), tuple(shape))
+    count = math.prod(tensor.shape)
+    if count > MAX_CHECKED:
+        raise StepError(f"{tensor.name} has {count} elements; a layout is checked over at most {MAX_CHECKED}")
+    flat = np.ravel_multi_index(layout.positions(), layout.shape).ravel()
+    if np.unique(flat).size != count:
+        raise StepError(f"the map of {tensor.name} sends two elements to one position; a layout is one to one")
+    return layout
