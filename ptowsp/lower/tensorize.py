@@ -22,10 +22,11 @@ A nest that does not match is a ScheduleError saying what differs.  A match beco
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from ptowsp.errors import ScheduleError
-from ptowsp.lower.ir import Buffer, For, Operand, Stmt, Store, Tensorized
+from ptowsp.lower.ir import Buffer, For, Operand, Stmt, Store, Tensorized, walk_stmts
 from ptowsp.lower.simplify import simplify_expr
 from ptowsp.lower.tidy import tidy
 from ptowsp.te import Expr, Op, const, dtypes, substitute, walk
@@ -48,14 +49,31 @@ class _Axis:
     reduce: bool
 
 
-def tensorize(stmt: Stmt, task: str, found: tuple[str, str] | None, reduce_loops: set[str]) -> Stmt:
-    """`stmt` with the nests under the tensorized loop (`found`: (loop, intrinsic)) replaced."""
+def tensorize(stmt: Stmt, task: str, found: tuple[str | None, str] | None, reduce_loops: set[str]) -> Stmt:
+    """`stmt` with the nests under the tensorized loop (`found`: (loop, intrinsic)) replaced; with no
+    loop named (`bind(task, kernel=name)`), under the loop whose matching nest is the largest."""
     if found is None:
         return stmt
     loop, name = found
     intrinsic = lookup(name)
+    if loop is None:  # every loop tried: the match whose calls cover the most iterations wins
+        reasons, best, most = [], None, 0
+        for candidate in dict.fromkeys(s.var for s in walk_stmts(stmt) if isinstance(s, For)):
+            try:
+                done = tensorize(stmt, task, (candidate, name), reduce_loops)
+            except ScheduleError as e:
+                reasons.append(str(e).split("does not match: ")[-1])
+                continue
+            covered = max(math.prod(c.extents) for c in walk_stmts(done) if isinstance(c, Tensorized))
+            if covered > most:
+                best, most = done, covered
+        if best is None:
+            why = reasons[-1] if reasons else "the kernel has no loop"
+            raise ScheduleError(f"task {task!r}: bind({task!r}, kernel={name!r}): no loop's nest matches; the last "
+                                f"tried: {why}")
+        return best
     matched: list[bool] = []
-    reasons: list[str] = []
+    reasons = []
 
     def visit(s: Stmt) -> Stmt:
         if isinstance(s, For) and s.var == loop:

@@ -278,11 +278,10 @@ def _tensorize(s: Schedule, step: st.Bind) -> None:
     """bind(task, loop, kernel=name): the nest under `loop` becomes a call of intrinsic `name`;
     whether the nest computes the intrinsic's pattern is checked where it is lowered."""
     nest = _compute(s, step.task)
-    if step.loop is None:
-        raise _on_task(f"bind(..., kernel={step.kernel!r}) needs the loop whose nest the intrinsic replaces", step.task)
     if s.workload.task(step.task).scan is not None:
         raise _on_task("it is a scan; tensorize is not supported on scans", step.task)
-    inside = nest.loops[nest.index(step.loop):]
+    inside = nest.loops[nest.index(step.loop):] if step.loop is not None else [
+        lp for lp in nest.loops if lp.annotation != PARALLEL]  # no loop named: the lowering picks the outermost match
     busy = [lp.name for lp in inside if lp.annotation == PARALLEL or "Idx." in lp.annotation]
     if busy:
         raise _on_task(f"loop {busy[0]} at or inside {step.loop} is {nest.loop(busy[0]).annotation}; one intrinsic "

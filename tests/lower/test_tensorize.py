@@ -203,3 +203,14 @@ def test_the_cpu_default_calls_gemm_i8_where_the_host_has_vnni():
     assert ("kernel='gemm_i8'" in str(prog.schedule)) == vnni()
     if vnni():
         assert "vpdpbusd" in prog.source("C", "asm")
+
+
+def test_bind_kernel_without_a_loop_takes_the_largest_nest_that_matches():
+    wl = pw.zoo.matmul(16, 32, 64)
+    s = wl.schedule().tile("C", i=4, j=32).split("C", "k", 16)
+    s.reorder("C", "i.outer", "j.outer", "k.outer", "k.inner", "i.inner", "j.inner").bind("C", kernel="gemm")
+    assert {c.extents for c in calls(wl, s)} == {(4, 32, 64)}  # at k.outer: the whole of k in one call
+    a, b = np.ones((16, 64), np.float32), np.ones((64, 32), np.float32)
+    np.testing.assert_array_equal(pw.build(s, target="numpy").run(A=a, B=b)["C"], a @ b)
+    with pytest.raises(pw.ScheduleError, match="no loop's nest matches"):
+        lower_program(pw.zoo.softmax(8, 32), pw.zoo.softmax(8, 32).schedule().bind("Y", kernel="gemm"))

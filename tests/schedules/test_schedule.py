@@ -117,7 +117,7 @@ def test_split_fuse_and_tile_name_loops_as_designed():
         (lambda s: s.fuse("D", "i", "j").bind("D", "i.j.fused", "threadIdx.x"), "65536 threads per block"),
         (lambda s: s.split("D", "i", 32).bind("D", "i.inner", "threadIdx.x").bind("D", "j", "threadIdx.x"),
          "bound to two loops"),
-        (lambda s: s.bind("C", kernel="mma16"), "needs the loop whose nest the intrinsic replaces"),
+        (lambda s: s.bind("C", kernel="mma16"), "no intrinsic named 'mma16' is declared"),
         (lambda s: s.bind("C", "k", kernel="mma16"), "no intrinsic named 'mma16' is declared"),
         (lambda s: s.bind("C", core="cube", kernel="x"), "one of"),
     ],
