@@ -87,3 +87,9 @@ def test_default_schedule_is_data_and_is_what_build_uses(name):
     s = default_schedule(wl, vector_bytes=vector_bytes(), workers=2)
     assert pw.Schedule.from_json(wl, s.to_json()) == s
     assert pw.build(wl, "cpu", workers=2).schedule == s
+
+
+def test_a_vector_never_has_more_lanes_than_a_loop_may_vectorize():
+    """aicore's 256-byte vectors hold 128 float16; a vectorized loop takes at most 64 lanes."""
+    s = default_schedule(zoo.matmul(4096, 4096, 4096, dtype="float16"), vector_bytes=256, workers=72)
+    assert all(lp.extent <= 64 for lp in s.nest("C").loops if lp.annotation == VECTORIZED)

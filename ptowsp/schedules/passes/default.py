@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ptowsp.errors import ScheduleError
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.scan_rules import independent_axes
 from ptowsp.schedules.schedule import Schedule
@@ -281,7 +281,7 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
 
     body = inline_producers(wl.task(task).value, wl, inlined)
     widest = max(np.dtype(n.dtype).itemsize for n in (wl.task(task).tensor, *values(body)))
-    return max(1, vector_bytes // widest)
+    return max(1, min(MAX_VECTOR_LANES, vector_bytes // widest))  # aicore's 256-byte vectors: 128 float16
 
 
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose) -> tuple[str, str] | None:
