@@ -6,14 +6,19 @@ it, and every loop that runs in parallel (the task grid, a GPU thread axis), mus
 axis's own variable (`C[t - 1, i]` in `C[t, i]`), so their iterations are separate chains that
 never read one another.  An RNN's `H[t - 1, k]` under a sum over k makes no axis independent:
 its steps run one after the other over all of `j`, which may still be vectorized or unrolled
-inside the step.
+inside the step.  `scan_loops` is the default schedule's answer for a scan.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, FuseRelation, LoopNest, SplitRelation, StepError
 from ptowsp.te import Op, walk
 from ptowsp.workloads import ComputeTask
+
+if TYPE_CHECKING:
+    from ptowsp.schedules.schedule import Schedule
 
 
 def independent_axes(task: ComputeTask) -> set[str]:
@@ -56,3 +61,34 @@ def check_scan_nest(task: ComputeTask, nest: LoopNest) -> None:
             raise StepError(f"loop {lp.name} runs {where}, but update reads its own earlier steps across "
                             f"{', '.join(shared)} (not at {shared[0]} itself), so those iterations depend on "
                             f"each other; keep {lp.name} serial inside {axis}")
+
+
+def scan_loops(s: Schedule, task: str, lanes: int, strips: int, choose) -> None:
+    """A scan: its independent axes outside the scan axis (the grid's candidates), the rest inside,
+    and the innermost axis in vectors.  An independent innermost axis is cut into strips whose
+    outer part goes outside too, so each strip runs every step with vector loads and stores
+    (Halide's iir_blur schedule); a strip is as many vectors as still leave a few strips per
+    worker (`strips` in all), since a task instance holds its strip over every step.  The
+    decision `task.vectors` (the default schedule's `choose`) picks the strip width."""
+    scan = s.workload.task(task)
+    free, axis = independent_axes(scan), scan.scan.axis
+    names = s.loops(task)
+    last = s.nest(task).loop(names[-1])
+    fits = [n for n in (1, 2, 4) if isinstance(last.extent, int) and last.extent % (n * lanes) == 0
+            and last.extent > n * lanes and last.name != axis]
+    enough = [n for n in fits if last.name not in free or last.extent // (n * lanes) >= strips]
+    vectors = choose(f"{task}.vectors", (0, *fits), max(enough or fits[:1], default=0)) if lanes > 1 else 0
+    outer = [n for n in names if n in free and n != last.name]
+    inner = [n for n in names if n not in free and n not in (axis, last.name)]
+    if not vectors:
+        s.reorder(task, *outer, *([last.name] if last.name in free else []), axis, *inner,
+                  *([] if last.name in free or last.name == axis else [last.name]))
+        return
+    s.split(task, last.name, vectors * lanes)
+    strip, lane = f"{last.name}.outer", f"{last.name}.inner"
+    s.reorder(task, *outer, *([strip] if last.name in free else []), axis, *inner,
+              *([] if last.name in free else [strip]), lane)
+    if vectors > 1:
+        s.split(task, lane, lanes).unroll(task, f"{lane}.outer")
+        lane = f"{lane}.inner"
+    s.vectorize(task, lane)

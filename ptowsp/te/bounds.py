@@ -80,6 +80,24 @@ def negated_conjuncts(cond: Expr) -> tuple[Expr, ...]:
     return (unary(Op.NOT, cond),)
 
 
+def shift_of(index: Expr, loop: str, through_clamps: bool = False) -> int | None:
+    """d when `index` is `loop + d` for a constant d (None otherwise); with `through_clamps`, also
+    inside a boundary view's clamp against constants (`min(max(loop - 1, 0), 95)`)."""
+    if index.op is Op.VAR:
+        return 0 if index.arg[0] == loop else None
+    if through_clamps and index.op in (Op.MIN, Op.MAX) and index.src[1].op is Op.CONST:
+        return shift_of(index.src[0], loop, through_clamps)
+    if index.op in (Op.ADD, Op.SUB):
+        a, b = index.src
+        if b.op is Op.CONST and isinstance(b.arg, int) and not isinstance(b.arg, bool):
+            inner = shift_of(a, loop, through_clamps)
+            return None if inner is None else inner + (b.arg if index.op is Op.ADD else -b.arg)
+        if index.op is Op.ADD and a.op is Op.CONST and isinstance(a.arg, int) and not isinstance(a.arg, bool):
+            inner = shift_of(b, loop, through_clamps)
+            return None if inner is None else inner + a.arg
+    return None
+
+
 def loop_vars(e: Expr) -> dict[str, int | Expr]:
     """Loop variables e mentions, with their extents (an Expr when symbolic)."""
     return {n.arg[0]: n.arg[1] for n in walk(e) if n.op in (Op.VAR, Op.RVAR)}

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, cast, const, lift, walk, where
+from ptowsp.te.bounds import shift_of
 from ptowsp.workloads.task import Category, ComputeTask, Scan
 
 
@@ -68,28 +69,14 @@ def initial_value(name: str, init: Callable[..., object], axes: tuple[Expr, ...]
     return lift(value) if dtype is None else cast(value, dtype)
 
 
-def _delay(index: Expr, axis: str) -> int | None:
-    """d when `index` is `axis - d` for a constant d (None otherwise)."""
-    if index.op is Op.VAR and index.arg[0] == axis:
-        return 0
-    if index.op in (Op.ADD, Op.SUB):
-        a, b = index.src
-        if b.op is Op.CONST and isinstance(b.arg, int):
-            inner = _delay(a, axis)
-            return None if inner is None else inner + (b.arg if index.op is Op.SUB else -b.arg)
-        if index.op is Op.ADD and a.op is Op.CONST and isinstance(a.arg, int):
-            inner = _delay(b, axis)
-            return None if inner is None else inner - a.arg
-    return None
-
-
 def longest_delay(name: str, tensor: Tensor, update: Expr, axis: str, k: int) -> int:
     """The longest delay at which update reads its own scan (1 when it reads none), or WorkloadError for
     a read that is not at `axis - d`, d >= 1."""
     longest = 1
     for node in walk(update):
         if node.op is Op.LOAD and node.arg.name == tensor.name:
-            d = _delay(node.src[k], axis)
+            shift = shift_of(node.src[k], axis)
+            d = None if shift is None else -shift
             if d is None or d < 1:
                 raise WorkloadError(f"scan {name!r}: update reads {node}, but a scan reads its own tensor only at "
                                     f"earlier steps: {tensor.name}[.., {axis} - d, ..] with a constant d >= 1")

@@ -27,7 +27,6 @@ from llvmlite import ir
 
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
-from ptowsp.backends.cpu.jit import vector_bytes
 from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
 from ptowsp.backends.cpu.types import (
@@ -101,11 +100,6 @@ class KernelEmitter(Conversions, DivMod):
     """Emits one kernel into a module; `emit()` returns the function."""
 
     target = "cpu"  # whose implementation of an intrinsic a call uses
-
-    @property
-    def vector_lanes(self) -> int:
-        """float32 lanes of the host's vectors, for built-in micro-kernels."""
-        return vector_bytes() // 4
 
     def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
         self.module, self.kernel = module, kernel
@@ -201,7 +195,7 @@ class KernelEmitter(Conversions, DivMod):
     def call_intrinsic(self, s: Tensorized) -> None:
         """A call of the intrinsic's implementation for this target (microkernel.py): each operand
         window's first element, the pattern's extents, then every operand dimension's stride."""
-        fn = intrinsic_function(self.module, s, self.target, self.vector_lanes, self.kernel.name)
+        fn = intrinsic_function(self.module, s, self.target, self.kernel.name)
         strides = []
         for o in s.operands:
             for d in o.dims:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ptowsp.backends.cpu.jit import vector_bytes
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import Tensorized
 from ptowsp.workloads.intrinsic import BUILTIN, Intrinsic, lookup
@@ -22,7 +23,7 @@ I64 = ir.IntType(64)
 F32 = ir.FloatType()
 
 
-def intrinsic_function(module: ir.Module, call: Tensorized, target: str, lanes: int, task: str) -> ir.Function:
+def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: str) -> ir.Function:
     """The function a call invokes on `target`: declared (its IR is linked in) or generated."""
     found = lookup(call.intrinsic)
     impl = found.implementations.get(target)
@@ -38,6 +39,7 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, lanes: 
     if found.name not in _BUILT:
         raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no built-in {target} micro-kernel")
     m, n, k = call.extents
+    lanes = vector_bytes() // 4  # float32 lanes of the host's vectors
     unit = [o.dims[-1] == len(o.buffer.shape) - 1 for o in call.operands]  # rows contiguous: out, a, b
     vector = unit[0] and unit[2] and (found.name == "gemm" or (vnni() and n % VNNI_LANES == 0))
     name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"

@@ -46,17 +46,17 @@ import numpy as np
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion, inlining
-from ptowsp.schedules.scan_rules import independent_axes
+from ptowsp.schedules.scan_rules import independent_axes, scan_loops
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
+from ptowsp.te.bounds import shift_of
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
 TASKS_PER_WORKER = 4
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
 WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
-K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1
-WIDE_K_BLOCK = 256  # ... with 8 rows (measured beside 128: 0.79-0.84x against 0.72-0.74x numpy)
+K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
@@ -107,10 +107,11 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     folded = fold.foldable(wl)
     fuse = choose("fuse", (True, False), fuse)
     keep: dict[str, str] = {}
+    plan = fusion.plan(Schedule(wl).fuse_by_category()) if fuse else fusion.FusionPlan()
     if fuse and choose("inline", ("bounded", "all"), "bounded") == "bounded":  # inlining.py
-        category = fusion.plan(Schedule(wl).fuse_by_category())
-        keep = inlining.keep_stored(wl, {f.producer for f in category.fusions if f.kind == "inline"})
-    plan = fusion.plan(Schedule(wl).fuse_by_category(), keep) if fuse else fusion.FusionPlan()
+        keep = inlining.keep_stored(wl, {f.producer for f in plan.fusions if f.kind == "inline"})
+        if keep:  # the plan again, without those inlines
+            plan = fusion.plan(Schedule(wl).fuse_by_category(), keep)
     inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
     anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
@@ -219,25 +220,13 @@ def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> tuple[int
         if node.op is Op.LOAD and node.arg.name == tensor:
             same = 0
             for index, loop in zip(node.src, loops):
-                offset = _offset(index, loop)
+                offset = shift_of(index, loop, through_clamps=True)
                 if offset is None:
                     break
                 halo |= offset != 0
                 same += 1
             depth = min(depth, same)
     return depth, halo and depth > 0
-
-
-def _offset(index: Expr, loop: str) -> int | None:
-    """d when index is `loop + d` (a constant d), also clamped into a tensor by a boundary view."""
-    if index.op is Op.VAR:
-        return 0 if index.arg[0] == loop else None
-    if index.op in (Op.MIN, Op.MAX) and index.src[1].op is Op.CONST:
-        return _offset(index.src[0], loop)
-    if index.op in (Op.ADD, Op.SUB) and index.src[1].op is Op.CONST and isinstance(index.src[1].arg, int):
-        inner = _offset(index.src[0], loop)
-        return None if inner is None else inner + (index.src[1].arg if index.op is Op.ADD else -index.src[1].arg)
-    return None
 
 
 def _placement(s: Schedule, group: _Group) -> str | None:
@@ -291,7 +280,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     """
     wl = s.workload
     if wl.task(task).scan is not None:
-        _scan_loops(s, task, lanes, workers, choose)
+        scan_loops(s, task, lanes, TASKS_PER_WORKER * workers, choose)
         return None
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
@@ -329,36 +318,6 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     return None
 
 
-def _scan_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose) -> None:
-    """A scan: its independent axes outside the scan axis (the grid's candidates), the rest inside,
-    and the innermost axis in vectors.  An independent innermost axis is cut into strips whose
-    outer part goes outside too, so each strip runs every step with vector loads and stores
-    (Halide's iir_blur schedule); a strip is as many vectors as still leave a few strips per
-    worker, since a task instance holds its strip over every step."""
-    scan = s.workload.task(task)
-    free, axis = independent_axes(scan), scan.scan.axis
-    names = s.loops(task)
-    last = s.nest(task).loop(names[-1])
-    fits = [n for n in (1, 2, 4) if isinstance(last.extent, int) and last.extent % (n * lanes) == 0
-            and last.extent > n * lanes and last.name != axis]
-    enough = [n for n in fits if last.name not in free or last.extent // (n * lanes) >= TASKS_PER_WORKER * workers]
-    vectors = choose(f"{task}.vectors", (0, *fits), max(enough or fits[:1], default=0)) if lanes > 1 else 0
-    outer = [n for n in names if n in free and n != last.name]
-    inner = [n for n in names if n not in free and n not in (axis, last.name)]
-    if not vectors:
-        s.reorder(task, *outer, *([last.name] if last.name in free else []), axis, *inner,
-                  *([] if last.name in free or last.name == axis else [last.name]))
-        return
-    s.split(task, last.name, vectors * lanes)
-    strip, lane = f"{last.name}.outer", f"{last.name}.inner"
-    s.reorder(task, *outer, *([strip] if last.name in free else []), axis, *inner,
-              *([] if last.name in free else [strip]), lane)
-    if vectors > 1:
-        s.split(task, lane, lanes).unroll(task, f"{lane}.outer")
-        lane = f"{lane}.inner"
-    s.vectorize(task, lane)
-
-
 def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose) -> tuple[str, str] | None:
     """The register-tiled matmul schedule, when the task is one and the tile divides it.
 
@@ -380,7 +339,7 @@ def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: C
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
     divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
     near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
-    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= (WIDE_K_BLOCK if wide else K_BLOCK)))
+    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= K_BLOCK))
     s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
     outer = [lp.name for lp in spatial[:-2]]
     tiles = [f"{i.name}.outer", f"{j.name}.outer"]
