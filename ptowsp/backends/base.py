@@ -18,6 +18,7 @@ from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.steps import CORE_CLASSES
 from ptowsp.schedules.passes.default import Choose
+from ptowsp.workloads import Workload
 
 
 class Executable(Protocol):
@@ -44,6 +45,11 @@ class Backend(Protocol):
 
     def schedule_choices(self, device: object | None) -> Choose:
         """How this target answers the default schedule's decisions (schedules/passes/default.py)."""
+        ...
+
+    def default_workload(self, wl: Workload) -> Workload:
+        """The workload the default schedule is made for: `wl`, or `wl` after this target's graph
+        passes (same inputs and outputs, e.g. the cpu's convolutions blocked by channels)."""
         ...
 
 

@@ -124,7 +124,7 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     found = backend(target)
     cores = found.cores(workers, device)
     if isinstance(what, Workload):
-        schedule = default_schedule(what, vector_bytes=found.vector_bytes, workers=len(cores),
+        schedule = default_schedule(found.default_workload(what), vector_bytes=found.vector_bytes, workers=len(cores),
                                     choose=found.schedule_choices(device))
     elif isinstance(what, Schedule):
         schedule = what

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ptowsp as pw
+from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: the tests import it from here
 from ptowsp.workloads.zoo import layers
@@ -128,6 +129,11 @@ CASES = [
     Case("conv2d_strided", lambda: zoo.conv2d(1, 2, 11, 10, 3, 3, 2, 2),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
     Case("conv2d_unpadded", lambda: zoo.conv2d(1, 2, 7, 7, 2, 3, 1, 0), lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 0)}),
+    # 32 output channels: the cpu's default blocks it by one vector (passes/blocking.py)
+    Case("conv2d_wide", lambda: zoo.conv2d(1, 5, 10, 9, 32, 3, 1, 1), lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
+    # the blocked form itself (pad, packed weights, NCHW8c contraction, unpack) under every schedule and target
+    Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
+         lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
     Case("elementwise_chain", lambda: zoo.elementwise_chain((16, 24), 6), lambda p: {"Y": _chain(p["X"], 6)}),
     Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
     Case("matmul_prime", lambda: zoo.matmul(13, 7, 11), lambda p: {"C": p["A"] @ p["B"]}),

@@ -25,7 +25,7 @@ from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import Choose
-from ptowsp.workloads import Category
+from ptowsp.workloads import Category, Workload
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
 
@@ -134,6 +134,9 @@ class AicoreBackend:
 
     def compile(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
         return AicoreExecutable(schedule, device or DeviceModel())
+
+    def default_workload(self, wl: Workload) -> Workload:
+        return wl
 
     def schedule_choices(self, device: DeviceModel | None) -> Choose:
         """The default schedule on this target: a contraction's k block small enough that the panel

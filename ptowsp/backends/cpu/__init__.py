@@ -35,11 +35,12 @@ from ptowsp.lower.formula import formula_of
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
+from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.bounds import check_gathers, gather_indices
-from ptowsp.workloads import ComputeTask, inline_producers
+from ptowsp.workloads import ComputeTask, Workload, inline_producers
 from ptowsp.workloads.inputs import input_sizes
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.workloads.reference import run_opaque
@@ -339,6 +340,10 @@ class CpuBackend:
 
     def compile(self, schedule: Schedule, device: None = None) -> CpuExecutable:
         return CpuExecutable(schedule)
+
+    def default_workload(self, wl: Workload) -> Workload:
+        """Convolutions blocked by one vector of output channels (NCHWc, passes/blocking.py)."""
+        return block_convolutions(wl, self.vector_bytes // 4)
 
     def schedule_choices(self, device: None) -> Choose:
         """The default's answers, but an int8 register tile calls `gemm_i8` where the host has VNNI."""

@@ -194,6 +194,9 @@ class CudaBackend:
     def compile(self, schedule: Schedule, device: None = None) -> CudaExecutable:
         return CudaExecutable(schedule)
 
+    def default_workload(self, wl: Workload) -> Workload:
+        return wl
+
     def schedule_choices(self, device: None) -> Choose:
         """The default schedule on a GPU: fusion, every stored intermediate its own kernel
         (grouping would make each thread recompute its rows), one launch per kernel (the

@@ -17,7 +17,7 @@ from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import Choose, keep_default
-from ptowsp.workloads import ComputeTask
+from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.inputs import input_sizes, read_only
 from ptowsp.workloads.reference import run_opaque
 
@@ -70,6 +70,9 @@ class NumpyBackend:
 
     def compile(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
         return NumpyExecutable(schedule)
+
+    def default_workload(self, wl: Workload) -> Workload:
+        return wl
 
     def schedule_choices(self, device: None) -> Choose:
         return keep_default

@@ -57,6 +57,8 @@ TASKS_PER_WORKER = 4
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
 WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
+VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
+WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
@@ -115,11 +117,13 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
     anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
-    groups = _groups(wl, stored, inlined, anchors, choose) if fuse else {}
+    groups = _groups(wl, stored, inlined, anchors, workers, choose) if fuse else {}
     owners = set(anchors.values())  # epilogues take their anchor's loops: they get none of their own
     # an epilogue's loops (and grid) come from its anchor: the anchor stands for the group
     roots = [t for t in stored if t not in groups and t not in owners and anchors.get(t) not in groups]
-    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose)
+    # tasks whose loops no other task's placement depends on (not an anchor, a group member or root)
+    alone = {t for t in stored if t not in anchors and t not in groups and all(g.root != t for g in groups.values())}
+    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose, task in alone)
              for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
@@ -131,9 +135,8 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     for task, rows in tiles.items():
         if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
             _rows_inside_panel(s, task, *rows)
-        elif rows is None and task not in anchors and task not in groups and all(
-                g.root != task for g in groups.values()) and choose(f"{task}.stream_reduction", (True, False), True):
-            _stream_reduction(s, task)  # not where another task's placement depends on its loops
+        elif rows is None and task in alone and choose(f"{task}.stream_reduction", (True, False), True):
+            _stream_reduction(s, task)
     if fuse:
         s = fusion.plan(s.fuse_by_category(), keep).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
@@ -172,7 +175,7 @@ def _fixed_size_buffers(s: Schedule) -> bool:
     return True
 
 
-def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str],
+def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str], workers: int,
             choose: Choose) -> dict[str, _Group]:
     """Which stored tasks go inside which group root, latest first (readers decide before producers).
 
@@ -202,7 +205,10 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
                     before.append(reader)
             found.add(root)
             depth = min(depth, lead)
-        if len(found) == 1 and "" not in found and depth >= 1:
+        root = next(iter(found)) if len(found) == 1 else ""
+        # the loops X would go inside must leave the root a grid (a batch of 1 would make one task)
+        enough = bool(root) and math.prod(wl.task(root).tensor.shape[:depth]) >= TASKS_PER_WORKER * workers
+        if len(found) == 1 and "" not in found and depth >= 1 and enough:
             contraction = x in anchors.values() or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
             # a block of rows for a contraction, and for a stencil's producer (its halo is recomputed per
             # block, not per row); one row (in L1) for anything else
@@ -273,8 +279,10 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
     return max(1, min(MAX_VECTOR_LANES, vector_bytes // widest))  # aicore's 256-byte vectors: 128 float16
 
 
-def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose) -> tuple[str, str] | None:
-    """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits.
+def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
+                 alone: bool) -> tuple[str, str] | None:
+    """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
+    no other task is placed by this one's loops, so they may take any order).
 
     For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
     """
@@ -285,6 +293,9 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
+    if alone and reduce and len(spatial) >= 2 and spatial[-1].extent == lanes and _vector_tile(s, task, spatial, reduce, lanes,
+                                                                                      choose):
+        return None
     if len(reduce) == 1:
         tiled = _contraction(s, task, spatial, reduce[0], lanes, choose)
         if tiled is not None:
@@ -355,6 +366,28 @@ def _contraction(s: Schedule, task: str, spatial: list, k, lanes: int, choose: C
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     return f"{i.name}.outer", panel_loop
+
+
+def _vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int, choose: Choose) -> bool:
+    """A reduction whose last axis is one vector (a channel-blocked convolution, blocking.py): a
+    register tile of `rows` points of the axis before it x that vector, the reductions outside the
+    tile (smallest extent first: the taps, then the channels), so each step broadcasts one input
+    value per row into a fused multiply-add with one vector of weights."""
+    x = spatial[-2]
+    if not isinstance(x.extent, int) or any(not isinstance(lp.extent, int) for lp in reduce):
+        return False
+    cap = WIDE_VECTOR_TILE if lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 else VECTOR_TILE
+    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
+    rows = choose(f"{task}.tile_rows", fits, max(d for d in fits if d <= cap))
+    order = [lp.name for lp in sorted(reduce, key=lambda lp: lp.extent)]
+    if rows < x.extent:
+        s.split(task, x.name, rows)
+        inner, outer = [f"{x.name}.outer"], f"{x.name}.inner"
+    else:
+        inner, outer = [], x.name
+    s.reorder(task, *[lp.name for lp in spatial[:-2]], *inner, *order, outer, spatial[-1].name)
+    s.unroll(task, outer).vectorize(task, spatial[-1].name)
+    return True
 
 
 def _rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> None:

@@ -1,0 +1,232 @@
+"""Channel blocking for convolutions (NCHWc): the graph pass the cpu's default build runs first.
+
+A convolution in the user's NCHW layout,
+
+    Y[n, o, y, x] = sum(where(inside, X[n, c, y*st + r*d - p, x*st + s*d - p], 0) * W[o, c, r, s], (c, r, s))
+
+has no axis a vector can run along for both the output and the weights: x is contiguous in Y but
+W does not depend on it, o indexes W but is strided everywhere.  TVM's answer (AlterOpLayout
+with conv2d_NCHWc) is to block the output channels by the vector width L; this pass rewrites
+such a task into four (names after the task):
+
+    Y_pad[n, c, h, w]            = X with the zeros of the padding around H and W (only when guarded)
+    Y_weights[ob, c, r, s, ol]   = W[ob * L + ol, c, r, s]            (folded at build time when W is constant)
+    Y_blocked[n, ob, y, x, ol]   = sum(Y_pad[n, c, y*st + r*d, x*st + s*d] * Y_weights[ob, c, r, s, ol], (c, r, s))
+    Y[n, o, y, x]                = Y_blocked[n, o // L, y, x, o % L]
+
+so the conversions happen only at the boundary: the input is padded once (no guard left in the
+inner loop), the weights are packed once, and the output comes back in the user's layout.
+Y_blocked's last axis is one vector, and the default schedule gives it a register tile of
+output pixels x one vector of channels (default.py `_vector_tile`).
+
+The activations stay in NCHW: the tile broadcasts them one pixel at a time, which costs the
+same from either layout (measured: NCHW16c input was no faster), and leaving them saves a
+conversion per layer.
+
+A task is rewritten only when it is exactly this pattern (a sum of a product; the weight read at
+[o, reduce axes...]; the input at [n, reduce axis, affine in y, affine in x], guarded only by
+its bounds checks), O is a multiple of L, and the workload is plain compute tasks with static
+shapes; anything else is left as written.  Depthwise and grouped convolutions (the input's
+channel is the output's) are left to the default's other rules.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te.bounds import interval
+from ptowsp.te.expr import where
+from ptowsp.workloads import ComputeTask, Workload
+
+
+@dataclass(frozen=True)
+class _Conv:
+    act: Expr  # the input's load (its indices stripped of boundary-view clamps)
+    weight: Expr  # the weight's load W[o, ...]
+    pads: tuple[tuple[int, int], ...]  # zeros before and after each input dimension (0 where unguarded)
+
+
+def block_convolutions(wl: Workload, lanes: int) -> Workload:
+    """`wl` with every convolution it holds blocked by `lanes` output channels; `wl` itself when
+    there is none (or the workload has a task this pass does not copy)."""
+    if lanes < 2 or wl.sizes or any(not _plain(wl.task(t)) for t in wl.tasks):
+        return wl
+    found = {t: c for t in wl.tasks if (c := _convolution(wl, wl.task(t), lanes)) is not None}
+    if not found:
+        return wl
+    out = Workload(wl.name)
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        out.input(name, t.shape, t.dtype)
+    for name, array in wl.constants.items():
+        out.constant(name, array, wl.tensor(name).dtype)
+    for name in wl.tasks:
+        task = wl.task(name)
+        assert isinstance(task, ComputeTask)
+        if name in found:
+            _blocked(out, task, found[name], lanes)
+        else:
+            _compute(out, name, task.tensor.shape, task.loop_names, lambda *_, b=task.body: _retarget(out, b))
+    out.output(*(out.tensor(n) for n in wl.outputs))
+    return out
+
+
+def _plain(task) -> bool:
+    return isinstance(task, ComputeTask) and task.domain is None and task.scan is None and all(
+        isinstance(n, int) for n in task.tensor.shape)
+
+
+def _convolution(wl: Workload, task, lanes: int) -> _Conv | None:
+    """The pattern's parts when `task` is a convolution this pass blocks."""
+    body = task.body
+    if len(task.loop_names) != 4 or body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "float32":
+        return None
+    product = body.src[0]
+    if product.op is not Op.MUL:
+        return None
+    n, o = task.loop_names[:2]
+    reduce = {a.arg[0] for a in body.src[1:]}
+    for weight, act in (product.src, tuple(reversed(product.src))):
+        if weight.op is not Op.LOAD or len(weight.src) != 4 or not _is_var(weight.src[0], o):
+            continue
+        if any(x.op in (Op.VAR,) for i in weight.src[1:] for x in walk(i)):
+            continue  # the weight depends on the output's position, not only on the taps
+        guard = None
+        if act.op is Op.WHERE and act.src[2].op is Op.CONST and act.src[2].arg == 0:
+            guard, act = act.src[0], act.src[1]
+        if act.op is not Op.LOAD or len(act.src) != 4 or act.dtype != "float32":
+            continue
+        indices = tuple(_unclamped(i, e) for i, e in zip(act.src, act.arg.shape, strict=True))
+        if not _is_var(indices[0], n) or indices[1].op is not Op.RVAR or indices[1].arg[0] not in reduce:
+            continue
+        if any(x.op is Op.VAR and x.arg[0] == o for i in indices for x in walk(i)):
+            continue  # depthwise or grouped: the input's channel follows the output's
+        pads = _pads(guard, indices, act.arg.shape)
+        if pads is None or task.tensor.shape[1] % lanes or weight.dtype != "float32":
+            continue
+        return _Conv(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads)
+    return None
+
+
+def _is_var(e: Expr, name: str) -> bool:
+    return e.op is Op.VAR and e.arg[0] == name
+
+
+def _unclamped(index: Expr, extent: int) -> Expr:
+    """A boundary view's `min(max(i, 0), extent - 1)` as i (the guard around it keeps i inside)."""
+    if index.op is Op.MIN and index.src[1].op is Op.CONST and index.src[1].arg == extent - 1:
+        inner = index.src[0]
+        if inner.op is Op.MAX and inner.src[1].op is Op.CONST and inner.src[1].arg == 0:
+            return inner.src[0]
+    return index
+
+
+def _pads(guard: Expr | None, indices: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+    """Zeros needed before and after each dimension so that every read is in the padded tensor;
+    None unless `guard` is exactly the bounds checks those reads need (nothing else)."""
+    atoms: list[Expr] = []
+    stack = [] if guard is None else [guard]
+    while stack:
+        e = stack.pop()
+        if e.op is Op.AND:
+            stack.extend(e.src)
+        else:
+            atoms.append(e)
+    checked: set[tuple[int, str]] = set()
+    for atom in atoms:
+        side = _bound_check(atom, indices, shape)
+        if side is None:
+            return None
+        checked.add(side)
+    pads = []
+    for d, (index, extent) in enumerate(zip(indices, shape, strict=True)):
+        bounds = interval(index)
+        if bounds is None:
+            return None
+        low, high = bounds
+        before, after = max(0, -low), max(0, high - (extent - 1))
+        if (before and (d, "low") not in checked) or (after and (d, "high") not in checked):
+            return None  # a read outside that no guard stops
+        pads.append((before, after))
+    return tuple(pads)
+
+
+def _bound_check(atom: Expr, indices: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[int, str] | None:
+    """(dimension, "low" or "high") when `atom` is `index >= 0` or `index < extent` of one dimension."""
+    if atom.op not in (Op.GE, Op.LT) or atom.src[1].op is not Op.CONST:
+        return None
+    for d, (index, extent) in enumerate(zip(indices, shape, strict=True)):
+        if atom.src[0].same_as(index):
+            if atom.op is Op.GE and atom.src[1].arg == 0:
+                return d, "low"
+            if atom.op is Op.LT and atom.src[1].arg == extent:
+                return d, "high"
+    return None
+
+
+def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
+    """The four tasks that stand for the convolution `task` in `out`."""
+    name, body = task.name, task.body
+    n, o, y, x = task.loop_names
+    taken = set(task.loop_names) | {a.arg[0] for a in body.src[1:]}
+    block, lane = _fresh(f"{o}_block", taken), _fresh(f"{o}_lane", taken)
+    x_in, w_in = out.tensor(conv.act.arg.name), out.tensor(conv.weight.arg.name)
+    read = conv.act.src
+    if any(conv.pads[d] != (0, 0) for d in range(4)):
+        shape = tuple(e + a + b for e, (a, b) in zip(x_in.shape, conv.pads, strict=True))
+        names = tuple(_fresh(f"d{d}", set()) for d in range(4))
+
+        def padded(*axes):
+            inner = [axis - a if a else axis for axis, (a, _) in zip(axes, conv.pads, strict=True)]
+            inside = None
+            for d, (index, (a, b)) in enumerate(zip(inner, conv.pads, strict=True)):
+                for check in ((index >= 0) if a else None, (index < x_in.shape[d]) if b else None):
+                    if check is not None:
+                        inside = check if inside is None else inside & check
+            return where(inside, x_in[tuple(inner)], const(0.0, "float32"))
+
+        source = _compute(out, _fresh(f"{name}_pad", set(out.tasks)), shape, names, padded)
+        read = tuple(i + a if a else i for i, (a, _) in zip(read, conv.pads, strict=True))
+    else:
+        source = x_in
+    o_count = task.tensor.shape[1]
+    w_shape = (o_count // lanes, *w_in.shape[1:], lanes)
+    w_names = ("ob", "w1", "w2", "w3", "ol")
+    weights = _compute(out, _fresh(f"{name}_weights", set(out.tasks)), w_shape, w_names,
+                       lambda ob, a, b, c, ol: w_in[ob * lanes + ol, a, b, c])
+    shape = task.tensor.shape
+    blocked_shape = (shape[0], o_count // lanes, shape[2], shape[3], lanes)
+
+    def contraction(vn, vb, vy, vx, vl):  # n, y and x are the task's own variables: `read` uses them as they are
+        act = source[read]
+        weight = weights[(vb, *conv.weight.src[1:], vl)]
+        return Expr(Op.REDUCE, "float32", (act * weight, *body.src[1:]), body.arg)
+
+    result = _compute(out, _fresh(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
+                      contraction)
+    _compute(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _retarget(out: Workload, body: Expr) -> Expr:
+    """`body` reading `out`'s tensors of the same names."""
+    return substitute(body, lambda e: Expr(Op.LOAD, e.dtype, tuple(_retarget(out, i) for i in e.src),
+                                           out.tensor(e.arg.name)) if e.op is Op.LOAD else None)
+
+
+def _compute(out: Workload, name: str, shape, loop_names, make: Callable[..., Expr]):
+    """`out.compute(name, shape, ...)` with loops named `loop_names` (a function of those parameters)."""
+    def fn(*axes):
+        return make(*axes)
+
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(v, inspect.Parameter.POSITIONAL_OR_KEYWORD) for v in loop_names])
+    return out.compute(name, shape, fn)

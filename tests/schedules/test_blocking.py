@@ -1,0 +1,110 @@
+"""The cpu's channel blocking of convolutions (schedules/passes/blocking.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.schedules.loopnest import UNROLLED, VECTORIZED
+from ptowsp.schedules.passes.blocking import block_convolutions
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.workloads import random_inputs, zoo
+
+
+def conv(channels=4, size=8, out=16, kernel=3, stride=1, padding=1, dilation=1, view=False, dtype="float32"):
+    """A convolution written the way users write it: a guard for the padding (or a boundary view)."""
+    wl = pw.Workload("conv")
+    x = wl.input("X", (1, channels, size, size), dtype)
+    w = wl.input("W", (out, channels, kernel, kernel), dtype)
+    c, r, s = pw.reduce_axis(channels, "c"), pw.reduce_axis(kernel, "r"), pw.reduce_axis(kernel, "s")
+    span = (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    padded = x.boundary("constant", 0.0) if view else None
+
+    def body(n, o, y, xx):
+        iy, ix = y * stride + r * dilation - padding, xx * stride + s * dilation - padding
+        if view:
+            return pw.sum(padded[n, c, iy, ix] * w[o, c, r, s], axis=(c, r, s))
+        inside = (iy >= 0) & (iy < size) & (ix >= 0) & (ix < size)
+        return pw.sum(pw.where(inside, x[n, c, iy, ix], 0.0) * w[o, c, r, s], axis=(c, r, s))
+
+    wl.output(wl.compute("Y", (1, out, span, span), body))
+    return wl
+
+
+def test_a_convolution_becomes_pad_packed_weights_blocked_contraction_and_unpack():
+    wl = conv()
+    blocked = block_convolutions(wl, 8)
+    assert blocked.tasks == ["Y_pad", "Y_weights", "Y_blocked", "Y"]
+    assert blocked.inputs == wl.inputs and blocked.outputs == wl.outputs
+    assert blocked.tensor("Y_pad").shape == (1, 4, 10, 10)
+    assert blocked.tensor("Y_weights").shape == (2, 4, 3, 3, 8)
+    assert blocked.tensor("Y_blocked").shape == (1, 2, 8, 8, 8)
+    assert blocked.category("Y_blocked") is pw.Category.COMPLEX_OUT_FUSABLE
+    assert "where" not in str(blocked.task("Y_blocked").body)  # the padding guard is gone from the contraction
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"padding": 0}, {"padding": 2, "stride": 2}, {"kernel": 1, "padding": 0}, {"dilation": 2, "padding": 2},
+    {"view": True}, {"kernel": 5, "padding": 2, "size": 9},
+], ids=str)
+def test_the_blocked_workload_computes_what_the_convolution_does(options):
+    wl = conv(**options)
+    blocked = block_convolutions(wl, 8)
+    assert blocked is not wl
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Y"]
+    np.testing.assert_allclose(pw.reference(blocked, **inputs)["Y"], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_what_is_not_a_plain_convolution_is_left_as_written():
+    depthwise = pw.Workload("depthwise")
+    x, w = depthwise.input("X", (1, 16, 6, 6)), depthwise.input("W", (16, 1, 3, 3))
+    r, s = pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
+    depthwise.output(depthwise.compute("Y", (1, 16, 4, 4), lambda n, o, y, xx: pw.sum(
+        x[n, o, y + r, xx + s] * w[o, 0, r, s], axis=(r, s))))
+    other_guard = pw.Workload("other_guard")
+    x2, w2 = other_guard.input("X", (1, 4, 6, 6)), other_guard.input("W", (16, 4, 1, 1))
+    c, k = pw.reduce_axis(4, "c"), pw.reduce_axis(1, "k")
+    other_guard.output(other_guard.compute("Y", (1, 16, 6, 6), lambda n, o, y, xx: pw.sum(
+        pw.where(c < 2, x2[n, c, y, xx], 0.0) * w2[o, c, k, k], axis=(c, k))))
+    for wl in (depthwise, other_guard, conv(out=12), conv(dtype="float64"), zoo.matmul(16, 16, 16)):
+        assert block_convolutions(wl, 8) is wl, wl.name
+
+
+def test_constant_weights_are_packed_once_at_build_time():
+    wl = pw.Workload("conv_const")
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    x, w = wl.input("X", (1, 3, 7, 7)), wl.constant("W", weights)
+    c, r, s = pw.reduce_axis(3, "c"), pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
+    wl.output(wl.compute("Y", (1, 16, 5, 5), lambda n, o, y, xx: pw.sum(x[n, c, y + r, xx + s] * w[o, c, r, s],
+                                                                        axis=(c, r, s))))
+    prog = pw.build(wl, "cpu")
+    assert "Y_weights" in prog.program.constants and "Y_weights" not in prog.program.kernels
+    image = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(prog.run(X=image)["Y"], pw.reference(wl, X=image)["Y"], rtol=1e-4, atol=1e-4)
+
+
+def test_the_default_gives_the_blocked_contraction_a_register_tile_of_pixels_by_one_vector():
+    blocked = block_convolutions(zoo.conv2d(1, 64, 56, 56, 64, 3, 1, 1), 16)
+    nest = default_schedule(blocked, vector_bytes=64, workers=2).nest("Y_blocked")
+    names = [lp.name for lp in nest.loops]
+    assert names[-2:] == ["xx.inner", "o_lane"]
+    assert nest.loop("o_lane").annotation == VECTORIZED and nest.loop("xx.inner").annotation == UNROLLED
+    assert nest.loop("xx.inner").extent == 14
+    assert names[-5:-2] == ["r", "s", "c"]  # the reductions around the tile, the channels innermost
+
+
+def test_an_epilogue_after_the_convolution_still_computes_the_same():
+    wl = pw.Workload("conv_relu")
+    x, w, b = wl.input("X", (1, 3, 9, 9)), wl.input("W", (16, 3, 3, 3)), wl.input("b", (16,))
+    c, r, s = pw.reduce_axis(3, "c"), pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
+    y = wl.compute("Y", (1, 16, 7, 7), lambda n, o, i, j: pw.sum(x[n, c, i + r, j + s] * w[o, c, r, s],
+                                                                 axis=(c, r, s)))
+    wl.output(wl.compute("Z", (1, 16, 7, 7), lambda n, o, i, j: pw.maximum(y[n, o, i, j] + b[o], 0.0)))
+    assert block_convolutions(wl, 8) is not wl
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Z"], pw.reference(wl, **inputs)["Z"],
+                               rtol=1e-4, atol=1e-4)
