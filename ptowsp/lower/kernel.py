@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import networkx as nx
@@ -60,6 +59,7 @@ from ptowsp.lower.accumulate import identity as _identity
 from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
 from ptowsp.lower.cse import bind_common
 from ptowsp.lower.gathers import clamp_gathers
+from ptowsp.lower.layouts import in_stored_layouts, stored_buffer
 from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.placement import global_reads, indexed_by, stage
 from ptowsp.lower.regions import Box
@@ -69,7 +69,6 @@ from ptowsp.lower.tensorize import tensorize
 from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import LoopNest, Schedule
-from ptowsp.schedules.layouts import Layout
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
@@ -103,17 +102,13 @@ def buffer_of(tensor) -> Buffer:
     return Buffer(tensor.name, tensor.shape, tensor.dtype)
 
 
-def to_buffers(body: Expr, layouts: Mapping[str, Layout] | None = None) -> Expr:
-    """Reads of workload tensors become reads of global buffers (in gather indices too); a tensor
-    stored in another layout (transform_layout) is read at its stored position."""
+def to_buffers(body: Expr) -> Expr:
+    """Reads of workload tensors become reads of global buffers (in gather indices too; a tensor
+    stored in another layout is read at its stored position once the kernel is made: layouts.py)."""
     def read(n: Expr) -> Expr | None:
         if n.op is not Op.LOAD:
             return None
-        indices = tuple(to_buffers(i, layouts) for i in n.src)
-        layout = (layouts or {}).get(n.arg.name)
-        if layout is None:
-            return Expr(Op.LOAD, n.dtype, indices, buffer_of(n.arg))
-        return Expr(Op.LOAD, n.dtype, layout.read(indices), Buffer(n.arg.name, layout.shape, n.arg.dtype))
+        return Expr(Op.LOAD, n.dtype, tuple(to_buffers(i) for i in n.src), buffer_of(n.arg))
 
     return substitute(body, read)
 
@@ -165,8 +160,7 @@ class _Lowering:
         self.cache_scope = schedule.cache_writes.get(name)
         self.counter = 0
         self.several = SeveralValues()  # several-value reductions hoisted so far (tuplereduce.py)
-        self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined),
-                                             schedule.layouts))
+        self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined)))
 
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
@@ -471,6 +465,7 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     scan = lowering.task.scan is not None
     body = lower_scan(lowering, wl, schedule) if scan else lowering.lower()  # loops, reductions, guards, stores
     body = place(wl, schedule, name, body, lowering.grid)  # read caches and computed-at producers
+    body = in_stored_layouts(body, schedule.layouts)  # tensors stored in another layout (transform_layout)
     body = tensorize(body, name, schedule.tensorized.get(name), set(schedule.reduce_loops(name)))  # intrinsic calls
     body = tidy(body)  # unit loops dropped, indices folded
     body = simplify(body)  # constants folded again: unit loops left zeros
@@ -484,5 +479,6 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
             for n in walk(e):
                 if n.op is Op.LOAD and n.arg.scope == "global" and n.arg.name != name:
                     reads.setdefault(n.arg.name, n.arg)
-    return Kernel(name, lowering.grid, tuple(reads.values()), (lowering.out,), body, tuple(wl.sizes))
+    out = stored_buffer(lowering.out, schedule.layouts)
+    return Kernel(name, lowering.grid, tuple(reads.values()), (out,), body, tuple(wl.sizes))
 

@@ -39,7 +39,7 @@ def lower_scan(lowering, wl: Workload, schedule: Schedule) -> Stmt:
         part.values, part.guards = axis_values(part.nest)
         part.inner = [lp for lp in part.nest.loops if lp.annotation != "parallel"]
         part.origin = {axis: const(start, "int64")} if start else {}
-        part.body = simplify_expr(to_buffers(inline_producers(value, wl, schedule.inlined), schedule.layouts))
+        part.body = simplify_expr(to_buffers(inline_producers(value, wl, schedule.inlined)))
         at = tuple(part.at_axes(a) for a in task.axes)  # the stored element: the step's own, not the nest's
         parts.append(part.nest_over(part.inner, part.store(part.out, at, part.at_axes(part.body))))
     return block(*parts)

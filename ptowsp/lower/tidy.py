@@ -18,14 +18,23 @@ from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Stmt, Store, map_exprs, stmt_exprs
 from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te.bounds import interval
 
 UNROLL_BUDGET = 4096  # expression nodes one unrolled loop may expand to
 
 
 def simplify_index(e: Expr) -> Expr:
-    """An int64 index as sum(coef * term) + constant: cancels `i - i`, drops `+ 0` and `* 1`."""
-    coefs: dict[str, int] = {}
-    atoms: dict[str, Expr] = {}
+    """An int64 index as sum(coef * term) + constant: cancels `i - i`, drops `+ 0` and `* 1`, and
+    splits `(8 * a + b) // 8` into `a` and `(8 * a + b) % 8` into `b` where b is in [0, 8) (a
+    split lined up with a layout's blocks, layouts.py)."""
+    if e.dtype != "int64":
+        return e
+    return _sum(*_terms(e))
+
+
+def _terms(e: Expr) -> tuple[dict[str, tuple[Expr, int]], int]:
+    """e as {term: (atom, coefficient)} and a constant."""
+    terms: dict[str, tuple[Expr, int]] = {}
     offset = 0
 
     def collect(x: Expr, k: int) -> None:
@@ -41,24 +50,44 @@ def simplify_index(e: Expr) -> Expr:
             collect(x.src[0], k * int(x.src[1].arg))
         elif x.op is Op.MUL and x.src[0].op is Op.CONST and not isinstance(x.src[0].arg, bool):
             collect(x.src[1], k * int(x.src[0].arg))
+        elif (split := _divided(x)) is not None:
+            collect(split, k)
         else:
             atom = x if x.op in (Op.VAR, Op.RVAR) else Expr(x.op, x.dtype, tuple(_inner(s) for s in x.src), x.arg)
             key = str(atom)
-            atoms.setdefault(key, atom)
-            coefs[key] = coefs.get(key, 0) + k
+            terms[key] = (atom, terms.get(key, (atom, 0))[1] + k)
 
-    if e.dtype != "int64":
-        return e
     collect(e, 1)
+    return terms, offset
+
+
+def _sum(terms: dict[str, tuple[Expr, int]], offset: int) -> Expr:
     result: Expr | None = None
-    for key, coef in coefs.items():
+    for atom, coef in terms.values():
         if coef == 0:
             continue
-        term = atoms[key] if abs(coef) == 1 else atoms[key] * abs(coef)
+        term = atom if abs(coef) == 1 else atom * abs(coef)
         result = (term if coef > 0 else -term) if result is None else (result + term if coef > 0 else result - term)
     if result is None:
         return const(offset, "int64")
     return result + offset if offset > 0 else (result - (-offset) if offset < 0 else result)
+
+
+def _divided(x: Expr) -> Expr | None:
+    """`(k * a + b) // k` as a, `(k * a + b) % k` as b, when b's bounds lie in [0, k); else None."""
+    if x.op not in (Op.FLOORDIV, Op.MOD) or x.dtype != "int64" or x.src[1].op is not Op.CONST:
+        return None
+    k = x.src[1].arg
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return None
+    terms, offset = _terms(x.src[0])
+    whole = {key: (atom, coef // k) for key, (atom, coef) in terms.items() if coef % k == 0}
+    rest = {key: term for key, term in terms.items() if key not in whole}
+    remainder = _sum(rest, offset % k)
+    bounds = interval(remainder)
+    if bounds is None or bounds[0] < 0 or bounds[1] >= k:
+        return None
+    return _sum(whole, offset // k) if x.op is Op.FLOORDIV else remainder
 
 
 def _inner(x: Expr) -> Expr:

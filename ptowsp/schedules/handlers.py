@@ -297,21 +297,39 @@ def _tensorize(s: Schedule, step: st.Bind) -> None:
 
 
 def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
-    """A constant (or a task folded from constants) stored in another layout (layouts.py)."""
+    """A constant (packed at build time) or an intermediate (written and read through the map)
+    stored in another layout (layouts.py); inputs and outputs keep the user's."""
     wl = s.workload
     try:
         tensor = wl.tensor(step.tensor)
     except WorkloadError as e:
         raise StepError(str(e)) from None
+    opaque = [t for t in wl.tasks if isinstance(wl.task(t), OpaqueTask) and step.tensor in
+              {x.name for x in wl.task(t).inputs}]
+    if opaque:
+        raise StepError(f"{step.tensor!r} is read by the opaque task {opaque[0]!r}, which takes arrays in the user's "
+                        "layout; its layout cannot change")
     if step.tensor not in wl.constants and step.tensor not in fold.foldable(wl):
-        raise StepError(f"{step.tensor!r} is not a constant: only constants (and tasks folded from them at build "
-                        "time) can be stored in another layout yet")
+        _intermediate(s, step.tensor)
     if step.tensor in s._layouts:
         raise StepError(f"{step.tensor!r} already has a layout")
     cached = [t for t, n, _, _ in s._cache_reads if n == step.tensor]
     if cached:
         raise StepError(f"task {cached[0]!r} reads {step.tensor!r} through cache_read; transform the layout first")
     s._layouts[step.tensor] = layout_of(tensor, step.axes, step.index)
+
+
+def _intermediate(s: Schedule, tensor: str) -> None:
+    """A tensor whose layout only ptowsp's kernels see: a compute task's result, not an output."""
+    wl = s.workload
+    if tensor in wl.inputs or tensor in wl.outputs:
+        kind = "an input" if tensor in wl.inputs else "an output"
+        raise StepError(f"{tensor!r} is {kind} of the workload, which keeps the user's layout; store a copy of it in "
+                        "another layout (a task that reads it) and transform that")
+    producer = wl.task(wl.producer(tensor))
+    if isinstance(producer, OpaqueTask) or producer.domain is not None:
+        why = "an opaque task" if isinstance(producer, OpaqueTask) else "a task with a domain (zeros elsewhere)"
+        raise StepError(f"{tensor!r} is made by {why}; its layout cannot change (not supported)")
 
 
 def specialize(s: Schedule, step: st.Specialize) -> None:

@@ -1,12 +1,14 @@
-"""transform_layout: a tensor stored in another layout (TVM's transform_layout), for constants so far.
+"""transform_layout: a tensor stored in another layout (TVM's transform_layout).
 
-`s.transform_layout("W", lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8))` stores the constant W
-packed once at build time, element (o, c, kh, kw) at (o // 8, c, kh, kw, o % 8) (OIHW8o), and every
-kernel reads it through the map (lower/kernel.py `to_buffers`).  The map must send the tensor's
-domain one to one into a box of non-negative indices; the box is the packed tensor's shape, and
-positions no element reaches hold zeros.  Both are checked when the step is taken, over every
-element.  A tensor that can be packed is a constant of the workload or a task folded from
-constants at build time; inputs, outputs and intermediates keep their layout (not supported yet).
+`s.transform_layout("W", lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8))` stores W with element
+(o, c, kh, kw) at (o // 8, c, kh, kw, o % 8) (OIHW8o).  A constant (or a task folded from
+constants) is packed once at build time; an intermediate (a compute task's result that is not
+an output) is written there by its producer and read there by every consumer: lower/layouts.py
+rewrites each global read and write once the kernel is made.  The map must send the tensor's
+domain one to one into a box of non-negative indices; the box is the stored tensor's shape
+(positions no element reaches hold zeros in a constant, nothing in an intermediate).  Both are
+checked when the step is taken, over every element.  Inputs and outputs keep the user's layout,
+and so does a tensor an opaque task reads (it takes arrays as the user sees them).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ptowsp.schedules.condition import parse_index
 from ptowsp.schedules.loopnest import StepError
-from ptowsp.te import Expr, Op, Tensor, const, dtypes, substitute
+from ptowsp.te import Expr, Op, Tensor, cast, const, dtypes, substitute
 from ptowsp.te.bounds import interval
 from ptowsp.te.evaluate import Domain, Evaluator
 
@@ -34,7 +36,8 @@ class Layout:
 
     def read(self, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
         """The stored position of the element at `indices`."""
-        values = {a.arg[0]: i for a, i in zip(self.axes, indices, strict=True)}
+        values = {a.arg[0]: i if i.dtype == dtypes.INDEX_DTYPE else cast(i, dtypes.INDEX_DTYPE)  # a gathered int32
+                  for a, i in zip(self.axes, indices, strict=True)}
         return tuple(substitute(e, lambda n: values.get(n.arg[0]) if n.op is Op.VAR else None) for e in self.index)
 
     def positions(self) -> tuple[np.ndarray, ...]:

@@ -7,7 +7,9 @@ the judge) and the same seed always gives the same schedule.
 
 from __future__ import annotations
 
+import inspect
 import random
+from collections.abc import Callable
 
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import SERIAL
@@ -109,8 +111,36 @@ def _cache(s: Schedule, task: str, rng: random.Random) -> None:
         s.cache_write(task, rng.choice(SCOPES))
 
 
-def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True) -> Schedule:
-    """A legal schedule of random placement (inline, compute_at), cache and loop steps.
+def random_layout(shape: tuple[int, ...], rng: random.Random) -> Callable[..., tuple]:
+    """An index map for a tensor of `shape`: one dimension cut into blocks (the block index in
+    place, the offset last: NCHW -> NCHWc), two dimensions swapped, or one moved by 1 (a zero
+    row before it)."""
+    kind, dims = rng.choice(["block", "swap", "pad"]), len(shape)
+    d = rng.randrange(dims)
+    blocks = [f for f in (2, 3, 4, 8) if f < shape[d]]
+    other = rng.randrange(dims)
+
+    def index_map(*axes):
+        if kind == "block" and blocks:
+            f = rng_factor
+            return (*axes[:d], axes[d] // f, *axes[d + 1:], axes[d] % f)
+        if kind == "swap":
+            out = list(axes)
+            out[d], out[other] = out[other], out[d]
+            return tuple(out)
+        return (*axes[:d], axes[d] + 1, *axes[d + 1:])
+
+    rng_factor = rng.choice(blocks) if blocks else 1
+    index_map.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(f"a{k}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in range(dims)])
+    return index_map
+
+
+def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True,
+                    layouts: bool = False) -> Schedule:
+    """A legal schedule of random placement (inline, compute_at), cache and loop steps, and with
+    `layouts` (on targets that store tensors in other layouts) random layouts of intermediates and
+    constants (from their own random stream: the other steps are those of `layouts=False`).
 
     Placement is decided consumers first, so a producer is only computed at a
     task that already holds every read of it.
@@ -135,4 +165,12 @@ def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at
                 _propose(s, task, rng)
             except ScheduleError:
                 pass  # illegal proposal: the schedule is unchanged, try another
+    if layouts:
+        chooser = random.Random(f"layouts {seed}")
+        for tensor in [*wl.constants, *(t for t in computes if t not in wl.outputs)]:
+            if chooser.random() < 0.3:
+                try:
+                    s.transform_layout(tensor, random_layout(wl.tensor(tensor).shape, chooser))
+                except ScheduleError:
+                    pass  # an input, output or tensor read through a cache keeps its layout
     return s

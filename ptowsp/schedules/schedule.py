@@ -213,9 +213,9 @@ class Schedule:
         return self._make(st.Bind, task=task, loop=loop, thread=thread, core=core, kernel=kernel)
 
     def transform_layout(self, tensor: str, index_map: Callable[..., object]) -> Schedule:
-        """Store the constant `tensor` in another layout: element (axes) at index_map(axes), e.g.
-        `lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8)` (OIHW8o); packed once at build time, read
-        through the map by every kernel (schedules/layouts.py)."""
+        """Store a constant or an intermediate in another layout: element (axes) at index_map(axes),
+        e.g. `lambda o, c, kh, kw: (o // 8, c, kh, kw, o % 8)` (OIHW8o); a constant is packed once
+        at build time, an intermediate written and read through the map (schedules/layouts.py)."""
         try:
             shape = self.workload.tensor(tensor).shape
             axes = loop_names_of(f"transform_layout {tensor}", shape, index_map)

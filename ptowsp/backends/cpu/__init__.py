@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -90,8 +91,9 @@ class CpuExecutable:
         # a cached build is not lowered)
         self.folded = fold.fold_constants(wl)
         self.constants = {**wl.constants, **self.folded}
-        for name, layout in schedule.layouts.items():  # packed once: kernels read them in their layout
-            self.constants[name] = layout.pack(self.constants[name])
+        for name, layout in schedule.layouts.items():  # constants packed once: kernels read them in their layout
+            if name in self.constants:
+                self.constants[name] = layout.pack(self.constants[name])
         self.order: tuple[str, ...] = manifest.order
         self.entries: dict[str, KernelEntry] = manifest.kernels
         self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops
@@ -127,10 +129,16 @@ class CpuExecutable:
                 reads = [t.name for t in task.inputs] if entry is None else \
                     [a for a in entry.arguments if a not in writes]
                 steps.append((reads, writes))
-                nbytes.update({t.name: t.nbytes for t in task.outputs
+                nbytes.update({t.name: self._stored(t)[0] for t in task.outputs
                                if t.name not in wl.outputs and t.name not in self.zeroed})
             self._plans[key] = plan_memory(steps, nbytes)
         return self._plans[key]
+
+    def _stored(self, tensor: Tensor) -> tuple[int, tuple[int, ...]]:
+        """(bytes, shape) of an intermediate as stored: its layout's shape when it has one."""
+        layout = self.schedule.layouts.get(tensor.name)
+        shape = tuple(tensor.shape) if layout is None else layout.shape
+        return math.prod(shape) * np.dtype(tensor.dtype).itemsize, shape
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -227,7 +235,8 @@ class CpuExecutable:
             for t in bound.task(name).outputs:
                 if t.name in plan.offsets:
                     at = base + plan.offsets[t.name]
-                    arrays[t.name] = arena[at:at + t.nbytes].view(t.dtype).reshape(t.shape)
+                    nbytes, shape = self._stored(t)
+                    arrays[t.name] = arena[at:at + nbytes].view(t.dtype).reshape(shape)
                 else:
                     arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
                     if t.name in self.zeroed:
