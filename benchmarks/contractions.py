@@ -14,7 +14,7 @@ Every ptowsp result is checked against numpy first.  Contenders:
 torch is a benchmark-only peer in a separate venv, never imported by the package:
 
     python3 -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install numpy torch -e /work/main
-    /tmp/bench-venv/bin/python benchmarks/contractions.py [--repeat 7]
+    /tmp/bench-venv/bin/python benchmarks/contractions.py [--repeat 7] [--only conv] [--tuned 64]
 
 Targets (issue 30, default schedule): matmul 1024^3 >= 0.9x OpenBLAS; conv2d 3x3 64->64 56^2 and
 1x1 256->64 56^2 >= 0.8x torch; depthwise 3x3 128 ch 112^2 >= 1.0x torch; dense 1x2048->1000 and
@@ -29,6 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")  # before numpy loads
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import argparse  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from timing import side_by_side  # noqa: E402
@@ -110,6 +111,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", help="run the workloads whose name contains this text")
+    parser.add_argument("--tuned", type=int, default=0, metavar="TRIALS",
+                        help="also tune the convolutions with this many AutoScheduler trials (issue 30: 64)")
     args = parser.parse_args()
     print(f"torch: {torch.__version__}" if torch is not None else "torch: not installed")
     print(f"{'workload':28} {'contender':16} {'median':>10} {'vs best peer':>13}  check")
@@ -120,6 +123,11 @@ def main() -> None:
         contenders = [("ptowsp default", pw.build(wl, target="cpu"))]
         if name.startswith("matmul") and (tensorized := gemm_schedule(wl)) is not None:
             contenders.append(("ptowsp gemm", pw.build(tensorized, target="cpu")))
+        if args.tuned and name.startswith("conv2d"):
+            start = time.perf_counter()
+            result = pw.AutoScheduler.search(wl, target="cpu", num_trials=args.tuned, seed=0, progress=False)
+            print(f"{name}: tuned with {args.tuned} trials in {time.perf_counter() - start:.0f} s")
+            contenders.append(("ptowsp tuned", pw.build(result.schedule, target="cpu")))
         output = wl.outputs[0]
         checks = [np.allclose(p.run(**inputs)[output], expected, rtol=1e-3, atol=1e-2) for _, p in contenders]
         fns = [lambda p=p: p.run(**inputs) for _, p in contenders] + [numpy_fn]

@@ -115,7 +115,9 @@ class AutoScheduler:
                start_from_default: bool = True, warm_start: str | Path | None = None, confirm: int = CONFIRM,
                runner: Runner | None = None, progress: bool | None = None, timeout: float = 60.0) -> SearchResult:
         """Tune `wl` on `target` for `num_trials` measured trials (those already in `log_file` count;
-        fewer when the space has fewer distinct schedules).
+        fewer when the space has fewer distinct schedules).  What is tuned is the workload the
+        target's default build runs (`pw.build(wl)`): on cpu, a convolution is blocked by channels
+        first (schedules/passes/blocking.py), and the result's schedule belongs to that workload.
 
         cost_model: "xgboost" (model-guided annealing) or "random" (uniform sampling, the baseline).
         space: a Space, or {knob or glob pattern: choices} narrowing or extending the default one.
@@ -132,13 +134,14 @@ class AutoScheduler:
             raise ScheduleError(f"need num_trials >= 1, batch >= 1 and 0 <= epsilon <= 1; got "
                                 f"num_trials={num_trials}, batch={batch}, epsilon={epsilon}")
         n_workers = len(worker_classes(workers))
+        wl = backend(target).default_workload(wl)
         if not isinstance(space, Space):
             space = Space(wl, vector_bytes=backend(target).vector_bytes, workers=n_workers, overrides=space)
         own_runner = runner is None
         runner = runner or Runner(wl, target, workers=n_workers, timeout=timeout)
         if runner.workload.fingerprint != wl.fingerprint or runner.target != target:
             raise ScheduleError(f"the runner measures {runner.workload.name!r} on {runner.target!r}, "
-                                f"not {wl.name!r} on {target!r}")
+                                f"not {wl.name!r} on {target!r} (as the target's default build runs it)")
         tuner = _Tuner(wl, target, space, n_workers, seed, cost_model, batch, epsilon, log_file, warm_start,
                        sys.stderr.isatty() if progress is None else progress)
         try:

@@ -23,17 +23,31 @@ import threading
 
 import numpy as np
 
+from ptowsp.schedules.passes.memory import ALIGN
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """np.empty whose data starts on an ALIGN-byte boundary (malloc gives 16): kernels may then
+    store whole vectors aligned, as non-temporal stores need (cpu/streams.py)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
 
 class Recycler:
     """One array per name, reused by a later run when no one else holds it; thread-safe."""
 
     def __init__(self) -> None:
         self._kept: dict[str, np.ndarray] = {}
-        self._alone: int | None = None  # reference count of a kept array that only the recycler holds
+        # reference counts of a kept array, and of the block under it, that only the recycler holds
+        self._alone: tuple[int, int] | None = None
         self._lock = threading.Lock()
 
-    def _holders(self, name: str) -> int:
-        return sys.getrefcount(self._kept[name])
+    def _holders(self, name: str) -> tuple[int, int]:
+        """References to the kept array and to its memory block (aligned_empty's: a view of a view
+        names the block as its base, so a slice the caller keeps holds the block, not the array)."""
+        return sys.getrefcount(self._kept[name]), sys.getrefcount(self._kept[name].base)
 
     def empty(self, name: str, shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
         """An uninitialised array: the one last handed out under `name` if it is unreferenced and fits."""
@@ -44,7 +58,7 @@ class Recycler:
                 del kept  # our local reference would count as a holder
                 if self._holders(name) == self._alone:
                     return self._kept[name]
-            self._kept[name] = np.empty(shape, dtype)
+            self._kept[name] = aligned_empty(shape, dtype)
             if self._alone is None:  # measured, not assumed: reference counting differs between Pythons
                 self._alone = self._holders(name)
             return self._kept[name]

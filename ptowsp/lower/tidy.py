@@ -29,11 +29,12 @@ def simplify_index(e: Expr) -> Expr:
     split lined up with a layout's blocks, layouts.py)."""
     if e.dtype != "int64":
         return e
-    return _sum(*_terms(e))
+    return _sum(*linear_terms(e))
 
 
-def _terms(e: Expr) -> tuple[dict[str, tuple[Expr, int]], int]:
-    """e as {term: (atom, coefficient)} and a constant."""
+def linear_terms(e: Expr) -> tuple[dict[str, tuple[Expr, int]], int]:
+    """An int64 e as {term: (atom, coefficient)} and a constant (atoms: loop variables, loads, and
+    whatever else is not a sum of constant multiples)."""
     terms: dict[str, tuple[Expr, int]] = {}
     offset = 0
 
@@ -80,7 +81,7 @@ def _divided(x: Expr) -> Expr | None:
     k = x.src[1].arg
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         return None
-    terms, offset = _terms(x.src[0])
+    terms, offset = linear_terms(x.src[0])
     whole = {key: (atom, coef // k) for key, (atom, coef) in terms.items() if coef % k == 0}
     rest = {key: term for key, term in terms.items() if key not in whole}
     remainder = _sum(rest, offset % k)

@@ -1,4 +1,5 @@
-"""Software prefetch on the cpu target: long contiguous vector streams get one, short or strided ones none."""
+"""Long streams on the cpu target: long contiguous vector streams get a software prefetch (short or
+strided ones none), and big outputs written once non-temporal stores."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
-from ptowsp.backends.cpu.streams import DISTANCE_BYTES, MAX_STEP_BYTES, MIN_STREAM_BYTES, prefetch_ahead
+from ptowsp.backends.cpu.streams import (
+    DISTANCE_BYTES, MAX_STEP_BYTES, MIN_STREAM_BYTES, STREAM_OUT_BYTES, prefetch_ahead, streamed_outputs, vector_aligned,
+)
+from ptowsp.lower import lower_program
+from ptowsp.lower.ir import Buffer
+from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.te import Expr, Op
 
 pytestmark = pytest.mark.skipif("cpu" not in pw.targets(), reason="the cpu target is unavailable here")
 
@@ -52,3 +59,36 @@ def test_short_rows_and_strided_walks_are_not_prefetched():
     assert PREFETCH not in prog._executable.module_text
     data = np.random.default_rng(1).standard_normal((256, 1024)).astype(np.float32)
     np.testing.assert_array_equal(prog(x=data)["y"], data * 2.0)
+
+
+NONTEMPORAL = "!nontemporal"
+
+
+def test_a_big_output_written_once_gets_non_temporal_stores_and_a_fence():
+    n = STREAM_OUT_BYTES // 4
+    wl, schedule = _elementwise(n)
+    prog = pw.build(schedule, target="cpu")
+    text = prog._executable.module_text
+    assert NONTEMPORAL in text and "llvm.x86.sse.sfence" in text
+    assert text.count(PREFETCH) == 2  # the inputs: a line written around the cache is not fetched first
+    rng = np.random.default_rng(2)
+    x, z = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = prog(x=x, z=z)["y"]
+    assert out.ctypes.data % 64 == 0  # outputs start on a cache line: whole vectors land aligned
+    np.testing.assert_allclose(out, np.exp(x * 0.5) + z, rtol=1e-6, atol=1e-6)
+
+
+def test_small_outputs_and_accumulators_keep_plain_stores():
+    small, schedule = _elementwise(STREAM_OUT_BYTES // 8)
+    assert NONTEMPORAL not in pw.build(schedule, target="cpu")._executable.module_text
+    mm = pw.zoo.matmul(2048, 1024, 64)  # an 8 MB result read back at every step of k
+    kernel = lower_program(mm, default_schedule(mm, vector_bytes=64)).kernels["C"]
+    assert streamed_outputs(kernel) == set()
+
+
+def test_only_stores_whose_first_lane_is_vector_aligned_qualify():
+    i, jo, ji = (Expr(Op.VAR, "int64", (), (n, e)) for n, e in (("i", 4), ("j.outer", 64), ("j.inner", 16)))
+    column = jo * 16 + ji
+    assert vector_aligned(Buffer("y", (4, 1024), "float32"), (i, column), "j.inner", 16)
+    assert not vector_aligned(Buffer("y", (4, 1000), "float32"), (i, column), "j.inner", 16)  # rows of 1000
+    assert not vector_aligned(Buffer("y", (4, 1040), "float32"), (i, column + 1), "j.inner", 16)  # one along

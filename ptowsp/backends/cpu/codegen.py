@@ -28,7 +28,7 @@ from llvmlite import ir
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
-from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead
+from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned
 from ptowsp.backends.cpu.types import (
     I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
 )
@@ -128,9 +128,13 @@ class KernelEmitter(Conversions, DivMod):
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
+        self.streamed = streamed_outputs(kernel)  # outputs written with non-temporal stores (streams.py)
+        self.fence = False  # a non-temporal store was emitted: the kernel ends with a fence
 
     def emit(self) -> ir.Function:
         self.stmt(self.kernel.body)
+        if self.fence:
+            store_fence(self.b, self.module)  # non-temporal stores are weakly ordered: done before the task is
         self.b.ret_void()
         ir.IRBuilder(self.entry).branch(self.fn.blocks[1])
         return self.fn
@@ -313,6 +317,13 @@ class KernelEmitter(Conversions, DivMod):
         if _lane_stride(s.buffer, s.indices, self.lane_var) == 1:
             with self.scalar_mode():
                 pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
+            width = self.lanes * ITEMSIZE[s.buffer.dtype]
+            if mask is None and s.buffer.name in self.streamed and width in (16, 32, 64) and vector_aligned(
+                    s.buffer, s.indices, self.lane_var, self.lanes):
+                stored = self.b.store(value, pointer, align=width)
+                stored.set_metadata("nontemporal", self.module.add_metadata([ir.Constant(I32, 1)]))
+                self.fence = True
+                return
             self.prefetch_stream(s.buffer, s.indices, pointer, write=True)
             if mask is None:
                 self.b.store(value, pointer, align=ITEMSIZE[s.buffer.dtype])

@@ -1,4 +1,4 @@
-"""Software prefetch for long streams of vector loads and stores.
+"""Long streams of vector loads and stores: software prefetch, and non-temporal stores.
 
 The hardware's stream prefetchers track addresses within one 4 KB page and
 stop at its end, so a long unit-stride loop stalls on memory again at every
@@ -13,16 +13,31 @@ Short streams (rows re-read from cache, as in softmax or layernorm) and
 strided walks (matmul panels) get none: they gain nothing and each prefetch
 costs a load slot.  A prefetch never faults, so running past the end of a
 buffer is harmless.
+
+A kernel's output of at least `STREAM_OUT_BYTES` that the kernel never reads
+back is written with non-temporal stores where a whole vector lands on a
+vector-aligned address (every buffer starts on a 64-byte boundary): the line
+goes to memory without first being read into the cache (a plain store reads
+it: a third more memory traffic for a stream written once), and without
+evicting what the cache holds.  Such a store is not prefetched, and the
+kernel ends with a fence, so the task that reads the output next sees it.
 """
 
 from __future__ import annotations
 
 import math
 
+import llvmlite.binding as llvm
+import numpy as np
 from llvmlite import ir
 
 from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.lower.ir import Buffer, walk_stmts, stmt_exprs
+from ptowsp.lower.kernel import Kernel
+from ptowsp.lower.tidy import linear_terms
+from ptowsp.te import Expr, Op, const, walk
 
+STREAM_OUT_BYTES = 8 << 20  # more than a core's L2 and a good part of the LLC: it leaves the cache anyway
 DISTANCE_BYTES = 4096  # measured on the exp chain: 2 KB clearly short, 4-16 KB equal
 MIN_STREAM_BYTES = 1 << 20  # shorter walks may be data re-read from the L2, where a prefetch only costs
 MAX_STEP_BYTES = 512  # each iteration moves on by at most this much: a dense stream, not a strided walk
@@ -45,3 +60,39 @@ def prefetch(builder: ir.IRBuilder, module: ir.Module, pointer: ir.Value, ahead:
     fn = declare(module, "llvm.prefetch", [ir.PointerType()], fn_type)
     # rw, locality 3 (keep in every level), data cache
     builder.call(fn, [target, ir.Constant(I32, int(write)), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+
+
+def streamed_outputs(kernel: Kernel) -> set[str]:
+    """The outputs a kernel may write with non-temporal stores: at least STREAM_OUT_BYTES of a static
+    shape, and never read by the kernel itself (an accumulator is read back at every step)."""
+    read = {n.arg.name for s in walk_stmts(kernel.body) for e in stmt_exprs(s) for n in walk(e) if n.op is Op.LOAD}
+    found = set()
+    for out in kernel.outputs:
+        if all(isinstance(n, int) for n in out.shape) and out.name not in read:
+            if math.prod(out.shape) * np.dtype(out.dtype).itemsize >= STREAM_OUT_BYTES:
+                found.add(out.name)
+    return found
+
+
+def vector_aligned(buf: Buffer, indices: tuple[Expr, ...], lane_var: str, lanes: int) -> bool:
+    """Whether a unit-stride vector store's first lane is at a multiple of `lanes` elements from the
+    buffer's start for every value of the other loops (the lane variable itself counts from 0)."""
+    if not all(isinstance(n, int) for n in buf.shape):
+        return False
+    flat, stride = const(0, "int64"), 1
+    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+        flat = flat + index * stride
+        stride *= size
+    terms, offset = linear_terms(flat)
+    lane = [coef for atom, coef in terms.values() if atom.op is Op.VAR and atom.arg[0] == lane_var]
+    others = [coef for atom, coef in terms.values() if not (atom.op is Op.VAR and atom.arg[0] == lane_var)]
+    return lane == [1] and offset % lanes == 0 and all(c % lanes == 0 for c in others)
+
+
+def store_fence(builder: ir.IRBuilder, module: ir.Module) -> None:
+    """Order the non-temporal stores before what follows: `sfence` on x86 (LLVM's seq_cst fence is a
+    locked instruction there), a seq_cst fence elsewhere."""
+    if llvm.get_process_triple().startswith("x86_64"):
+        builder.call(declare(module, "llvm.x86.sse.sfence", [], ir.FunctionType(ir.VoidType(), [])), [])
+    else:
+        builder.fence("seq_cst")
