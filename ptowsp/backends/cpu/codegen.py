@@ -28,14 +28,16 @@ from llvmlite import ir
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
-from ptowsp.backends.cpu.streams import prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned
+from ptowsp.backends.cpu.streams import (
+    lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
+)
 from ptowsp.backends.cpu.types import (
     I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
 )
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
-from ptowsp.te import Expr, Op, dtypes, sizes
+from ptowsp.te import Expr, Op, sizes
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
 _FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
@@ -57,43 +59,6 @@ def _straight_line(s: Stmt) -> bool:
     if isinstance(s, Let):
         return _straight_line(s.body)
     return isinstance(s, Store)
-
-
-def _coefficient(e: Expr, var: str) -> int | None:
-    """d e / d var when e is affine in var (other variables held fixed), else None."""
-    if e.op is Op.CONST:
-        return 0
-    if e.op in (Op.VAR, Op.RVAR):
-        return 1 if e.arg[0] == var else 0
-    parts = [_coefficient(s, var) for s in e.src]
-    if None in parts:
-        return None
-    if e.op is Op.ADD:
-        return parts[0] + parts[1]
-    if e.op is Op.SUB:
-        return parts[0] - parts[1]
-    if e.op is Op.NEG:
-        return -parts[0]
-    if e.op is Op.MUL and (parts[0] == 0 or parts[1] == 0):
-        other = e.src[1] if parts[0] == 0 else e.src[0]
-        scale = e.src[0] if parts[0] == 0 else e.src[1]
-        if parts[0] == parts[1] == 0:
-            return 0
-        return _coefficient(other, var) * scale.arg if scale.op is Op.CONST else None
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return parts[0]
-    return 0 if all(p == 0 for p in parts) else None
-
-
-def _lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int | None:
-    """Elements between the addresses of neighbouring lanes (None: not a constant stride)."""
-    total, stride = 0, 1
-    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
-        c = _coefficient(index, var)
-        if c is None:
-            return None
-        total, stride = sizes.add(total, sizes.mul(c, stride)), sizes.mul(stride, size)
-    return total if isinstance(total, int) else None
 
 
 class KernelEmitter(Conversions, DivMod):
@@ -314,7 +279,7 @@ class KernelEmitter(Conversions, DivMod):
         assert isinstance(s, Store)
         value = self.to_memory(self.value(s.value, self.store_mask), s.buffer.dtype)
         mask = self.store_mask
-        if _lane_stride(s.buffer, s.indices, self.lane_var) == 1:
+        if lane_stride(s.buffer, s.indices, self.lane_var) == 1:
             with self.scalar_mode():
                 pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
             width = self.lanes * ITEMSIZE[s.buffer.dtype]
@@ -345,7 +310,7 @@ class KernelEmitter(Conversions, DivMod):
 
     def vector_load(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         buf, memory = e.arg, ir.VectorType(MEMORY[e.dtype], self.lanes)
-        stride = _lane_stride(buf, e.src, self.lane_var)
+        stride = lane_stride(buf, e.src, self.lane_var)
         if stride == 0:  # the same element in every lane: one load, splat
             live = None if mask is None else self.reduce_or(mask)
             with self.scalar_mode():
@@ -374,7 +339,7 @@ class KernelEmitter(Conversions, DivMod):
         """A prefetch ahead of a vector access that streams with the innermost serial loop (see streams)."""
         if self.serial and pointer.type.is_opaque:
             loop = self.serial[-1]
-            step = _lane_stride(buf, indices, loop.var)
+            step = lane_stride(buf, indices, loop.var)
             trips = loop.extent if isinstance(loop.extent, int) else 1 << 20  # a symbolic loop: assume long
             ahead = prefetch_ahead(None if step is None else step * ITEMSIZE[buf.dtype], trips)
             if ahead is not None:

@@ -35,7 +35,7 @@ from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.lower.ir import Buffer, walk_stmts, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.tidy import linear_terms
-from ptowsp.te import Expr, Op, const, walk
+from ptowsp.te import Expr, Op, const, dtypes, sizes, walk
 
 STREAM_OUT_BYTES = 8 << 20  # more than a core's L2 and a good part of the LLC: it leaves the cache anyway
 DISTANCE_BYTES = 4096  # measured on the exp chain: 2 KB clearly short, 4-16 KB equal
@@ -43,6 +43,43 @@ MIN_STREAM_BYTES = 1 << 20  # shorter walks may be data re-read from the L2, whe
 MAX_STEP_BYTES = 512  # each iteration moves on by at most this much: a dense stream, not a strided walk
 
 I32 = ir.IntType(32)
+
+
+def _coefficient(e: Expr, var: str) -> int | None:
+    """d e / d var when e is affine in var (other variables held fixed), else None."""
+    if e.op is Op.CONST:
+        return 0
+    if e.op in (Op.VAR, Op.RVAR):
+        return 1 if e.arg[0] == var else 0
+    parts = [_coefficient(s, var) for s in e.src]
+    if None in parts:
+        return None
+    if e.op is Op.ADD:
+        return parts[0] + parts[1]
+    if e.op is Op.SUB:
+        return parts[0] - parts[1]
+    if e.op is Op.NEG:
+        return -parts[0]
+    if e.op is Op.MUL and (parts[0] == 0 or parts[1] == 0):
+        other = e.src[1] if parts[0] == 0 else e.src[0]
+        scale = e.src[0] if parts[0] == 0 else e.src[1]
+        if parts[0] == parts[1] == 0:
+            return 0
+        return _coefficient(other, var) * scale.arg if scale.op is Op.CONST else None
+    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
+        return parts[0]
+    return 0 if all(p == 0 for p in parts) else None
+
+
+def lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int | None:
+    """Elements between the addresses of neighbouring lanes (None: not a constant stride)."""
+    total, stride = 0, 1
+    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+        c = _coefficient(index, var)
+        if c is None:
+            return None
+        total, stride = sizes.add(total, sizes.mul(c, stride)), sizes.mul(stride, size)
+    return total if isinstance(total, int) else None
 
 
 def prefetch_ahead(step_bytes: int | None, extent: int) -> int | None:

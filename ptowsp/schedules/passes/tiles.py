@@ -1,0 +1,152 @@
+"""Register tiles: the default schedule's loops for contractions and vector-wide reductions.
+
+`contraction_tile`: `C[.., i, j] = sum(A[.., i, k] * B[.., k, j], k)` gets rows x (2 vectors) of
+accumulators with k blocked and B's panel packed per block (`rows_inside_panel` then keeps a
+task's row tiles inside each panel).  `vector_tile`: a reduction whose last axis is exactly one
+vector (a channel-blocked convolution, blocking.py) gets pixels x one vector.  `stream_reduction`:
+a lone reduction over a non-contiguous axis (GEMV) streams rows.  Every number is a decision of
+`choose` (default.py's module docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.schedule import Schedule
+from ptowsp.te import Expr, Op, walk
+
+Choose = Callable[[str, Sequence[Any], Any], Any]
+
+REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
+WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
+K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
+VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
+WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
+
+
+def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose) -> tuple[str, str] | None:
+    """The register-tiled matmul schedule, when the task is one and the tile divides it.
+
+    Decisions: the tile's rows and vectors of columns, the k block, packing B's panel, and
+    whether tiles go row-major or column-major.
+    """
+    if len(spatial) < 2 or lanes == 1:
+        return None
+    i, j = spatial[-2], spatial[-1]
+    body = s.workload.task(task).body
+    panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
+    rows_fit = [r for r in (1, 2, 4, 6, 8) if i.extent % r == 0]
+    vectors_fit = [v for v in (1, 2, 3, 4) if j.extent % (v * lanes) == 0]
+    if not panels or REGISTER_ROWS not in rows_fit or 2 not in vectors_fit:
+        return None
+    wide = lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 and WIDE_REGISTER_ROWS in rows_fit
+    rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide else REGISTER_ROWS)
+    vectors = choose(f"{task}.tile_vectors", vectors_fit, 2)
+    s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
+    divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
+    near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
+    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= K_BLOCK))
+    s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
+    outer = [lp.name for lp in spatial[:-2]]
+    tiles = [f"{i.name}.outer", f"{j.name}.outer"]
+    if choose(f"{task}.tile_order", ("rows", "columns"), "rows") == "columns":
+        tiles.reverse()
+    s.reorder(task, *outer, *tiles, f"{k.name}.outer", f"{k.name}.inner",
+              f"{i.name}.inner", f"{j.name}.inner.outer", f"{j.name}.inner.inner")
+    s.unroll(task, f"{i.name}.inner").unroll(task, f"{j.name}.inner.outer").vectorize(task, f"{j.name}.inner.inner")
+    if int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
+        s.tensorize(task, f"{k.name}.inner", "gemm_i8")
+    panel_loop = f"{k.name}.outer"
+    packable = panels[0] in {t.name for t in s.workload.task(task).inputs}
+    if packable and choose(f"{task}.pack_panel", (True, False), True):
+        s.cache_read(task, panels[0], "local", loop=panel_loop)
+    return f"{i.name}.outer", panel_loop
+
+
+def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int, choose: Choose) -> bool:
+    """A reduction whose last axis is one vector (a channel-blocked convolution, blocking.py): a
+    register tile of `rows` points of the axis before it x that vector, the reductions outside the
+    tile (smallest extent first: the taps, then the channels), so each step broadcasts one input
+    value per row into a fused multiply-add with one vector of weights.  Decisions: the rows, and
+    a block of the widest reduction taken outside the others (`reduce_block`, 0: none)."""
+    x = spatial[-2]
+    if not isinstance(x.extent, int) or any(not isinstance(lp.extent, int) for lp in reduce):
+        return False
+    cap = WIDE_VECTOR_TILE if lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 else VECTOR_TILE
+    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
+    rows = choose(f"{task}.tile_rows", fits, max(d for d in fits if d <= cap))
+    order = [lp.name for lp in sorted(reduce, key=lambda lp: lp.extent)]
+    widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
+    blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
+    block = choose(f"{task}.reduce_block", (0, *blocks), 0)
+    if block:
+        s.split(task, widest.name, block)
+        order = [f"{widest.name}.outer", *(n for n in order if n != widest.name), f"{widest.name}.inner"]
+    if rows < x.extent:
+        s.split(task, x.name, rows)
+        inner, outer = [f"{x.name}.outer"], f"{x.name}.inner"
+    else:
+        inner, outer = [], x.name
+    s.reorder(task, *[lp.name for lp in spatial[:-2]], *inner, *order, outer, spatial[-1].name)
+    s.unroll(task, outer).vectorize(task, spatial[-1].name)
+    return True
+
+
+def rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> None:
+    """Move the row tiles a task instance runs inside the panel loop, so each packed panel of B
+    serves all of them (rows in the grid stay outermost)."""
+    names = s.loops(task)
+    inner = f"{rows}.inner" if f"{rows}.inner" in names else rows
+    if s.nest(task).loop(inner).annotation != SERIAL:
+        return  # the row tiles are the grid
+    order = [n for n in names if n != inner]
+    order.insert(order.index(panel_loop) + 1, inner)
+    s.reorder(task, *order)
+
+
+def stream_reduction(s: Schedule, task: str, max_tile: int = 4096) -> None:
+    """A single reduction the other rules left over a non-contiguous axis (a matrix-vector product
+    `y[j] = sum_k x[k] W[k, j]`, column sums): its loop goes just inside the task grid, so each
+    step reads a contiguous run of a row for the instance's whole tile of outputs (a local
+    accumulator tile of at most `max_tile` elements) instead of walking a column, a page per
+    row, once per output vector."""
+    loops = s.nest(task).loops
+    reduce = [lp for lp in loops if lp.reduce]
+    if len(reduce) != 1 or reduce[0].annotation != SERIAL or contiguous(s.workload.task(task).body, reduce[0].name):
+        return
+    grid = [lp for lp in loops if lp.annotation == PARALLEL]
+    inner = [lp for lp in loops if lp.annotation != PARALLEL and not lp.reduce]
+    extents = [lp.extent for lp in inner]
+    if not inner or not all(isinstance(e, int) for e in extents) or math.prod(extents) > max_tile:
+        return
+    order = [lp.name for lp in (*grid, reduce[0], *inner)]
+    if order != [lp.name for lp in loops]:
+        s.reorder(task, *order)
+
+
+def int8_dot(body: Expr) -> bool:
+    """`sum(int32(A[..]) * int32(B[..]))` with A and B int8: the built-in `gemm_i8`'s pattern."""
+    if body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "int32" or body.src[0].op is not Op.MUL:
+        return False
+    return all(x.op is Op.CAST and x.src[0].op is Op.LOAD and x.src[0].dtype == "int8" for x in body.src[0].src)
+
+
+def _indexes(load: Expr, k: str, j: str, i: str) -> bool:
+    """A load `B[.., k, j]`: the contraction's panel operand (its rows k, its contiguous columns j)."""
+    names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in load.src]
+    return len(names) >= 2 and names[-2:] == [k, j] and i not in names
+
+
+def contiguous(body: Expr, axis: str) -> bool:
+    """Every load in the body that uses reduce axis `axis` has it as its last, unscaled index."""
+    for node in walk(body):
+        if node.op is Op.LOAD:
+            used = [x for x in node.src if any(v.op is Op.RVAR and v.arg[0] == axis for v in walk(x))]
+            if used and (len(used) > 1 or not (node.src[-1].op is Op.RVAR and node.src[-1].arg[0] == axis)):
+                return False
+    return True
