@@ -20,7 +20,8 @@ own: a worker that visits the scheduler (to complete a task and take the
 next) plays both roles there, a direct handoff.  Every hop between threads
 costs a wake-up (0.05-0.1 ms on this VM, more than a small tile), so a run
 pays one at its start (waking the pool threads; the caller starts work at
-once) and at most one at its end, and none per task.  The device clock
+once) and at most one at its end (polled for briefly first: `_settle`), and
+none per task; a table of one instance wakes no pool thread at all.  The device clock
 (trio's virtual time) runs the same roles as trio tasks, where hops are free.
 
 Stops (a task's exception, `timeout`, Ctrl-C in the caller) set a flag the
@@ -403,10 +404,18 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
 
     def run() -> Trace:
         origin = clock()
-        with pool().threads(len(sched.workers) - 1) as threads, pinned(), _interrupts(sched):
+        helpers = sched.workers[1:]
+        if len(table.instances) <= 1 and all(0 in sched.eligible[i.core] for i in table.instances):
+            # one instance the caller may run: it does, alone (a helper would only cost a wake-up and a
+            # word back, 0.1-0.2 ms on this VM); every placement goes to worker 0
+            sched.eligible = {core: [0] for core in sched.eligible}
+            for w in helpers:
+                w.returned = True
+            helpers = []
+        with pool().threads(len(helpers)) as threads, pinned(), _interrupts(sched):
             with sched.lock:
                 sched.orchestrate()  # the first batch is in before the helpers wake
-            for w, thread in zip(sched.workers[1:], threads, strict=True):
+            for w, thread in zip(helpers, threads, strict=True):
                 thread.start(functools.partial(_helper, sched, w, launcher, options.prefetch))
             try:
                 _work(sched, sched.workers[0], launcher, options.prefetch)
@@ -414,9 +423,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                 with sched.lock:
                     sched.stop((-1, e))
             finally:
-                with sched.lock:
-                    while not sched.quiet():
-                        sched.settled.wait()
+                _settle(sched, clock)
         trace.duration = clock() - origin
         _fill_trace(trace, sched, origin)
         if sched.error is not None and isinstance(sched.error[1], _Stop):
@@ -435,6 +442,21 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                 for w in sched.workers if w.running is not None]
 
     return bounded(run, options.timeout, stop, running, "the run")
+
+
+SETTLE_SPIN = 2e-4  # seconds the caller polls for the helpers' last word before sleeping on it
+
+
+def _settle(sched: Scheduler, clock: Callable[[], float]) -> None:
+    """Wait until no helper can run task code.  A helper's last task usually ends within a few
+    microseconds of the caller's, and a sleeping thread takes 0.05-0.1 ms to wake on this VM: so
+    poll first (`sleep(0)` hands the GIL to a helper that needs it), then sleep on the condition."""
+    deadline = clock() + SETTLE_SPIN
+    while not sched.quiet() and clock() < deadline:
+        time.sleep(0)
+    with sched.lock:
+        while not sched.quiet():
+            sched.settled.wait()
 
 
 def describe(inst: Instance) -> str:

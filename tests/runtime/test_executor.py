@@ -126,6 +126,21 @@ def test_bound_tasks_run_only_on_workers_of_their_core_class():
         run(table, workers=("vector", "vector"))
 
 
+@pytest.mark.parametrize("policy", ["work_stealing", "round_robin", "locality", pw.dispatch.affinity("t")])
+def test_a_single_instance_runs_on_the_caller_alone(policy):
+    """No pool thread is woken for a table of one instance, whatever the policy would have picked."""
+    table = TaskTable(tiles("A", 1))
+    seen = []
+    trace = run(table, Launch(table, action=lambda inst: seen.append(threading.current_thread())), policy=policy)
+    assert seen == [threading.current_thread()] and [e.worker for e in trace.events] == [0]
+
+
+def test_a_single_instance_bound_to_another_core_class_still_runs():
+    table = TaskTable(tiles("M", 1, core="cube"))
+    trace = run(table, workers=("vector", "cube"))
+    assert [(e.name, e.worker) for e in trace.events] == [("M", 1)]
+
+
 def test_prefetch_tokens_let_loads_run_at_most_n_tasks_ahead():
     table = TaskTable(tiles("T", 20))
     log: dict[str, list] = {}
