@@ -108,3 +108,31 @@ def test_an_epilogue_after_the_convolution_still_computes_the_same():
     inputs = random_inputs(wl)
     np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Z"], pw.reference(wl, **inputs)["Z"],
                                rtol=1e-4, atol=1e-4)
+
+
+def test_between_two_convolutions_one_pass_converts_back_and_pads():
+    """conv -> relu -> conv: the unpack of the first and the relu are inlined into the second's pad,
+    which reads the first's blocked result directly (one conversion at the boundary, not two)."""
+    wl = pw.Workload("two_convs")
+    x = wl.input("X", (1, 8, 10, 10))
+    first = conv_layer(wl, "Y1", x, wl.input("W1", (16, 8, 3, 3)))
+    act = wl.compute("A1", (1, 16, 10, 10), lambda n, o, y, xx: pw.maximum(first[n, o, y, xx], 0.0))
+    wl.output(conv_layer(wl, "Y2", act, wl.input("W2", (16, 16, 3, 3))))
+    prog = pw.build(wl, "cpu")
+    assert "Y1" not in prog.program.kernels and "A1" not in prog.program.kernels
+    assert "Y1_blocked[" in prog.source("Y2_pad")
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(prog.run(**inputs)["Y2"], pw.reference(wl, **inputs)["Y2"], rtol=1e-4, atol=1e-3)
+
+
+def conv_layer(wl, name, source, weights):
+    """A padded 3x3 convolution of `source` (NCHW) in workload `wl`."""
+    n_in, size = source.shape[1], source.shape[2]
+    c, r, s = pw.reduce_axis(n_in, f"c{name}"), pw.reduce_axis(3, f"r{name}"), pw.reduce_axis(3, f"s{name}")
+
+    def body(n, o, y, xx):
+        iy, ix = y + r - 1, xx + s - 1
+        inside = (iy >= 0) & (iy < size) & (ix >= 0) & (ix < size)
+        return pw.sum(pw.where(inside, source[n, c, iy, ix], 0.0) * weights[o, c, r, s], axis=(c, r, s))
+
+    return wl.compute(name, (1, weights.shape[0], size, size), body)
