@@ -11,7 +11,8 @@ value (the lowering stores the identity before, as for any reduction).
 - `"cpu"`: LLVM IR text defining the function `@<symbol>` (`symbol`: the name with non-identifier
   characters as `_`), or `BUILTIN` for a micro-kernel the cpu backend generates;
 - `"aicore"`: the core class its calls run on (`"cube"` or `"vector"`); the numbers come from
-  the cpu implementation, the time from the device model of that core class;
+  the cpu implementation, the time from the device model of that core class, or, with
+  `cycles=` (device cycles of one call), that many cycles per call;
 - a target without an entry refuses a schedule that uses the intrinsic (BuildError).
 
 The cpu calling convention, every scalar an `i64`:
@@ -45,6 +46,7 @@ class Intrinsic:
     name: str
     pattern: Workload  # one compute task over its inputs
     implementations: Mapping[str, str]
+    cycles: float | None = None  # device cycles of one call on aicore (None: the device model's rate)
 
     @property
     def task(self) -> ComputeTask:
@@ -61,14 +63,18 @@ class Intrinsic:
     def digest(self) -> str:
         """What a compiled kernel that calls it depends on: its pattern and implementations."""
         text = f"{self.pattern}\n" + "\n".join(f"{k}={v}" for k, v in sorted(self.implementations.items()))
+        text += f"\ncycles={self.cycles}" if self.cycles is not None else ""
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 _REGISTRY: dict[str, Intrinsic] = {}
 
 
-def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str]) -> Intrinsic:
-    """Declare (or redeclare) the intrinsic `name`; schedules name it in `tensorize`."""
+def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str], *,
+              cycles: float | None = None) -> Intrinsic:
+    """Declare (or redeclare) the intrinsic `name`; schedules name it in `tensorize`.  `cycles`: the
+    device cycles one call takes on the aicore target (default: the cube's fractal rate, or the vector
+    unit's, applied to the pattern's arithmetic)."""
     if not isinstance(name, str) or not name:
         raise WorkloadError(f"pw.intrinsic needs a name, got {name!r}")
     if not isinstance(compute, Workload):
@@ -91,7 +97,14 @@ def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str]) 
         if target == "aicore" and impl not in CORE_CLASSES:
             raise WorkloadError(f"intrinsic {name!r}: the aicore implementation names a core class "
                                 f"({', '.join(CORE_CLASSES)}), got {impl!r}")
-    found = Intrinsic(name, compute, dict(implementations))
+    if cycles is not None and (isinstance(cycles, bool) or not isinstance(cycles, (int, float))
+                               or not 0 < cycles < float("inf")):
+        raise WorkloadError(f"intrinsic {name!r}: cycles is the device cycles of one call on aicore, a positive "
+                            f"number; got {cycles!r}")
+    if cycles is not None and "aicore" not in implementations:
+        raise WorkloadError(f"intrinsic {name!r}: cycles is its cost on aicore, but it has no aicore implementation "
+                            "(implementations={..., 'aicore': 'cube' or 'vector'})")
+    found = Intrinsic(name, compute, dict(implementations), None if cycles is None else float(cycles))
     if found.implementations.get("cpu", BUILTIN) != BUILTIN and f"@{found.symbol}(" not in found.implementations["cpu"]:
         raise WorkloadError(f"intrinsic {name!r}: the cpu LLVM IR must define @{found.symbol}(...)")
     _REGISTRY[name] = found

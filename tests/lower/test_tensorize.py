@@ -165,6 +165,32 @@ def test_tensorized_tasks_run_on_cube_cores():
     assert {e.core for e in prog.trace.events if e.name == "C"} <= {"cube"}
 
 
+@pytest.mark.skipif("aicore" not in pw.targets(), reason="needs the aicore target")
+def test_a_declared_per_call_cost_times_the_calls_is_the_device_time():
+    """cycles= replaces the device model's rate: each task's compute time is its calls x the cycles."""
+    wl = pw.Workload("scaled_aicore")
+    a, b = wl.input("A", (4, 64)), wl.input("B", (4, 64))
+    wl.output(wl.compute("Y", (4, 64), lambda r, c: a[r, c] * 2.0 + b[r, c]))
+    x, y = np.ones((4, 64), np.float32), np.full((4, 64), 0.5, np.float32)
+    ir_text = AXPY_IR.replace("SCALE", "2.0").replace("@ptowsp_intrinsic_axpy2", "@ptowsp_intrinsic_axpy_costed")
+    spans = {}
+    for cycles in (1000, 4000):
+        pw.intrinsic("axpy_costed", axpy_pattern(), {"cpu": ir_text, "aicore": "vector"}, cycles=cycles)
+        s = wl.schedule().split("Y", "c", 16).tensorize("Y", "c.inner", "axpy_costed").parallel("Y", "r")
+        prog = pw.build(s, target="aicore")
+        np.testing.assert_array_equal(prog.run(A=x, B=y)["Y"], x * 2 + y)
+        events = [e for e in prog.trace.events if e.name == "Y"]
+        assert len(events) == 4 and {e.core for e in events} <= {"vector"}
+        spans[cycles] = [e.end - e.start for e in events]
+    clock = pw.DeviceModel().clock_hz
+    for short, long in zip(spans[1000], spans[4000]):  # 4 calls of 16 per row; transfers beside them
+        assert long - short == pytest.approx(4 * 3000 / clock, rel=1e-6)
+    with pytest.raises(pw.WorkloadError, match="a positive number"):
+        pw.intrinsic("bad", axpy_pattern(), {"aicore": "cube"}, cycles=0)
+    with pytest.raises(pw.WorkloadError, match="no aicore implementation"):
+        pw.intrinsic("bad", axpy_pattern(), {"cpu": "builtin"}, cycles=10)
+
+
 def test_cuda_refuses_an_intrinsic_without_a_cuda_implementation():
     from ptowsp.backends.cuda import generate
 

@@ -32,6 +32,9 @@ From the lowered loop IR of each kernel:
   runs on the core's vector unit after the tile's last block.  A vector
   unit takes one cycle per `vector_bytes_per_cycle` of operands of each
   arithmetic operation.
+- **declared cost**: a kernel that calls an intrinsic declared with
+  `cycles=` (pw.intrinsic) takes, per block, those cycles times the calls in
+  the block, in place of the rates above.
 - **buffers**: a tile's accumulators, 1 + prefetch blocks of inputs and its
   outputs must fit the core's buffers, else the build fails naming the
   buffer.
@@ -49,9 +52,10 @@ import numpy as np
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.errors import ScheduleError
 from ptowsp.lower.access import KernelAccess, statement_access
-from ptowsp.lower.ir import Block, For, Stmt, Store, bound_loops, walk_stmts
+from ptowsp.lower.ir import Block, For, Stmt, Store, Tensorized, bound_loops, walk_stmts
 from ptowsp.lower.kernel import Kernel
 from ptowsp.runtime import TaskTable
+from ptowsp.workloads.intrinsic import lookup
 
 Region = tuple[tuple[int, int], ...]
 Parts = tuple[tuple[str, Region], ...]
@@ -66,6 +70,7 @@ class KernelShape:
     tile: KernelAccess  # one tile: reads outside the stream loop, and writes (over grid + tile loops)
     stream: KernelAccess | None  # one block's reads (over grid + tile loops + stream loop)
     block_reduce: int  # contraction iterations of one block on the cube (k of one block; 0: none)
+    call_cycles: float = 0.0  # cycles of one block's calls of intrinsics declared with `cycles=` (0: none)
 
     @property
     def blocks(self) -> int:
@@ -125,7 +130,8 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     if path is None:
         own = [e for v, e in bound_loops(kernel.body).items() if v in own_reduce]
         reduce = math.prod(own) if own else 0
-        return KernelShape(core, (), statement_access(kernel.body, grid, gathered_rows=True), None, reduce)
+        return KernelShape(core, (), statement_access(kernel.body, grid, gathered_rows=True), None, reduce,
+                           _call_cycles(kernel.body))
     *tile_loops, stream = path
     tile_body = tile_loops[-1].body if tile_loops else kernel.body
     tile_vars = [*grid, *(lp.var for lp in tile_loops)]
@@ -134,7 +140,18 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     block = statement_access(stream.body, [*tile_vars, stream.var], gathered_rows=True)
     reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
     tile = KernelAccess(**{**dict(tile), "reads": reads})  # a fresh model: no binding cached yet
-    return KernelShape(core, tuple(lp.extent for lp in path), tile, block, reduce)
+    return KernelShape(core, tuple(lp.extent for lp in path), tile, block, reduce, _call_cycles(stream.body))
+
+
+def _call_cycles(stmt: Stmt, trips: int = 1) -> float:
+    """Cycles of the calls in `stmt` of intrinsics declared with a per-call cost (`cycles=`): each
+    call's cycles times the iterations of the loops around it (inside `stmt`)."""
+    if isinstance(stmt, Tensorized):
+        cycles = lookup(stmt.intrinsic).cycles
+        return 0.0 if cycles is None else cycles * trips
+    if isinstance(stmt, For):
+        return _call_cycles(stmt.body, trips * (stmt.extent if isinstance(stmt.extent, int) else 1))
+    return sum(_call_cycles(c, trips) for c in stmt.children())
 
 
 def _box_elements(region: Region) -> int:
@@ -251,6 +268,8 @@ class ModelCosts:
             return inst.bytes / d.dma_bytes_per_second
         written = inst.writes[0][0] if inst.writes else None
         lanes = d.vector_bytes_per_cycle // max(1, self.itemsize.get(written, 4))
+        if shape.call_cycles:  # intrinsic calls declared with their own cost: that many cycles per call
+            return shape.call_cycles / d.clock_hz
         if shape.core != "cube" or not inst.writes:
             return inst.flops / shape.blocks / lanes / d.clock_hz
         # the cube: whole 16x16x16 fractals of (this tile's outputs) x (this block's k); the rest of the
