@@ -60,3 +60,17 @@ def test_source_shows_the_lowered_nest():
     text = pw.build(wl.schedule().split("C", "i", 4).parallel("C", "i.outer")).source("C")
     assert text.splitlines()[0] == "parallel for i.outer in 0..4:  # task grid"
     assert "C[i.outer * 4 + i.inner, j] = C[i.outer * 4 + i.inner, j] + A[i.outer * 4 + i.inner, k] * B[k, j]" in text
+
+
+@pytest.mark.skipif("cpu" not in pw.targets(), reason="needs the cpu target")
+def test_an_unrolled_int8_gather_is_compiled_right():
+    """LLVM's SLP vectorizer (off since) read the wrong row here: found by `make fuzz` (int8_gather,
+    seed 42), the rows of a gather through int8 indices unrolled by 8 (backends/cpu/jit.py)."""
+    wl = pw.Workload("int8_gather")
+    table, idx = wl.input("T", (13, 6), "int8"), wl.input("idx", (9,), "int8")
+    wl.output(wl.compute("Y", (9, 6), lambda i, j: table[idx[i] % 13, j] + table[(idx[i] + 1) % 13, 5 - j]))
+    s = wl.schedule().cache_read("Y", "T", "local", "i").cache_write("Y", "local").unroll("Y", "i")
+    rng = np.random.default_rng(0)
+    inputs = {"T": rng.integers(-128, 128, (13, 6), dtype=np.int8),
+              "idx": np.array([-52, -73, -128, -57, -51, 71, 91, 80, 48], dtype=np.int8)}
+    np.testing.assert_array_equal(pw.build(s, target="cpu").run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])

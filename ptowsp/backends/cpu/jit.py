@@ -66,7 +66,14 @@ def cache_key(description: str) -> str:
 def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
              linked: Sequence[str] = ()) -> llvm.ModuleRef:
     """Parse and verify the module (with the LLVM IR texts `linked` into it: declared intrinsics),
-    then run LLVM's -O3 pipeline for `tm` (with or without the loop and SLP vectorizers)."""
+    then run LLVM's -O3 pipeline for `tm` (with or without the loop vectorizer).
+
+    The SLP vectorizer stays off: on LLVM 22.1 (llvmlite 0.50) it miscompiled an int8 gather whose
+    rows were unrolled by 8 (`T[(idx[i] + 1) % 13, 5 - j]` read the wrong row; the fuzz's
+    int8_gather seed 42, tests/backends/test_build.py), one of a known family of SLP
+    miscompilations in LLVM's tracker.  Loops a schedule vectorizes are vector code already; side
+    by side, matmul, conv2d, softmax, layernorm, camera_pipe and the transformer block ran within
+    the machine's noise without it (docs/performance.md)."""
     parsed = llvm.parse_assembly(str(module))
     for text in linked:
         try:
@@ -79,7 +86,7 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
     parsed.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=3)
     options.loop_vectorization = vectorize
-    options.slp_vectorization = vectorize
+    options.slp_vectorization = False
     builder = llvm.create_pass_builder(tm, options)
     builder.getModulePassManager().run(parsed, builder)
     return parsed
