@@ -189,7 +189,7 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
             return where(inside, x_in[tuple(inner)], const(0.0, "float32"))
 
         source = _compute(out, _fresh(f"{name}_pad", set(out.tasks)), shape, names, padded)
-        read = tuple(i + a if a else i for i, (a, _) in zip(read, conv.pads, strict=True))
+        read = tuple(_shifted(i, a) for i, (a, _) in zip(read, conv.pads, strict=True))
     else:
         source = x_in
     o_count = task.tensor.shape[1]
@@ -208,6 +208,15 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
     result = _compute(out, _fresh(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
                       contraction)
     _compute(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
+
+
+def _shifted(index: Expr, by: int) -> Expr:
+    """`index + by`, folding a constant it ends in (`y + r - 1` moved by 1 is `y + r`)."""
+    if by and index.op in (Op.ADD, Op.SUB) and index.src[1].op is Op.CONST and isinstance(index.src[1].arg, int):
+        offset = index.src[1].arg if index.op is Op.ADD else -index.src[1].arg
+        rest = index.src[0]
+        return rest if offset + by == 0 else rest + (offset + by)
+    return index + by if by else index
 
 
 def _fresh(name: str, taken: set[str]) -> str:
