@@ -104,10 +104,10 @@ def numba_kernels():
 
 
 # -- Halide ------------------------------------------------------------------------------------
-def _row_reduce(hl_fn, source, cols: int, combine, init):
+def _row_reduce(name, source, cols: int, combine, init):
     """row(i) = combine over j of source(j, i), as 16 lanes of partials then across the lanes."""
-    j, i, lane = hl.Var("j"), hl.Var("i"), hl.Var("lane")
-    partial, row = hl.Func(f"{hl_fn}_partial"), hl.Func(hl_fn)
+    i, lane = hl.Var("i"), hl.Var("lane")
+    partial, row = hl.Func(f"{name}_partial"), hl.Func(name)
     strips = hl.RDom([(0, cols // 16)])
     partial[lane, i] = init
     partial[lane, i] = combine(partial[lane, i], source[strips.x * 16 + lane, i])
@@ -147,7 +147,7 @@ def halide_kernels(arrays):
     var_partial, var_sum = _row_reduce("var", centred, COLS, lambda a, b: a + b, hl.f32(0.0))
     gamma, beta = hl.Buffer(arrays["gamma"]), hl.Buffer(arrays["beta"])
     norm = hl.Func("layernorm")
-    norm[j, i] = (x[j, i] - mean[i]) / hl.sqrt(var_sum[i] / COLS + EPS) * gamma[j] + beta[j]
+    norm[j, i] = (x[j, i] - mean[i]) / hl.sqrt(var_sum[i] / COLS + hl.f32(EPS)) * gamma[j] + beta[j]
     norm.split(i, i, ii, 16).parallel(i).vectorize(j, 16)
     for stage in (mean, mean_sum, mean_partial, var_sum, var_partial):
         stage.compute_at(norm, ii)

@@ -58,7 +58,8 @@ from trio.lowlevel import ParkingLot
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import deterministic_order
 from ptowsp.runtime.dispatch import placer
-from ptowsp.runtime.executor import Launcher, Options, Scheduler, describe, raise_failure
+from ptowsp.runtime.executor import Launcher, Options, Scheduler
+from ptowsp.runtime.stops import describe, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 from ptowsp.runtime.watchdog import TrioStop, bounded

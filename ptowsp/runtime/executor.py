@@ -40,22 +40,21 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import numbers
 import os
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ptowsp.errors import BuildError, PtowspError, RunTimeout, TaskError
+from ptowsp.errors import BuildError, PtowspError, RunTimeout
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
 from ptowsp.runtime.service import pinned, pool
-from ptowsp.runtime.table import Instance, TaskTable
+from ptowsp.runtime.stops import describe, interrupts, raise_failure
+from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 from ptowsp.runtime.watchdog import bounded
 
@@ -291,6 +290,17 @@ class Scheduler:
         for w in self.workers:
             w.wakeup.notify()
 
+    def helpers(self) -> list[_Worker]:
+        """The workers a run starts on pool threads: all but worker 0, or none for a table of one
+        instance worker 0 may run (a helper would only cost a wake-up and a word back, 0.1-0.2 ms on
+        this VM; every placement then goes to worker 0)."""
+        if len(self.instances) > 1 or not all(0 in self.eligible[i.core] for i in self.instances):
+            return self.workers[1:]
+        self.eligible = {core: [0] for core in self.eligible}
+        for w in self.workers[1:]:
+            w.returned = True
+        return []
+
     def quiet(self) -> bool:
         """No helper can run task code any more: each has returned or is parked idle."""
         return all(w.returned or w.idle for w in self.workers[1:])
@@ -404,15 +414,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
 
     def run() -> Trace:
         origin = clock()
-        helpers = sched.workers[1:]
-        if len(table.instances) <= 1 and all(0 in sched.eligible[i.core] for i in table.instances):
-            # one instance the caller may run: it does, alone (a helper would only cost a wake-up and a
-            # word back, 0.1-0.2 ms on this VM); every placement goes to worker 0
-            sched.eligible = {core: [0] for core in sched.eligible}
-            for w in helpers:
-                w.returned = True
-            helpers = []
-        with pool().threads(len(helpers)) as threads, pinned(), _interrupts(sched):
+        helpers = sched.helpers()
+        with pool().threads(len(helpers)) as threads, pinned(), interrupts(sched):
             with sched.lock:
                 sched.orchestrate()  # the first batch is in before the helpers wake
             for w, thread in zip(helpers, threads, strict=True):
@@ -457,42 +460,6 @@ def _settle(sched: Scheduler, clock: Callable[[], float]) -> None:
     with sched.lock:
         while not sched.quiet():
             sched.settled.wait()
-
-
-def describe(inst: Instance) -> str:
-    """How errors name a task instance: its task, and its grid coordinates if it has any."""
-    return f"task {inst.name!r}" + (f" at grid coordinates {inst.coords}" if inst.coords else "")
-
-
-@contextlib.contextmanager
-def _interrupts(sched: Scheduler) -> Iterator[None]:
-    """Ctrl-C also sets a flag worker 0 checks between tasks.
-
-    Python raises KeyboardInterrupt at whatever bytecode the main thread runs;
-    inside a finalizer (a __del__ run by the garbage collector) it is printed
-    and lost, and the run would go on.  The flag makes the stop certain.
-    """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield  # not ours to handle: another thread, or the program installed its own handler
-        return
-
-    def handler(signum, frame):
-        sched.interrupted = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def raise_failure(table: TaskTable, failure: tuple[int, BaseException]) -> None:
-    i, error = failure
-    if isinstance(error, TaskError) or not isinstance(error, Exception) or i < 0:
-        raise error  # names its task already (an opaque task's own checks), Ctrl-C, or a runtime bug
-    raise TaskError(f"{describe(table.instances[i])} failed: {type(error).__name__}: {error}") from error
 
 
 def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:

@@ -7,7 +7,6 @@ the judge) and the same seed always gives the same schedule.
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from ptowsp.schedules.loopnest import SERIAL
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.schedules.steps import SCOPES
 from ptowsp.workloads import Category, Workload
+from ptowsp.workloads.checks import with_parameters
 
 
 def _factor(rng: random.Random, extent: int) -> int:
@@ -119,21 +119,18 @@ def random_layout(shape: tuple[int, ...], rng: random.Random) -> Callable[..., t
     d = rng.randrange(dims)
     blocks = [f for f in (2, 3, 4, 8) if f < shape[d]]
     other = rng.randrange(dims)
+    factor = rng.choice(blocks) if blocks else 1
 
     def index_map(*axes):
         if kind == "block" and blocks:
-            f = rng_factor
-            return (*axes[:d], axes[d] // f, *axes[d + 1:], axes[d] % f)
+            return (*axes[:d], axes[d] // factor, *axes[d + 1:], axes[d] % factor)
         if kind == "swap":
             out = list(axes)
             out[d], out[other] = out[other], out[d]
             return tuple(out)
         return (*axes[:d], axes[d] + 1, *axes[d + 1:])
 
-    rng_factor = rng.choice(blocks) if blocks else 1
-    index_map.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(f"a{k}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in range(dims)])
-    return index_map
+    return with_parameters(index_map, [f"a{k}" for k in range(dims)])
 
 
 def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True,

@@ -29,6 +29,18 @@ def loop_names_of(name: str, shape: tuple[int, ...], fn: Callable[..., object]) 
     return tuple(check_name(p.name, f"compute {name!r} loop variable") for p in params)
 
 
+def with_parameters(fn: Callable[..., object], names: tuple[str, ...] | list[str]) -> Callable[..., object]:
+    """`fn` (taking *args) presented as a function of parameters named `names`: how code that makes
+    a task or an index map for another gives its loop variables their names (`loop_names_of`
+    reads them from the signature)."""
+    def named(*args):
+        return fn(*args)
+
+    named.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+    return named
+
+
 def check_reduce_axes(e: Expr, loop_names: tuple[str, ...], bound: frozenset[str]) -> None:
     """Every reduce axis is used inside a reduction over it, and none shadows a loop or another axis."""
     if e.op is Op.RVAR and e.arg[0] not in bound:

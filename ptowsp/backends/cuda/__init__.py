@@ -32,6 +32,7 @@ from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import Choose
+from ptowsp.workloads import Workload
 from ptowsp.workloads.reference import run_opaque
 
 

@@ -32,7 +32,6 @@ channel is the output's) are left to the default's other rules.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ from ptowsp.te import Expr, Op, const, substitute, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
+from ptowsp.workloads.checks import with_parameters
 
 
 @dataclass(frozen=True)
@@ -232,10 +232,5 @@ def _retarget(out: Workload, body: Expr) -> Expr:
 
 
 def _compute(out: Workload, name: str, shape, loop_names, make: Callable[..., Expr]):
-    """`out.compute(name, shape, ...)` with loops named `loop_names` (a function of those parameters)."""
-    def fn(*axes):
-        return make(*axes)
-
-    fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(v, inspect.Parameter.POSITIONAL_OR_KEYWORD) for v in loop_names])
-    return out.compute(name, shape, fn)
+    """`out.compute(name, shape, make)` with its loops named `loop_names`."""
+    return out.compute(name, shape, with_parameters(make, loop_names))
