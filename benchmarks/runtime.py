@@ -6,8 +6,8 @@ analysed once per table as a build does, and again per run for comparison),
 `dask.threaded.get` with 2 workers (when dask is importable: it is not a
 ptowsp dependency; `pip install dask` to compare), and
 `concurrent.futures.ThreadPoolExecutor(2)` where each task's completion
-submits its successor.  A per-task `trio.to_thread.run_sync` hop is timed
-too: it is why the runtime hands tasks to worker threads directly.
+submits its successor.  Then the cost of one `pw.csp` channel hop on the
+real clock: a ping-pong and a four-stage relay, rendezvous and buffered.
 
 Part 2 runs matmul, softmax, layernorm and an elementwise chain with tiled
 schedules on 1 and 2 workers, beside numpy with 2 BLAS threads.  Medians of
@@ -35,7 +35,6 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-import trio  # noqa: E402
 from cpu_kernels import exp_chain_case, layernorm_case, matmul_case, softmax_case  # noqa: E402
 from timing import median_seconds, side_by_side  # noqa: E402
 
@@ -102,14 +101,56 @@ def thread_pool_chains(pool: concurrent.futures.ThreadPoolExecutor) -> None:
     done.wait()
 
 
-def trio_hops(count: int) -> float:
-    async def main() -> None:
-        for _ in range(count):
-            await trio.to_thread.run_sync(Empty.compute, 0)
+def csp_hops(count: int, capacity: int, stages: int) -> float:
+    """Seconds per channel hop of a pw.csp pipeline on the real clock: a source, `stages - 1` relays
+    and a sink, `count` values each; with stages=1, a ping-pong (two hops per round trip)."""
+    csp = pw.csp
+    if stages == 1:
+        ping, pong = csp.Channel(capacity, "ping"), csp.Channel(capacity, "pong")
 
+        async def player() -> None:
+            for k in range(count):
+                await ping.send(k)
+                await pong.receive()
+            ping.close()
+
+        async def echo() -> None:
+            async for k in ping:
+                await pong.send(k)
+
+        start = time.perf_counter()
+        csp.run([player, echo])
+        return (time.perf_counter() - start) / (2 * count)
+    channels = [csp.Channel(capacity, f"c{k}") for k in range(stages)]
+
+    async def source() -> None:
+        for k in range(count):
+            await channels[0].send(k)
+        channels[0].close()
+
+    async def relay(into: pw.csp.Channel, out: pw.csp.Channel) -> None:
+        async for k in into:
+            await out.send(k)
+        out.close()
+
+    async def sink() -> None:
+        async for _ in channels[-1]:
+            pass
+
+    procs = [source] + [csp.process(relay, channels[k], channels[k + 1]) for k in range(stages - 1)] + [sink]
     start = time.perf_counter()
-    trio.run(main)
-    return (time.perf_counter() - start) / count
+    csp.run(procs)
+    return (time.perf_counter() - start) / (count * stages)
+
+
+def hop_table(repeat: int) -> None:
+    print(f"\npw.csp channel hops on the real clock, median of {repeat} runs of 10,000 values")
+    print(f"{'pipeline':44} {'us/hop':>8}")
+    for name, capacity, stages in [("ping-pong, rendezvous (capacity 0)", 0, 1), ("ping-pong, capacity 1", 1, 1),
+                                   ("4 hops in a row, rendezvous", 0, 4), ("4 hops in a row, capacity 16", 16, 4)]:
+        hops = sorted(csp_hops(10_000, capacity, stages) for _ in range(repeat))
+        print(f"{name:44} {hops[len(hops) // 2] * 1e6:8.2f}")
+    print("target: <= 10 us per hop (it was 118-179 us when a hop crossed trio's thread boundary)")
 
 
 def overhead_table(repeat: int) -> None:
@@ -136,7 +177,6 @@ def overhead_table(repeat: int) -> None:
     for name, seconds in results.items():
         ratio = f"{seconds / dask_cost:7.2f}x" if dask_cost else "       -"
         print(f"{name:44} {seconds * 1e6:8.1f} {ratio}")
-    print(f"{'(a trio.to_thread.run_sync hop per task)':44} {trio_hops(2000) * 1e6:8.1f}")
     print("target: ptowsp <= 25 us per task and <= 0.4x dask")
 
 
@@ -173,6 +213,7 @@ def main() -> None:
     args = parser.parse_args()
     speedup_table(args.repeat, args.blocks)
     overhead_table(args.repeat)
+    hop_table(args.repeat)
 
 
 if __name__ == "__main__":

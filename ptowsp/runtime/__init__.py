@@ -1,4 +1,4 @@
-"""The CSP runtime on trio: task tables, dispatch policies, the real-clock executor and traces.
+"""The CSP runtime: pw.csp on two clocks, task tables, dispatch policies, the executors and traces.
 
 It imports nothing of te, workloads, schedules or lower: a backend hands it a
 `TaskTable` (instances with regions) and a `Launcher` (code per stage).

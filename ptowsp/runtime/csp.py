@@ -1,29 +1,31 @@
-"""`pw.csp`: communicating sequential processes on trio, for custom pipelines.
+"""`pw.csp`: communicating sequential processes on two clocks, for custom pipelines and the executor.
 
-A *virtual thread* is a trio task with a name and a role, started by `run`.
-Virtual threads talk over two primitives:
+A *virtual thread* (a process) is an `async def` function started by `run`.
+Processes talk over two primitives:
 
-- `Channel(capacity, name)`: a bounded FIFO.  `await send(x)` blocks while
-  `capacity` values wait unreceived (backpressure); `await receive()` blocks
-  while it is empty.  `close()` ends it: later sends raise
-  `trio.ClosedResourceError`, and receives drain what is left, then raise
-  `trio.EndOfChannel` (`async for x in ch` stops there).
+- `Channel(capacity, name)`: a FIFO.  `capacity=0` is a rendezvous (Hoare's
+  CSP, Go's default): `send` waits until a receiver takes the value.  With
+  `capacity=n`, `send` blocks while n values wait unreceived (backpressure).
+  `receive` blocks while nothing is there.  `close()` ends it: later and
+  waiting sends raise `ChannelClosed`; receives drain what is left, then
+  raise `EndOfChannel` (`async for x in ch` stops there).
 - `DepQueue(name, credits)`: a dependency-token queue, the RAW/WAR protocol
   TVM uses to lower virtual threads onto decoupled access-execute hardware.
   `await pop_dep()` blocks until a token is there and takes it; `push_dep()`
   adds one and never blocks.  `credits` tokens are there at the start (a
   consumer-to-producer "buffer free" queue starts with one per buffer).
 
-Every blocking call is a cancellation point.  `run` knows which virtual
-threads are blocked on which primitive: when every live one is, no event
-can wake any of them, so it raises `DeadlockError` listing each and what it
-waits on, instead of hanging.  The waits are recorded in the run's Trace,
-with any `span(...)` a virtual thread marks.
+`await sleep(seconds)` models work: on the device clock time passes only
+there.  A process waits only on these (awaiting trio or asyncio is an
+InputError naming it).  Every wait is a cancellation point.  When every live
+process is blocked on a primitive nothing can wake any of them: `run` raises
+`DeadlockError` listing each and what it waits on, instead of hanging.  Waits
+and any `span(...)` a process marks are recorded in the run's Trace.
 
-Two clocks: `clock="real"` is wall time; `clock="device"` runs under trio's
-`MockClock(autojump_threshold=0)`, where time passes only when a virtual
-thread sleeps (`await trio.sleep(seconds)` models work) and jumps straight
-to the next wake-up, so a run's timing is deterministic.
+Two clocks (engines.py): `clock="real"` is wall time, processes spread over
+OS threads (one per process, at most one per CPU), so host code they call
+outside the GIL runs in parallel; `clock="device"` is discrete-event time on
+one thread, where a run's timing and order are deterministic.
 """
 
 from __future__ import annotations
@@ -31,21 +33,37 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import numbers
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
-import trio.testing
-from trio.lowlevel import ParkingLot, RunVar, Task, cancel_shielded_checkpoint, checkpoint_if_cancelled, current_task
 
-from ptowsp.errors import DeadlockError, InputError, PtowspError, RunTimeout
+from ptowsp.errors import InputError, PtowspError, RunTimeout
+from ptowsp.runtime.engines import RUNNING, WOKEN, Cancelled, DeviceEngine, Engine, Proc, RealEngine, \
+    current, park_here, this_thread, threads_for
 from ptowsp.runtime.trace import Event, Trace, Wait
-from ptowsp.runtime.watchdog import TrioStop, bounded, check_timeout
+from ptowsp.runtime.watchdog import bounded, check_timeout
 
-__all__ = ["Channel", "DepQueue", "Process", "Results", "process", "run", "span", "now",
-           "ChannelStatistics", "DepQueueStatistics"]
+__all__ = ["Channel", "DepQueue", "Process", "Results", "process", "run", "span", "now", "sleep", "sleep_until",
+           "ChannelStatistics", "DepQueueStatistics", "Cancelled", "ChannelClosed", "EndOfChannel", "WouldBlock"]
+
+
+class ChannelClosed(PtowspError, trio.ClosedResourceError):
+    """A send on a closed channel (also `trio.ClosedResourceError`, which earlier versions raised)."""
+
+
+class EndOfChannel(trio.EndOfChannel):
+    """A receive on a closed, drained channel (also `trio.EndOfChannel`)."""
+
+
+class WouldBlock(trio.WouldBlock):
+    """`receive_nowait` found nothing to take (also `trio.WouldBlock`)."""
+
+
+_NOTHING = object()
 
 
 @dataclass(frozen=True)
@@ -72,124 +90,115 @@ class DepQueueStatistics:
     waiting: int
 
 
-class _Run:
-    """Bookkeeping of one `run`: live virtual threads, who is blocked on what, the trace."""
-
-    def __init__(self, clock: str):
-        self.clock = clock
-        self.origin = trio.current_time()
-        self.threads: dict[Task, int] = {}  # trio task -> row
-        self.names: list[tuple[str, str | None]] = []
-        self.live = 0
-        self.blocked: dict[Task, str] = {}  # trio task -> what it waits on
-        self.cut: dict[Task, str | None] = {}  # threads ended by cancellation -> what they waited on
-        self.trace = Trace(clock=clock, title="ptowsp csp")
-
-    def now(self) -> float:
-        return trio.current_time() - self.origin
-
-    def unfinished(self) -> str:
-        """The virtual threads a cancellation cut short, each with what it waited on (a timeout's message)."""
-        cut = sorted((self.threads[t], what) for t, what in self.cut.items())
-        return "; ".join(f"{self.names[row][0]!r} " + (f"waits {what}" if what else "(running or asleep)")
-                         for row, what in cut) or "(none)"
-
-    def check_deadlock(self) -> None:
-        if self.live and len(self.blocked) >= self.live:
-            waits = [(self.names[self.threads[t]][0], what) for t, what in self.blocked.items()]
-            lines = "; ".join(f"{thread!r} waits {what}" for thread, what in waits)
-            error = DeadlockError(f"no virtual thread can make progress: {lines}")
-            error.blocked = waits  # type: ignore[attr-defined]
-            raise error
+def _running(primitive: object, op: str) -> tuple[Engine, Proc]:
+    """The engine and process awaiting `op` on `primitive`; Cancelled if the run is ending."""
+    here = getattr(this_thread, "here", None)
+    if here is None:
+        raise PtowspError(f"{op} on {primitive!r} was awaited outside a process of pw.csp.run")
+    if here[1].cancelled:
+        raise Cancelled()
+    return here
 
 
-_CURRENT: RunVar[_Run] = RunVar("ptowsp_csp_run")
-
-
-def _current_run() -> _Run | None:
-    try:
-        return _CURRENT.get()
-    except LookupError:
-        return None
-
-
-async def _block(lot: ParkingLot, kind: str, name: str, what: str) -> None:
-    """Park the calling virtual thread on `lot` until a peer wakes it (see `_wake`), recording the wait."""
-    state = _current_run()
-    if state is None or current_task() not in state.threads:
-        await lot.park()
-        return
-    task = current_task()
-    state.blocked[task] = what
-    start = state.now()
-    try:
-        state.check_deadlock()
-        await lot.park()
-    except trio.Cancelled:
-        state.cut[task] = what
-        raise
-    finally:
-        state.blocked.pop(task, None)
-        state.trace.waits.append(Wait(state.threads[task], kind, name, start, state.now()))
-
-
-def _wake(lot: ParkingLot, count: float = 1) -> None:
-    """Unpark waiters and mark them runnable at once, so a deadlock check never counts them as blocked."""
-    woken = lot.unpark(count=count)
-    state = _current_run()
-    if state is not None:
-        for task in woken:
-            state.blocked.pop(task, None)
+def _lock_for(waiters: deque) -> contextlib.AbstractContextManager:
+    """The lock guarding a primitive for a synchronous call (push_dep, close): its run's, if any."""
+    here = current()
+    if here is not None:
+        return here[0].lock
+    return waiters[0][0].lock if waiters else contextlib.nullcontext()
 
 
 class Channel:
-    """A bounded FIFO between virtual threads; see the module docstring for blocking and closing."""
+    """A FIFO between processes: rendezvous (capacity 0) or bounded; see the module docstring."""
+
+    kind = "channel"
 
     def __init__(self, capacity: int = 1, name: str | None = None):
-        if not isinstance(capacity, int) or capacity < 1:
-            raise PtowspError(f"channel {name!r}: capacity must be an integer >= 1, got {capacity!r}")
-        self.capacity = capacity
+        if not (capacity == math.inf or (isinstance(capacity, numbers.Integral) and not isinstance(capacity, bool)
+                                         and capacity >= 0)):
+            raise PtowspError(f"channel {name!r}: capacity must be an integer >= 0 (0 is a rendezvous) or math.inf, "
+                              f"got {capacity!r}")
+        self.capacity = capacity if capacity == math.inf else int(capacity)
         self.name = name or f"channel{id(self):x}"
         self._items: deque[Any] = deque()
-        self._not_full = ParkingLot()
-        self._not_empty = ParkingLot()
+        self._receivers: deque[tuple[Engine, Proc]] = deque()
+        self._senders: deque[tuple[Engine, Proc, Any]] = deque()
         self._closed = False
         self._sent = self._received = self._max = 0
 
     async def send(self, value: Any) -> None:
-        """Append value; blocks while the channel is full.  Raises trio.ClosedResourceError once closed."""
-        await checkpoint_if_cancelled()
-        while True:
+        """Hand value over (rendezvous) or buffer it; blocks while full.  ChannelClosed once closed."""
+        engine, me = _running(self, "send")
+        with engine.lock:
             if self._closed:
-                raise trio.ClosedResourceError(f"channel {self.name!r} is closed")
+                raise ChannelClosed(f"channel {self.name!r} is closed")
+            if self._receivers:
+                peer, receiver = self._receivers.popleft()
+                self._sent += 1
+                self._received += 1
+                peer.wake(receiver, value)
+                return
             if len(self._items) < self.capacity:
-                break
-            await _block(self._not_full, "channel", self.name,
-                         f"to send on channel {self.name!r} (full, {len(self._items)}/{self.capacity})")
-        self._items.append(value)
-        self._sent += 1
-        self._max = max(self._max, len(self._items))
-        _wake(self._not_empty)
-        await cancel_shielded_checkpoint()
+                self._items.append(value)
+                self._sent += 1
+                self._max = max(self._max, len(self._items))
+                return
+            entry = (engine, me, value)
+            self._senders.append(entry)
+            engine.park(me, self, "send", self._senders, entry)
+        await park_here()
+
+    def _take(self) -> Any:
+        """Under the lock: the next value if one is there (a blocked sender moves up), else _NOTHING."""
+        if self._items:
+            value = self._items.popleft()
+            self._received += 1
+            if self._senders:  # a blocked sender's value takes the freed place
+                peer, sender, waiting = self._senders.popleft()
+                self._items.append(waiting)
+                self._sent += 1
+                peer.wake(sender)
+            return value
+        if self._senders:  # rendezvous: take the value straight from the sender
+            peer, sender, value = self._senders.popleft()
+            self._sent += 1
+            self._received += 1
+            peer.wake(sender)
+            return value
+        if self._closed:
+            raise EndOfChannel(f"channel {self.name!r} is closed and drained")
+        return _NOTHING
 
     async def receive(self) -> Any:
-        """The oldest value; blocks while empty.  Raises trio.EndOfChannel when closed and drained."""
-        await checkpoint_if_cancelled()
-        while not self._items:
-            if self._closed:
-                raise trio.EndOfChannel
-            await _block(self._not_empty, "channel", self.name, f"to receive from channel {self.name!r} (empty)")
-        value = self._items.popleft()
-        self._received += 1
-        _wake(self._not_full)
-        await cancel_shielded_checkpoint()
+        """The oldest value; blocks while there is none.  EndOfChannel when closed and drained."""
+        engine, me = _running(self, "receive")
+        with engine.lock:
+            value = self._take()
+            if value is not _NOTHING:
+                return value
+            entry = (engine, me)
+            self._receivers.append(entry)
+            engine.park(me, self, "receive", self._receivers, entry)
+        return await park_here()
+
+    def receive_nowait(self) -> Any:
+        """The oldest value if one is there (or a sender waits); else WouldBlock.  EndOfChannel when drained."""
+        with _lock_for(self._senders):
+            value = self._take()
+        if value is _NOTHING:
+            raise WouldBlock(f"channel {self.name!r} is empty")
         return value
 
     def close(self) -> None:
         """No more sends; receivers drain what is buffered, then see EndOfChannel.  Idempotent."""
-        self._closed = True
-        _wake(self._not_empty, math.inf)
-        _wake(self._not_full, math.inf)
+        with _lock_for(self._receivers or self._senders):
+            self._closed = True
+            while self._receivers:
+                peer, receiver = self._receivers.popleft()
+                peer.wake(receiver, error=EndOfChannel(f"channel {self.name!r} is closed and drained"))
+            while self._senders:
+                peer, sender, _ = self._senders.popleft()
+                peer.wake(sender, error=ChannelClosed(f"channel {self.name!r} was closed while a send waited"))
 
     def __enter__(self) -> Channel:
         return self
@@ -203,13 +212,18 @@ class Channel:
     async def __anext__(self) -> Any:
         try:
             return await self.receive()
-        except trio.EndOfChannel:
+        except EndOfChannel:
             raise StopAsyncIteration from None
+
+    def waiting(self, op: str) -> str:
+        if op == "receive":
+            return f"to receive from channel {self.name!r} (empty)"
+        state = f"full, {len(self._items)}/{self.capacity}" if self.capacity else "no receiver waiting"
+        return f"to send on channel {self.name!r} ({state})"
 
     def statistics(self) -> ChannelStatistics:
         return ChannelStatistics(self.name, self.capacity, len(self._items), self._sent, self._received, self._max,
-                                 self._not_full.statistics().tasks_waiting,
-                                 self._not_empty.statistics().tasks_waiting, self._closed)
+                                 len(self._senders), len(self._receivers), self._closed)
 
     def __repr__(self) -> str:
         return f"Channel({self.capacity}, name={self.name!r})"
@@ -218,38 +232,79 @@ class Channel:
 class DepQueue:
     """Dependency tokens: `pop_dep` takes one (blocking while none), `push_dep` gives one back."""
 
+    kind = "token"
+
     def __init__(self, name: str, credits: int = 0):
-        if not isinstance(credits, int) or credits < 0:
+        if isinstance(credits, bool) or not isinstance(credits, numbers.Integral) or credits < 0:
             raise PtowspError(f"dependency queue {name!r}: credits must be an integer >= 0, got {credits!r}")
         self.name = name
-        self.credits = credits
-        self._tokens = credits
-        self._lot = ParkingLot()
+        self.credits = int(credits)
+        self._tokens = self._max = self.credits
+        self._waiters: deque[tuple[Engine, Proc]] = deque()
         self._pushes = self._pops = 0
-        self._max = credits
 
     async def pop_dep(self) -> None:
         """Take a token; blocks while there is none."""
-        await checkpoint_if_cancelled()
-        while self._tokens == 0:
-            await _block(self._lot, "token", self.name, f"to pop a token from {self.name!r} (0 tokens)")
-        self._tokens -= 1
-        self._pops += 1
-        await cancel_shielded_checkpoint()
+        engine, me = _running(self, "pop")
+        with engine.lock:
+            if self._tokens:
+                self._tokens -= 1
+                self._pops += 1
+                return
+            entry = (engine, me)
+            self._waiters.append(entry)
+            engine.park(me, self, "pop", self._waiters, entry)
+        await park_here()
 
-    def push_dep(self) -> None:
-        """Give a token, waking one waiter; never blocks."""
-        self._tokens += 1
-        self._pushes += 1
-        self._max = max(self._max, self._tokens)
-        _wake(self._lot)
+    def pop_dep_nowait(self) -> None:
+        """Take a token that must be there (stages sharing one thread pop in pipeline order);
+        WouldBlock, naming the queue, if none is."""
+        with _lock_for(self._waiters):
+            if not self._tokens:
+                raise WouldBlock(f"token queue {self.name!r} popped while empty (a stage ran out of order)")
+            self._tokens -= 1
+            self._pops += 1
+
+    def push_dep(self, count: int = 1) -> None:
+        """Give `count` tokens (straight to the oldest waiters, if any); never blocks."""
+        with _lock_for(self._waiters):
+            self._pushes += count
+            while count and self._waiters:
+                peer, waiter = self._waiters.popleft()
+                self._pops += 1
+                count -= 1
+                peer.wake(waiter)
+            self._tokens += count
+            self._max = max(self._max, self._tokens)
+
+    def waiting(self, op: str) -> str:
+        return f"to pop a token from {self.name!r} (0 tokens)"
 
     def statistics(self) -> DepQueueStatistics:
         return DepQueueStatistics(self.name, self.credits, self._tokens, self._pushes, self._pops, self._max,
-                                  self._lot.statistics().tasks_waiting)
+                                  len(self._waiters))
 
     def __repr__(self) -> str:
         return f"DepQueue({self.name!r}, credits={self.credits})"
+
+
+async def sleep(seconds: float) -> None:
+    """Let `seconds` pass on the run's clock (device: the only way time passes)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds >= 0:
+        raise InputError(f"pw.csp.sleep takes a number of seconds >= 0, got {seconds!r}")
+    engine, me = _running("pw.csp", "sleep")
+    with engine.lock:
+        engine.sleep_until(me, engine.now() + float(seconds))
+    await park_here()
+
+
+async def sleep_until(when: float) -> None:
+    """Sleep until `when` (seconds since the run started); returns at once if that has passed."""
+    engine, me = _running("pw.csp", "sleep_until")
+    if when > engine.now():
+        with engine.lock:
+            engine.sleep_until(me, when)
+        await park_here()
 
 
 @dataclass(frozen=True)
@@ -260,6 +315,7 @@ class Process:
     args: tuple[Any, ...] = ()
     name: str | None = None
     role: str | None = None
+    pin: int | None = None  # real clock: the thread that runs it (0 is the caller's; modulo the threads there are)
 
 
 def process(fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None,
@@ -275,25 +331,24 @@ class Results(list):
 
 
 def now() -> float:
-    """Seconds since the current run started, on its clock."""
-    state = _current_run()
-    return 0.0 if state is None else state.now()
+    """Seconds since the current run started, on its clock (0 outside a run)."""
+    here = current()
+    return 0.0 if here is None else here[0].now()
 
 
 @contextlib.contextmanager
 def span(name: str, *, bytes: int = 0, flops: int = 0) -> Iterator[None]:  # noqa: A002 - the trace's field
     """Record the enclosed work of the current virtual thread as an event of the run's trace."""
-    state = _current_run()
-    task = current_task()
-    if state is None or task not in state.threads:
+    here = current()
+    if here is None or not isinstance(getattr(here[0], "trace", None), Trace):
         yield
         return
-    start = state.now()
+    engine, proc = here
+    start = engine.now()
     try:
         yield
     finally:
-        row = state.threads[task]
-        state.trace.events.append(Event(name, (), row, state.names[row][1], start, state.now(), bytes, flops))
+        engine.trace.events.append(Event(name, (), proc.index, proc.role, start, engine.now(), bytes, flops))
 
 
 def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str = "real",
@@ -310,65 +365,64 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
         raise PtowspError(f"clock must be 'real' or 'device', got {clock!r}")
     timeout = check_timeout(timeout)
     specs = [_spec(k, p) for k, p in enumerate(processes)]
-    results: list[Any] = [None] * len(specs)
-    holder: dict[str, _Run] = {}
-    stopper, stepping = TrioStop(), _Stepping()
+    names = [spec.name or getattr(spec.fn, "__name__", f"thread{k}") for k, spec in enumerate(specs)]
+    trace = Trace(clock=clock, title="ptowsp csp")
+    trace.workers = [(name, spec.role) for name, spec in zip(names, specs, strict=True)]
 
-    async def thread(index: int, spec: Process, state: _Run) -> None:
-        task = current_task()
-        state.threads[task] = index
-        try:
-            call = spec.fn(*spec.args)
-            if not inspect.isawaitable(call):
-                raise InputError(f"csp process {state.names[index][0]!r} is not async: calling it returned "
-                                 f"{type(call).__name__}, not an awaitable; define it with `async def`")
-            results[index] = await call
-        except trio.Cancelled:
-            state.cut.setdefault(task, None)
-            raise
-        finally:
-            state.live -= 1
-            state.blocked.pop(task, None)
-        state.check_deadlock()  # the threads left may now wait on someone who is gone
-
-    async def main() -> None:
-        state = holder["run"] = _Run(clock)
-        _CURRENT.set(state)
-        for i, spec in enumerate(specs):
-            state.names.append((spec.name or getattr(spec.fn, "__name__", f"thread{i}"), spec.role))
-        state.trace.workers = list(state.names)
-        state.live = len(specs)
-        try:
-            with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
-                stopper.enter(deadline)
-                async with trio.open_nursery() as nursery:
-                    for i, spec in enumerate(specs):
-                        nursery.start_soon(thread, i, spec, state, name=state.names[i][0])
-        finally:
-            state.trace.duration = state.now()
-        if deadline.cancelled_caught:
-            limit = str(stopper.reason) + " of host time" if stopper.reason is not None else \
-                f"the csp run did not finish within {timeout:g} s of its {clock} clock"
-            raise RunTimeout(f"{limit}; still running: {state.unfinished()}")
+    threads = threads_for(len(specs))  # on the device clock: pins are ignored
+    engine: DeviceEngine | RealEngine = DeviceEngine(record_waits=True) if clock == "device" else \
+        RealEngine(threads, record_waits=True)
+    engine.trace = trace  # type: ignore[attr-defined]  # where span() records
+    coroutines = _start(specs, names)
 
     def body() -> Results:
-        trio_clock = trio.testing.MockClock(autojump_threshold=0) if clock == "device" else None
-        try:
-            with deterministic_order() if clock == "device" else contextlib.nullcontext():
-                trio.run(main, clock=trio_clock, instruments=[stepping] if timeout is not None else [])
-        except BaseExceptionGroup as group:
-            raise_first(group)
-        out = Results(results)
-        out.trace = holder["run"].trace
+        engine.run([(n, s.role, c, None if s.pin is None else s.pin % threads)
+                    for n, s, c in zip(names, specs, coroutines, strict=True)], timeout)
+        trace.duration = engine.now()
+        trace.waits.extend(Wait(proc.index, on.kind, on.name, start, end) for proc, on, start, end in engine.waits)
+        if engine.failure is not None:
+            if engine.timed_out:
+                raise RunTimeout(f"the csp run did not finish within {timeout:g} s of its {clock} clock; "
+                                 f"still running: {engine.unfinished}")
+            if isinstance(engine.failure, RunTimeout):  # the watchdog's stop: host time ran out
+                raise RunTimeout(f"{engine.failure} of host time; still running: {engine.unfinished}")
+            _explain_foreign_wait(engine.failure, engine.culprit)
+            raise engine.failure
+        out = Results(p.result for p in engine.procs)
+        out.trace = trace
         return out
 
     def stuck() -> list[str]:
-        state, task = holder.get("run"), stepping.task
-        if state is None or task not in state.threads:
-            return []
-        return [f"virtual thread {state.names[state.threads[task]][0]!r}"]
+        return [f"virtual thread {p.name!r}" for p in engine.procs if p.state in (RUNNING, WOKEN)]
 
-    return bounded(body, timeout, stopper.stop, stuck, "the csp run")
+    return bounded(body, timeout, engine.stop, stuck, "the csp run")
+
+
+def _explain_foreign_wait(error: BaseException, culprit: str) -> None:
+    """trio's sleep and friends fail outside trio's loop with a RuntimeError: say what to use instead."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    if isinstance(error, RuntimeError) and any(f.split(".")[0] in ("trio", "asyncio") for f in frames):
+        raise InputError(f"csp process {culprit!r} called {frames[-1].split('.')[0]}, which pw.csp does not run: "
+                         "processes wait with `await pw.csp.sleep(seconds)` and on pw.csp channels and token queues "
+                         f"({error})") from error
+
+
+def _start(specs: list[Process], names: list[str]) -> list[Any]:
+    """Each process's coroutine; InputError (closing those made) for a function that is not async."""
+    made: list[Any] = []
+    for spec, name in zip(specs, names, strict=True):
+        call = spec.fn(*spec.args)
+        if not inspect.iscoroutine(call):
+            for c in made:
+                c.close()
+            raise InputError(f"csp process {name!r} is not async: calling it returned {type(call).__name__}, "
+                             "not an awaitable; define it with `async def`")
+        made.append(call)
+    return made
 
 
 def _spec(index: int, p: object) -> Process:
@@ -383,61 +437,3 @@ def _spec(index: int, p: object) -> Process:
                          "function; pass `async def` functions or csp.process(fn, *args)")
     return spec
 
-
-class _Stepping(trio.abc.Instrument):
-    """Which trio task runs right now: the one to name when the run's thread must be abandoned."""
-
-    task: Task | None = None
-
-    def before_task_step(self, task: Task) -> None:
-        self.task = task
-
-    def after_task_step(self, task: Task) -> None:
-        self.task = None
-
-
-@contextlib.contextmanager
-def deterministic_order(seed: int = 0) -> Iterator[None]:
-    """Fix the order in which trio runs virtual threads woken at the same instant.
-
-    trio draws that order at random, to shake out code that relies on it.  On
-    the device clock ties are common (identical tasks end together), so for a
-    deterministic trace the draw is seeded for the run and trio's generator
-    restored afterwards.  trio has no public switch for this: if its private
-    generator ever moves, runs stay correct but lose byte-for-byte repeatability
-    (tests/backends/test_aicore.py would say so).
-    """
-    from trio._core import _run
-
-    rng = getattr(_run, "_r", None)
-    if rng is None:
-        yield
-        return
-    state = rng.getstate()
-    rng.seed(seed)
-    try:
-        yield
-    finally:
-        rng.setstate(state)
-
-
-def raise_first(group: BaseExceptionGroup) -> None:
-    """Re-raise the exception that started a nursery's unwinding, not trio's group around it.
-
-    KeyboardInterrupt wins over everything; then the first exception that is not a
-    Cancelled.  The group stays reachable as the exception's context.
-    """
-    flat = list(_leaves(group))
-    for wanted in (KeyboardInterrupt, BaseException):
-        for e in flat:
-            if isinstance(e, wanted) and not isinstance(e, trio.Cancelled):
-                raise e from e.__cause__
-    raise group
-
-
-def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
-    for e in group.exceptions:
-        if isinstance(e, BaseExceptionGroup):
-            yield from _leaves(e)
-        else:
-            yield e

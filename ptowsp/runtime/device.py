@@ -1,9 +1,10 @@
-"""Run a task table on the device clock: AICPU and AICore roles as trio virtual threads (DESIGN.md section 5).
+"""Run a task table on the device clock: AICPU and AICore roles as pw.csp processes (DESIGN.md section 5).
 
-Under trio's `MockClock(autojump_threshold=0)` time passes only while a
-virtual thread sleeps, and jumps straight to the next wake-up, so host speed
-never shows in the result: every duration comes from the backend's
-`DeviceCosts`.  Kernels still compute their real numbers on the host.
+On the device engine (engines.py) time passes only while a process sleeps,
+and jumps straight to the next wake-up, so host speed never shows in the
+result: every duration comes from the backend's `DeviceCosts`.  Kernels
+still compute their real numbers on the host.  The processes talk over
+pw.csp channels and token queues only.
 
 - The **orchestrator** (one AICPU thread) generates the instances in table
   order into the task window, `orchestrate_seconds` each, and waits while the
@@ -13,56 +14,49 @@ never shows in the result: every duration comes from the backend's
   makes successors ready) and fills their slots, `schedule_seconds` of work
   per task; a dispatched task reaches its core `dispatch_seconds` later.
 - A **core** holds `slots` tasks (running + pending; with `prefetch(n)`,
-  1 + n).  A task streams in blocks (`costs.blocks`): each block is loaded,
+  1 + n); its compute unit takes `switch_seconds` to start each one.  A task streams in blocks (`costs.blocks`): each block is loaded,
   then computed; a tile's output is stored after its last block
   (`costs.stores`).  A load keeps the core's DMA engine busy for its bytes
   and lands `ready` seconds after it was issued (`costs.load`), so the
   engine may issue the next block while one is in flight.  With prefetch 0
-  one virtual thread runs the stages in sequence.  With prefetch n the core
-  is three virtual threads, load, compute and store (the MTE2,
+  one process runs the stages in sequence.  With prefetch n the core
+  is three processes, load, compute and store (the MTE2,
   cube-or-vector and MTE3 units), exchanging tokens: load takes a `free`
   credit per block (1 + n buffers: the one computing and n loaded ahead)
   and passes the block on; compute waits for it to land and hands the
   credit back when it is done with it; store follows compute.  So loads run
   up to n blocks ahead, across task boundaries.
-- After its last store a core sends a completion notice, which reaches its
-  scheduler `completion_seconds` later; only then does the scheduler count
-  the slot free.
+- After its last store a core sends a completion notice; the core's signal
+  process delivers it to its scheduler `completion_seconds` later; only then
+  does the scheduler count the slot free.
 
 `timeout` bounds a run twice: in device seconds (the model's own deadline)
 and in host seconds, so a kernel or opaque task stuck on the host still
 ends the run on time (watchdog.py).
 
 A kernel computes its numbers when its first block's compute begins: every
-producer has stored by then.  Virtual threads woken at the same instant must
-run in a fixed order for the trace to repeat.  trio breaks ties between equal
-deadlines by object addresses (which differ from process to process), so
-every timed wait goes through one `_Timeline` that wakes them in the order
-they asked; trio then runs a batch in an order it draws at random, and
-`csp.deterministic_order()` fixes that draw.  So the same program gives the
-same trace on any machine, whatever ran before it in the process.
+producer has stored by then.  The device engine runs processes woken at the
+same instant in the order they asked, so the same program gives the same
+trace on any machine, whatever ran before it in the process.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections import deque
-from dataclasses import dataclass, field
+import math
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol
 
-import trio
-import trio.testing
-from trio.lowlevel import ParkingLot
-
 from ptowsp.errors import RunTimeout
-from ptowsp.runtime.csp import deterministic_order
+from ptowsp.runtime.csp import Channel, DepQueue, Process, now, sleep, sleep_until
+from ptowsp.runtime.engines import DeviceEngine
 from ptowsp.runtime.dispatch import placer
 from ptowsp.runtime.executor import Launcher, Options, Scheduler
 from ptowsp.runtime.stops import describe, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
-from ptowsp.runtime.watchdog import TrioStop, bounded
+from ptowsp.runtime.watchdog import bounded
 
 STALL_SECONDS = 3600.0  # device seconds without finishing: a stall in the model, reported, never a hang
 
@@ -75,6 +69,7 @@ class DeviceCosts(Protocol):
     schedule_seconds: float
     dispatch_seconds: float
     completion_seconds: float
+    switch_seconds: float  # a core's time from taking a task it holds to starting it
     slots: int  # tasks a core holds without prefetch (running + pending)
 
     def blocks(self, i: int) -> int:
@@ -92,52 +87,40 @@ class DeviceCosts(Protocol):
     def store(self, i: int, block: int, now: float) -> float: ...
 
 
-class _Timeline:
-    """Timed waits woken in the order they were asked: one driver sleeps until the earliest."""
+class _Doorbell:
+    """A token queue that holds at most one token: "look again".  Ringing it wakes the process that
+    waits on it, or leaves one token for its next wait; rings in between add nothing."""
 
-    def __init__(self) -> None:
-        self.due: list[tuple[float, int, trio.Event]] = []
-        self.order = itertools.count()
-        self.changed = ParkingLot()
+    def __init__(self, name: str):
+        self.tokens = DepQueue(name)
+        self.rung = False
 
-    async def until(self, when: float) -> None:
-        if when <= trio.current_time():
-            return
-        event = trio.Event()
-        heapq.heappush(self.due, (when, next(self.order), event))
-        self.changed.unpark_all()
-        await event.wait()
+    def ring(self) -> None:
+        if not self.rung:
+            self.rung = True
+            self.tokens.push_dep()
 
-    async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await trio.lowlevel.checkpoint()
-        else:
-            await self.until(trio.current_time() + seconds)
-
-    async def drive(self) -> None:
-        while True:
-            with trio.move_on_at(self.due[0][0] if self.due else float("inf")):
-                await self.changed.park()  # a new, earlier wake-up may have arrived
-            while self.due and self.due[0][0] <= trio.current_time():
-                heapq.heappop(self.due)[2].set()
+    async def wait(self) -> None:
+        await self.tokens.pop_dep()
+        self.rung = False
 
 
-class _Nudge:
-    """Stands in for a worker's condition variable: a ready task wakes every scheduler."""
+class _Bells:
+    """Stands in for a worker's condition variable: a ready task rings every scheduler."""
 
-    def __init__(self, lots: list[ParkingLot]):
-        self.lots = lots
+    def __init__(self, bells: list[_Doorbell]):
+        self.bells = bells
 
     def notify(self) -> None:
-        for lot in self.lots:
-            lot.unpark_all()
+        for bell in self.bells:
+            bell.ring()
 
 
 @dataclass
 class _Core:
     index: int
-    lot: ParkingLot = field(default_factory=ParkingLot)
-    inbox: deque = field(default_factory=deque)  # (instance, arrival time) not yet taken by the load stage
+    inbox: Channel  # (instance, arrival time), from the core's scheduler
+    notices: Channel  # (instance, when its last store ended), to the completion-signal process
     held: int = 0  # tasks the AICPU counts on this core: dispatched, completion not yet noticed
 
 
@@ -166,13 +149,13 @@ class _Recorder:
 
 def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs: DeviceCosts) -> Trace:
     """Run every instance of `table` once on the device clock; the Trace is in device seconds."""
-    cores = [_Core(k) for k in range(len(options.workers))]
-    lots = [ParkingLot() for _ in range(costs.schedulers)]
-    nudge = _Nudge(lots)
-    sched = Scheduler(table, options, placer(options.policy), trio.current_time, wakeup=lambda: nudge)
+    cores = [_Core(k, Channel(math.inf, f"inbox{k}"), Channel(math.inf, f"completions{k}"))
+             for k in range(len(options.workers))]
+    bells = [_Doorbell(f"scheduler{s}") for s in range(costs.schedulers)]
+    sched = Scheduler(table, options, placer(options.policy), now, wakeup=lambda: _Bells(bells))
     for w in sched.workers:
-        w.idle = True  # every placement nudges the schedulers
-    record, window_lot, clock = _Recorder(), ParkingLot(), _Timeline()
+        w.idle = True  # every placement rings the schedulers (and the last completion, all of them)
+    record, window_bell = _Recorder(), _Doorbell("task window")
     window_waits: list[tuple[float, float]] = []
     notices: list[deque] = [deque() for _ in range(costs.schedulers)]
     n = len(table.instances)
@@ -186,13 +169,28 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     async def orchestrator() -> None:
         for i in range(n):
             while sched.free == 0:
-                start = trio.current_time()
-                await window_lot.park()
-                window_waits.append((start, trio.current_time()))
-            start = trio.current_time()
-            await clock.sleep(costs.orchestrate_seconds)
-            record.busy(orchestrator_row, start, trio.current_time())
+                start = now()
+                await window_bell.wait()
+                window_waits.append((start, now()))
+            start = now()
+            await sleep(costs.orchestrate_seconds)
+            record.busy(orchestrator_row, start, now())
             sched.admit(i)
+
+    idle = Counter(options.workers)  # cores holding no task, per core class
+
+    def hold(core: _Core, change: int) -> None:
+        """Count a task more (+1) or less (-1) on core; the last idle core of a class becoming busy
+        lets every scheduler fill pending slots again."""
+        kind, before = options.workers[core.index], core.held
+        core.held += change
+        if before == 0 and core.held:
+            idle[kind] -= 1
+            if not idle[kind]:
+                for bell in bells:
+                    bell.ring()
+        elif before and not core.held:
+            idle[kind] += 1
 
     async def scheduler(s: int) -> None:
         mine = cores[s::costs.schedulers]
@@ -200,50 +198,46 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
         while not finished():
             while notices[s]:
                 i, core = notices[s].popleft()
-                core.held -= 1
+                hold(core, -1)
                 sched.complete(i, sched.workers[core.index])
-                window_lot.unpark_all()
+                window_bell.ring()
             picked = None
             for k in range(len(mine)):
                 core = mine[(turn + k) % len(mine)]
-                if core.held < slots:
-                    i = sched.take(sched.workers[core.index])
+                # an idle core takes (or steals) a task; a busy one fills a pending slot from its own queue,
+                # and only while no core of its class is idle (which would start that task sooner)
+                if core.held == 0 or (core.held < slots and not idle[options.workers[core.index]]):
+                    i = sched.take(sched.workers[core.index], idle=core.held == 0)
                     if i is not None:
                         picked, turn = (core, i), (turn + k + 1) % len(mine)
                         break
             if picked is None:
                 if not finished() and not notices[s]:
-                    await lots[s].park()
+                    await bells[s].wait()
                 continue
             core, i = picked
-            core.held += 1
-            start = trio.current_time()
-            await clock.sleep(costs.schedule_seconds)
-            record.busy(scheduler_rows + s, start, trio.current_time())
-            core.inbox.append((i, trio.current_time() + costs.dispatch_seconds))
-            core.lot.unpark_all()
+            hold(core, +1)
+            start = now()
+            await sleep(costs.schedule_seconds)
+            record.busy(scheduler_rows + s, start, now())
+            await core.inbox.send((i, now() + costs.dispatch_seconds))
         for core in mine:
-            core.lot.unpark_all()
+            core.inbox.close()
 
-    async def arrival(core: _Core) -> int | None:
-        """The next task dispatched to `core`, once it has arrived; None when the run is over."""
-        while not core.inbox:
-            if finished():
-                return None
-            await core.lot.park()
-        i, at = core.inbox.popleft()
-        await until(at)
-        return i
-
-    until = clock.until
+    async def arrivals(core: _Core) -> AsyncIterator[int]:
+        """The tasks dispatched to `core`, each once it has arrived; ends with the run."""
+        async for i, at in core.inbox:
+            await sleep_until(at)
+            yield i
 
     async def timed(i: int, stage: str | None, core: _Core, seconds: float) -> None:
-        start = trio.current_time()
-        await clock.sleep(seconds)
-        record.stage(i, stage, core.index, start, trio.current_time())
+        start = now()
+        await sleep(seconds)
+        record.stage(i, stage, core.index, start, now())
 
     async def compute(i: int, block: int, core: _Core) -> None:
         if block == 0:
+            await sleep(costs.switch_seconds)  # the compute unit switches to the task (its loads may be in)
             running[:] = [(i, core.index)]
             try:
                 launcher.compute(i)
@@ -256,93 +250,87 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
     async def load(i: int, block: int, core: _Core) -> float:
         """Issue one block's load; returns when the DMA engine is free again, with the block's arrival time."""
-        start = trio.current_time()
+        start = now()
         busy, ready = costs.load(i, block, start)
         record.stage(i, "load", core.index, start, start + ready)
-        await clock.sleep(busy)
+        await sleep(busy)
         return start + ready
 
-    async def store(i: int, block: int, core: _Core, nursery: trio.Nursery) -> None:
-        await timed(i, "store", core, costs.store(i, block, trio.current_time()))
+    async def store(i: int, block: int, core: _Core) -> None:
+        await timed(i, "store", core, costs.store(i, block, now()))
         if block == costs.blocks(i) - 1:
-            nursery.start_soon(notice, i, core)
+            await core.notices.send((i, now()))
 
-    async def notice(i: int, core: _Core) -> None:
-        await clock.sleep(costs.completion_seconds)
+    async def completion_signal(core: _Core) -> None:
+        """The core's completion notices, each reaching its scheduler `completion_seconds` after it was sent."""
         s = core.index % costs.schedulers
-        notices[s].append((i, core))
-        lots[s].unpark_all()
+        async for i, sent in core.notices:
+            await sleep_until(sent + costs.completion_seconds)
+            notices[s].append((i, core))
+            bells[s].ring()
 
-    async def serial_core(core: _Core, nursery: trio.Nursery) -> None:
-        while (i := await arrival(core)) is not None:
-            for block in range(costs.blocks(i)):
-                await until(await load(i, block, core))
-                await compute(i, block, core)
-                if costs.stores(i, block):
-                    await store(i, block, core, nursery)
+    async def serial_core(core: _Core) -> None:
+        try:
+            async for i in arrivals(core):
+                for block in range(costs.blocks(i)):
+                    await sleep_until(await load(i, block, core))
+                    await compute(i, block, core)
+                    if costs.stores(i, block):
+                        await store(i, block, core)
+        finally:
+            core.notices.close()
 
-    async def pipelined_core(core: _Core, nursery: trio.Nursery) -> None:
-        free = trio.Semaphore(1 + options.prefetch)
-        to_compute, from_load = trio.open_memory_channel(float("inf"))
-        to_store, from_compute = trio.open_memory_channel(float("inf"))
+    def pipelined_core(core: _Core) -> list[Process]:
+        """Load, compute and store (the MTE2, cube-or-vector and MTE3 units) exchanging tokens."""
+        free = DepQueue(f"free@core{core.index}", credits=1 + options.prefetch)
+        loaded = Channel(math.inf, f"loaded@core{core.index}")
+        computed = Channel(math.inf, f"computed@core{core.index}")
 
         async def load_stage() -> None:
-            async with to_compute:
-                while (i := await arrival(core)) is not None:
-                    blocks = costs.blocks(i)
-                    for block in range(blocks):
-                        await free.acquire()  # WAR: a prefetch buffer must be free
-                        await to_compute.send((i, block, await load(i, block, core)))
+            with loaded:
+                async for i in arrivals(core):
+                    for block in range(costs.blocks(i)):
+                        await free.pop_dep()  # WAR: a prefetch buffer must be free
+                        await loaded.send((i, block, await load(i, block, core)))
 
         async def compute_stage() -> None:
-            async with to_store:
-                async for i, block, landed in from_load:
-                    await until(landed)  # RAW: compute may use the block once it has landed
+            with computed:
+                async for i, block, landed in loaded:
+                    await sleep_until(landed)  # RAW: compute may use the block once it has landed
                     await compute(i, block, core)
-                    free.release()
+                    free.push_dep()
                     if costs.stores(i, block):
-                        await to_store.send((i, block))
+                        await computed.send((i, block))
 
         async def store_stage() -> None:
-            async for i, block in from_compute:
-                await store(i, block, core, nursery)
+            with core.notices:
+                async for i, block in computed:
+                    await store(i, block, core)
 
-        async with trio.open_nursery() as stages:
-            stages.start_soon(load_stage)
-            stages.start_soon(compute_stage)
-            stages.start_soon(store_stage)
+        return [Process(load_stage, name=f"load{core.index}"), Process(compute_stage, name=f"compute{core.index}"),
+                Process(store_stage, name=f"store{core.index}")]
 
-    async def main() -> None:
-        with trio.move_on_after(options.timeout or STALL_SECONDS) as deadline:
-            stopper.enter(deadline)
-            async with trio.open_nursery() as timing:
-                timing.start_soon(clock.drive)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(orchestrator)
-                    for s in range(costs.schedulers):
-                        nursery.start_soon(scheduler, s)
-                    run_core = pipelined_core if options.prefetch else serial_core
-                    for core in cores:
-                        nursery.start_soon(run_core, core, nursery)
-                timing.cancel_scope.cancel()
-        if deadline.cancelled_caught:
-            done = f"{sched.completed} of {n} task instances done, device clock at {trio.current_time():g} s"
-            if stopper.reason is not None:  # the watchdog's stop: host time ran out
-                raise RunTimeout(f"{stopper.reason} of host time ({done})")
-            raise RunTimeout(f"the device run did not finish within {options.timeout or STALL_SECONDS:g} device "
-                             f"seconds ({done})")
-        trace.duration = trio.current_time()
+    processes = [Process(orchestrator, name="orchestrator")]
+    processes += [Process(scheduler, (s,), name=f"scheduler{s}") for s in range(costs.schedulers)]
+    for core in cores:
+        processes.append(Process(completion_signal, (core,), name=f"signal{core.index}"))
+        processes += pipelined_core(core) if options.prefetch else [Process(serial_core, (core,),
+                                                                            name=f"core{core.index}")]
+    engine = DeviceEngine()
+    limit = options.timeout or STALL_SECONDS
 
     def run() -> Trace:
-        try:
-            with deterministic_order():
-                trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-        except BaseExceptionGroup as group:
-            if not failure:
-                raise
-            del group
+        engine.run([(p.name, p.role, p.fn(*p.args), None) for p in processes], limit)
         if failure:
             raise_failure(table, failure[0])
+        if engine.failure is not None:
+            done = f"{sched.completed} of {n} task instances done, device clock at {engine.now():g} s"
+            if engine.timed_out:
+                raise RunTimeout(f"the device run did not finish within {limit:g} device seconds ({done})")
+            if isinstance(engine.failure, RunTimeout):  # the watchdog's stop: host time ran out
+                raise RunTimeout(f"{engine.failure} of host time ({done})")
+            raise engine.failure
+        trace.duration = engine.now()
         _fill_trace(trace, table, options, record, sched, window_waits, costs.schedulers)
         return trace
 
@@ -351,9 +339,8 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
 
     trace = Trace(title=options.title, clock="device")
     running: list[tuple[int, int]] = []  # (instance, core) whose task code runs on the host now
-    stopper = TrioStop()
-    # timeout bounds device seconds (main's deadline) and, against task code stuck in the host, wall seconds
-    return bounded(run, options.timeout, stopper.stop, stuck, "the device run")
+    # timeout bounds device seconds (the engine's limit) and, against task code stuck in the host, wall seconds
+    return bounded(run, options.timeout, engine.stop, stuck, "the device run")
 
 
 class _Failed(Exception):

@@ -22,7 +22,7 @@ costs a wake-up (0.05-0.1 ms on this VM, more than a small tile), so a run
 pays one at its start (waking the pool threads; the caller starts work at
 once) and at most one at its end (polled for briefly first: `_settle`), and
 none per task; a table of one instance wakes no pool thread at all.  The device clock
-(trio's virtual time) runs the same roles as trio tasks, where hops are free.
+(device.py) runs the same roles as pw.csp processes on discrete-event time.
 
 Stops (a task's exception, `timeout`, Ctrl-C in the caller) set a flag the
 workers check between tasks; `execute` returns once no worker can run task
@@ -31,7 +31,7 @@ code any more.  With a timeout the run executes on a thread of its own
 stuck in the host cannot hold the caller: it is abandoned (watchdog.py).
 
 With `prefetch(n)` a worker runs load -> compute -> store as a pipeline whose
-stages exchange tokens (`Tokens`, the counters behind `csp.DepQueue`): load
+stages exchange tokens over `csp.DepQueue`s, popped without waiting (`pop_dep_nowait`): load
 pops a `free` credit (n at the start) before it loads a task and pushes
 `loaded`; compute pops `loaded`, hands the prefetch slot back (`free`), and
 pushes `computed` for store.  One OS thread runs the stages in pipeline order;
@@ -50,7 +50,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ptowsp.errors import BuildError, PtowspError, RunTimeout
+from ptowsp.errors import BuildError, RunTimeout
+from ptowsp.runtime.csp import DepQueue
 from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
 from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
@@ -68,32 +69,6 @@ class Launcher(Protocol):
     compute: Callable[[int], None]  # called with the instance's index in the table
     load: Callable[[int], None] | None
     store: Callable[[int], None] | None
-
-
-@dataclass
-class Tokens:
-    """A dependency-token counter for stages that share one thread; pops must find a token."""
-
-    name: str
-    credits: int
-    tokens: int = -1
-    pushes: int = 0
-    pops: int = 0
-    max_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        self.tokens = self.max_tokens = self.credits
-
-    def pop_dep(self) -> None:
-        if self.tokens == 0:
-            raise PtowspError(f"pipeline token queue {self.name!r} popped while empty (a stage ran out of order)")
-        self.tokens -= 1
-        self.pops += 1
-
-    def push_dep(self) -> None:
-        self.tokens += 1
-        self.pushes += 1
-        self.max_tokens = max(self.max_tokens, self.tokens)
 
 
 @dataclass
@@ -139,7 +114,7 @@ class _Worker:
     returned: bool = False
     records: list = field(default_factory=list)  # (instance, start, end, stage)
     waits: list = field(default_factory=list)  # (start, end)
-    tokens: dict[str, Tokens] = field(default_factory=dict)
+    tokens: dict[str, DepQueue] = field(default_factory=dict)
     running: int | None = None  # the instance whose task code runs now (named if the run is abandoned)
 
 
@@ -245,10 +220,13 @@ class Scheduler:
                     self.workers[v].wakeup.notify()
                     break
 
-    def take(self, w: _Worker) -> int | None:
+    def take(self, w: _Worker, idle: bool = True) -> int | None:
+        """The next task for worker w: from its own queue, or stolen (policies that steal) when w is
+        idle.  A worker filling a pending slot never steals: the task's own worker may be about to
+        take it, and another idle worker may want it more."""
         if w.queue:
             return w.queue.pop() if self.placer.lifo else w.queue.popleft()
-        if not self.placer.steals:
+        if not (self.placer.steals and idle):
             return None
         victims = sorted((v for v in self.workers if v is not w and v.queue), key=lambda v: -len(v.queue))
         for v in victims:
@@ -313,7 +291,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
     pipelined = prefetch > 0
     slots = 1 + max(1, prefetch)  # running + pending (with prefetch(n): n pending, loaded ahead)
     if pipelined:
-        w.tokens = {name: Tokens(f"{name}@worker{w.index}", credits)
+        w.tokens = {name: DepQueue(f"{name}@worker{w.index}", credits)
                     for name, credits in (("free", prefetch), ("loaded", 0), ("computed", 0))}
         free, loaded, computed = w.tokens["free"], w.tokens["loaded"], w.tokens["computed"]
     inbox: deque[int] = deque()  # committed tasks: the head runs next, the rest are pending
@@ -330,7 +308,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
                     break
                 sched.orchestrate()
                 while len(inbox) < slots:
-                    i = sched.take(w)
+                    i = sched.take(w, idle=not inbox)
                     if i is None:
                         break
                     inbox.append(i)
@@ -352,7 +330,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
                 if not prefetched:  # nothing loaded ahead (the first task, or after a dry spell)
                     _load(running, load, free, loaded, records, clock)
                     prefetched = 1
-                loaded.pop_dep()  # compute takes the loaded task, handing its prefetch slot back
+                loaded.pop_dep_nowait()  # compute takes the loaded task, handing its prefetch slot back
                 free.push_dep()
                 prefetched -= 1
                 for i in list(inbox)[prefetched:]:  # the load stage runs ahead while this one computes
@@ -364,7 +342,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
             records.append((running, start, clock(), None))
             if pipelined:
                 computed.push_dep()
-                computed.pop_dep()
+                computed.pop_dep_nowait()
                 if store is not None:
                     start = clock()
                     store(running)
@@ -377,8 +355,8 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
         finished, w.running = running, None
 
 
-def _load(i: int, load, free: Tokens, loaded: Tokens, records: list, clock) -> None:
-    free.pop_dep()  # WAR: a prefetch slot must be free
+def _load(i: int, load, free: DepQueue, loaded: DepQueue, records: list, clock) -> None:
+    free.pop_dep_nowait()  # WAR: a prefetch slot must be free
     if load is not None:
         start = clock()
         load(i)
@@ -473,7 +451,7 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
             trace.events.append(Event(name, inst.coords, w.index, w.core, start - origin, end - origin,
                                       inst.bytes, inst.flops, ident))
         trace.waits.extend(Wait(w.index, "dependency", "ready queue", s - origin, e - origin) for s, e in w.waits)
-        trace.statistics.update({t.name: t for t in w.tokens.values()})
+        trace.statistics.update({t.name: t.statistics() for t in w.tokens.values()})
     row = len(sched.workers)
     trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in sched.window_waits)
     trace.deps = Edges(sched.preds, list(sched.done))

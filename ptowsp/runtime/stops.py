@@ -7,13 +7,14 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ptowsp.errors import TaskError
 from ptowsp.runtime.table import Instance, TaskTable
 
-if TYPE_CHECKING:
-    from ptowsp.runtime.executor import Scheduler
+
+class Interruptible(Protocol):
+    interrupted: bool
 
 
 def describe(inst: Instance) -> str:
@@ -22,7 +23,7 @@ def describe(inst: Instance) -> str:
 
 
 @contextlib.contextmanager
-def interrupts(sched: Scheduler) -> Iterator[None]:
+def interrupts(run: Interruptible) -> Iterator[None]:
     """Ctrl-C also sets a flag worker 0 checks between tasks.
 
     Python raises KeyboardInterrupt at whatever bytecode the main thread runs;
@@ -35,7 +36,7 @@ def interrupts(sched: Scheduler) -> Iterator[None]:
         return
 
     def handler(signum, frame):
-        sched.interrupted = True
+        run.interrupted = True
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)

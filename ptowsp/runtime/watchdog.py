@@ -1,6 +1,6 @@
 """Bound a run in wall time, even when task code never returns.
 
-A run's own stop (the executor's flag, a trio cancel scope) acts only where
+A run's own stop (the executor's flag, a csp engine's cancellation) acts only where
 the runtime gets control back: between tasks, at an `await`.  Host code
 stuck inside a task (an opaque task in `time.sleep`, a csp process in a busy
 loop) never gives it back, and Python cannot interrupt another thread.  So a
@@ -13,15 +13,12 @@ interpreter's exit) and raises RunTimeout naming what is still running.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import threading
 import warnings
 from collections.abc import Callable
 from typing import TypeVar
-
-import trio
 
 from ptowsp.errors import InputError, RunTimeout
 
@@ -88,31 +85,3 @@ def bounded(body: Callable[[], T], timeout: float | None, stop: Callable[[BaseEx
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
-
-
-class TrioStop:
-    """Lets the watchdog (another thread) cancel a trio run, whether or not the run has started yet.
-
-    The run calls `enter(scope)` first thing with the cancel scope that bounds it;
-    `stop(reason)` cancels that scope through the run's token and keeps the reason,
-    so the run can tell a wall-clock stop from its own deadline.
-    """
-
-    def __init__(self) -> None:
-        self.reason: BaseException | None = None
-        self._scope: trio.CancelScope | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._lock = threading.Lock()
-
-    def enter(self, scope: trio.CancelScope) -> None:
-        with self._lock:
-            self._scope, self._token = scope, trio.lowlevel.current_trio_token()
-            if self.reason is not None:
-                scope.cancel()
-
-    def stop(self, reason: BaseException) -> None:
-        with self._lock:
-            self.reason = reason
-            if self._token is not None:
-                with contextlib.suppress(trio.RunFinishedError):
-                    self._token.run_sync_soon(self._scope.cancel)

@@ -126,6 +126,16 @@ def test_a_process_that_is_not_async_is_named(processes, message, clock):
         csp.run(processes(), clock=clock)
 
 
+async def _awaits_trio():
+    await trio.sleep(1)
+
+
+@pytest.mark.parametrize("clock", ["real", "device"])
+def test_a_process_awaiting_trio_is_told_what_to_use(clock):
+    with pytest.raises(pw.InputError, match="csp process '_awaits_trio' called trio.*await pw.csp.sleep"):
+        csp.run([_awaits_trio], clock=clock)
+
+
 def test_an_already_created_coroutine_is_named():
     coroutine = _coroutine_function()
     with pytest.raises(pw.InputError, match=r"csp process 0 \('_coroutine_function'\) is a coroutine object"):
@@ -286,8 +296,8 @@ def _slow_tiles() -> pw.Workload:
     return wl
 
 
-async def _sleeps_on_trio():
-    await trio.sleep(1000)
+async def _sleeps_long():
+    await csp.sleep(1000)
 
 
 async def _sleeps_in_host():
@@ -312,11 +322,11 @@ def _timeout_paths():
                                             "virtual thread '_sleeps_in_host'"),
         "csp device, process in time.sleep": (lambda: csp.run([_sleeps_in_host], clock="device", timeout=TIMEOUT),
                                               "virtual thread '_sleeps_in_host'"),
-        "csp real, asleep on trio": (lambda: csp.run([_sleeps_on_trio, csp.process(_waits_on_channel, held)],
+        "csp real, asleep": (lambda: csp.run([_sleeps_long, csp.process(_waits_on_channel, held)],
                                                      timeout=TIMEOUT),
-                                     "'_sleeps_on_trio' \\(running or asleep\\); '_waits_on_channel' waits to "
+                                     "'_sleeps_long' \\(running or asleep\\); '_waits_on_channel' waits to "
                                      "receive from channel 'held'"),
-        "csp device, asleep on trio": (lambda: csp.run([_sleeps_on_trio], clock="device", timeout=TIMEOUT),
+        "csp device, asleep": (lambda: csp.run([_sleeps_long], clock="device", timeout=TIMEOUT),
                                        "within 0.5 s of its device clock"),
     }
 

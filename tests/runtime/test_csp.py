@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import trio
 
@@ -18,7 +20,7 @@ def double_buffer(tiles: int, load_s: float, compute_s: float, buffers: int):
         for t in range(tiles):
             await free.pop_dep()  # WAR: a buffer must be free before it is overwritten
             with csp.span("load"):
-                await trio.sleep(load_s)
+                await csp.sleep(load_s)
             await channel.send(t)
         channel.close()
 
@@ -26,7 +28,7 @@ def double_buffer(tiles: int, load_s: float, compute_s: float, buffers: int):
         seen = []
         async for t in channel:
             with csp.span("compute"):
-                await trio.sleep(compute_s)
+                await csp.sleep(compute_s)
             free.push_dep()
             seen.append(t)
         return seen
@@ -59,13 +61,13 @@ def test_channel_backpressure_and_close():
     async def producer():
         for k in range(5):
             await channel.send(k)
-            log.append(("sent", k, trio.current_time()))
+            log.append(("sent", k, csp.now()))
         channel.close()
 
     async def consumer():
-        await trio.sleep(10)
+        await csp.sleep(10)
         got = [x async for x in channel]
-        with pytest.raises(trio.EndOfChannel):
+        with pytest.raises(csp.EndOfChannel):
             await channel.receive()
         return got
 
@@ -123,7 +125,7 @@ def test_sleeping_threads_are_not_a_deadlock():
     channel = csp.Channel(1, "late")
 
     async def slow():
-        await trio.sleep(5)
+        await csp.sleep(5)
         await channel.send("x")
 
     async def fast():
@@ -136,13 +138,13 @@ def test_an_error_cancels_every_thread_and_propagates():
     cancelled = []
 
     async def fails():
-        await trio.sleep(1)
+        await csp.sleep(1)
         raise ValueError("boom")
 
     async def long():
         try:
-            await trio.sleep(100)
-        except trio.Cancelled:
+            await csp.sleep(100)
+        except csp.Cancelled:
             cancelled.append(True)
             raise
 
@@ -153,16 +155,177 @@ def test_an_error_cancels_every_thread_and_propagates():
 
 def test_timeout():
     async def forever():
-        await trio.sleep(1000)
+        await csp.sleep(1000)
 
     with pytest.raises(pw.RunTimeout, match="within 5 s of its device clock; still running: 'forever'"):
         csp.run([forever], clock="device", timeout=5)
 
 
 def test_bad_arguments_are_typed():
-    with pytest.raises(pw.PtowspError, match="capacity must be an integer >= 1"):
-        csp.Channel(0, "x")
+    with pytest.raises(pw.PtowspError, match="capacity must be an integer >= 0"):
+        csp.Channel(-1, "x")
     with pytest.raises(pw.PtowspError, match="credits must be an integer >= 0"):
         csp.DepQueue("q", credits=-1)
     with pytest.raises(pw.PtowspError, match="clock must be 'real' or 'device'"):
         csp.run([], clock="wall")
+
+
+# -- rendezvous, close and cancellation on both clocks -----------------------------------------------
+CLOCKS = ["real", "device"]
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_a_rendezvous_send_waits_for_its_receiver(clock):
+    channel = csp.Channel(0, name="rv")
+    log = []
+
+    async def sender():
+        for k in range(3):
+            await channel.send(k)
+            log.append(("sent", k, csp.now()))
+        channel.close()
+
+    async def receiver():
+        got = []
+        await csp.sleep(0.02)
+        async for k in channel:
+            got.append(k)
+            await csp.sleep(0.01)
+        return got
+
+    results = csp.run([sender, receiver], clock=clock)
+    assert results[1] == [0, 1, 2]
+    sent_at = [t for _, _, t in log]
+    assert sent_at[0] >= 0.02 * 0.999  # nothing is buffered: the first send completes when the receiver takes it
+    assert sent_at[1] >= 0.03 * 0.999 and sent_at[2] >= 0.04 * 0.999
+    stats = channel.statistics()
+    assert (stats.capacity, stats.max_buffered, stats.sent, stats.received) == (0, 0, 3, 3)
+    if clock == "device":
+        assert sent_at == pytest.approx([0.02, 0.03, 0.04])
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_close_ends_waiting_receivers_and_fails_waiting_senders(clock):
+    empty, full = csp.Channel(1, "empty"), csp.Channel(0, "full")
+    outcome = {}
+
+    async def receives():
+        try:
+            await empty.receive()
+        except csp.EndOfChannel:
+            outcome["receiver"] = "end"
+
+    async def sends():
+        try:
+            await full.send("x")
+        except csp.ChannelClosed as e:
+            outcome["sender"] = str(e)
+
+    async def closer():
+        await csp.sleep(0.01)
+        empty.close()
+        full.close()
+
+    csp.run([receives, sends, closer], clock=clock)
+    assert outcome == {"receiver": "end", "sender": "channel 'full' was closed while a send waited"}
+    assert isinstance(csp.ChannelClosed("x"), trio.ClosedResourceError)  # what earlier versions raised
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_an_error_cancels_a_blocked_peer_and_runs_its_cleanup(clock):
+    channel, cleaned = csp.Channel(0, "never"), []
+
+    async def fails():
+        await csp.sleep(0.01)
+        raise KeyError("boom")
+
+    async def blocked():
+        try:
+            await channel.receive()
+        finally:
+            cleaned.append(True)
+
+    with pytest.raises(KeyError, match="boom"):
+        csp.run([fails, blocked], clock=clock)
+    assert cleaned == [True]
+    assert channel.statistics().waiting_receivers == 0  # the cancelled receiver left the channel
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_deadlock_on_a_rendezvous_names_both_sides(clock):
+    a, b = csp.Channel(0, "a"), csp.Channel(0, "b")
+
+    async def left():
+        await a.send(1)
+
+    async def right():
+        await b.send(1)
+
+    with pytest.raises(pw.DeadlockError) as info:
+        csp.run([csp.process(left, name="left"), csp.process(right, name="right")], clock=clock)
+    assert "'left' waits to send on channel 'a' (no receiver waiting)" in str(info.value)
+    assert "'right' waits to send on channel 'b' (no receiver waiting)" in str(info.value)
+
+
+def test_a_ping_pong_on_the_real_clock_crosses_threads_and_keeps_order():
+    ping, pong = csp.Channel(0, "ping"), csp.Channel(0, "pong")
+
+    async def player():
+        for k in range(200):
+            await ping.send(k)
+            assert await pong.receive() == k + 1
+        ping.close()
+
+    async def echo():
+        async for k in ping:
+            await pong.send(k + 1)
+        return "done"
+
+    assert csp.run([player, echo]) == [None, "done"]
+
+
+def test_the_device_clock_repeats_its_order_exactly():
+    def once():
+        order = []
+        channel = csp.Channel(2, "c")
+
+        async def worker(k):
+            for step in range(5):
+                await csp.sleep(1.0)  # every worker wakes at the same instants: ties everywhere
+                await channel.send((k, step))
+
+        async def sink():
+            for _ in range(20):
+                order.append(await channel.receive())
+
+        csp.run([csp.process(worker, k, name=f"w{k}") for k in range(4)] + [sink], clock="device")
+        return order
+
+    first = once()
+    assert first == once()
+    assert first[:4] == [(0, 0), (1, 0), (2, 0), (3, 0)]  # ties run in the order the sleeps began
+
+
+def test_sleep_takes_a_number_of_seconds():
+    async def bad():
+        await csp.sleep(-1)
+
+    with pytest.raises(pw.InputError, match="pw.csp.sleep takes a number of seconds >= 0, got -1"):
+        csp.run([bad], clock="device")
+
+
+def test_a_pinned_process_runs_on_its_thread_and_others_anywhere():
+    import threading
+
+    seen = {}
+
+    async def where(name):
+        seen[name] = threading.get_ident()
+        await csp.sleep(0)
+        assert threading.get_ident() == seen[name]  # a pinned process stays on its thread
+
+    caller = threading.get_ident()
+    csp.run([csp.Process(where, ("zero",), pin=0), csp.Process(where, ("one",), pin=1)])
+    assert seen["zero"] == caller
+    if len(os.sched_getaffinity(0)) > 1:  # one thread per CPU: with one CPU both pins share it
+        assert seen["one"] != caller

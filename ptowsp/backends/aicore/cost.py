@@ -183,6 +183,7 @@ class ModelCosts:
         self.schedule_seconds = device.schedule_seconds
         self.dispatch_seconds = device.dispatch_seconds
         self.completion_seconds = device.completion_seconds
+        self.switch_seconds = device.task_switch_seconds
         self.slots = device.task_slots
         self.instances = table.instances
         self.shapes = shapes

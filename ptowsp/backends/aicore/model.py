@@ -50,11 +50,15 @@ class DeviceModel(BaseModel):
     dispatch_seconds: float = _figure(140e-9, "latency of an AICPU writing a task into a core's slot",
                                       "PTO runtime measurement: ~140 ns AICPU->AICore", ge=0)
     completion_seconds: float = _figure(600e-9, "latency of a core's completion notice reaching the AICPU",
-                                        "PTO runtime measurement: ~600 ns AICore->AICPU", ge=0)
-    schedule_seconds: float = _figure(5e-6, "scheduler thread work per task (dispatch plus completion)",
-                                      "PTO runtime measurement: ~5 us per task", ge=0)
-    orchestrate_seconds: float = _figure(0.9e-6, "orchestrator work per task instance it generates",
-                                         "PTO runtime measurement: ~0.9 us per task", ge=0)
+                                        "PTO runtime measurement: ~600 ns AICore->AICPU through MMIO "
+                                        "(180 ns at best)", ge=0)
+    schedule_seconds: float = _figure(1e-6, "scheduler thread work per task: a poll of its cores' completion "
+                                      "flags and the dispatch", "PTO runtime measurement: polling 24 cores ~1 us "
+                                      "(each of 3 schedulers serves 24 of the 72 cores)", ge=0)
+    orchestrate_seconds: float = _figure(0.75e-6, "orchestrator work per task instance it generates",
+                                         "PTO runtime measurement: host submit_task ~0.75 us per task", ge=0)
+    task_switch_seconds: float = _figure(0.8e-6, "a core's switch from one task to the next it holds",
+                                         "PTO runtime measurement: AICore task-to-task switch ~0.8 us", ge=0)
     task_slots: int = _figure(2, "task slots per core: one running and the pending ones",
                               "PTO runtime: running + pending slot per core", ge=2)
     cube_macs_per_cycle: int = _figure(16 * 16 * 16, "float16 multiply-accumulates per cycle of a cube unit",
