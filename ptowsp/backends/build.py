@@ -11,7 +11,7 @@ from ptowsp.backends.base import Executable, backend
 from ptowsp.errors import BuildError, InputError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, Trace
-from ptowsp.runtime.dispatch import Policy
+from ptowsp.runtime.dispatch import Policy, TaskTimes
 from ptowsp.runtime.executor import DEFAULT_WINDOW
 from ptowsp.runtime.watchdog import check_timeout
 from ptowsp.schedules import Schedule
@@ -135,5 +135,6 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     step = schedule.dispatch_policy
     policy = Policy(step.policy, None if step.key is None else tuple(step.key))
     options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
-                      title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug))
+                      title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug),
+                      task_times=TaskTimes() if policy.policy == "heft" else None)
     return Built(schedule, target, found.compile(schedule, device), options)

@@ -51,7 +51,7 @@ from typing import Protocol
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import Channel, DepQueue, Process, now, sleep, sleep_until
 from ptowsp.runtime.engines import DeviceEngine
-from ptowsp.runtime.dispatch import placer
+from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.executor import Launcher, Options, Scheduler
 from ptowsp.runtime.stops import describe, raise_failure
 from ptowsp.runtime.table import TaskTable
@@ -147,12 +147,26 @@ class _Recorder:
             spans.append([start, end])
 
 
+def _modelled_times(table: TaskTable, costs: DeviceCosts) -> TaskTimes:
+    """Each kernel's mean compute time on the device model: what heft places by on this clock."""
+    totals: dict[str, list[float]] = {}
+    for i, inst in enumerate(table.instances):
+        seconds = costs.switch_seconds + sum(costs.compute(i, b) for b in range(costs.blocks(i)))
+        totals.setdefault(inst.label, []).append(seconds)
+    times = TaskTimes()
+    times.seconds = {(label, None): sum(spans) / len(spans) for label, spans in totals.items()}
+    return times
+
+
 def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs: DeviceCosts) -> Trace:
     """Run every instance of `table` once on the device clock; the Trace is in device seconds."""
     cores = [_Core(k, Channel(math.inf, f"inbox{k}"), Channel(math.inf, f"completions{k}"))
              for k in range(len(options.workers))]
     bells = [_Doorbell(f"scheduler{s}") for s in range(costs.schedulers)]
-    sched = Scheduler(table, options, placer(options.policy), now, wakeup=lambda: _Bells(bells))
+    heft = getattr(options.policy, "policy", options.policy) == "heft"
+    times = _modelled_times(table, costs) if heft else None
+    sched = Scheduler(table, options, placer(options.policy, times, options.workers), now,
+                      wakeup=lambda: _Bells(bells))
     for w in sched.workers:
         w.idle = True  # every placement rings the schedulers (and the last completion, all of them)
     record, window_bell = _Recorder(), _Doorbell("task window")

@@ -41,6 +41,7 @@ on the device clock they are separate virtual threads and overlap.
 from __future__ import annotations
 
 import functools
+import heapq
 import numbers
 import os
 import threading
@@ -52,7 +53,7 @@ from typing import Protocol
 
 from ptowsp.errors import BuildError, RunTimeout
 from ptowsp.runtime.csp import DepQueue
-from ptowsp.runtime.dispatch import Locality, Placer, Policy, placer
+from ptowsp.runtime.dispatch import Placer, Policy, TaskTimes, placer
 from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
@@ -82,6 +83,7 @@ class Options:
     timeout: float | None = None
     title: str = "ptowsp"
     debug: bool = False  # backends check what kernels cannot afford to (gather indices) before each instance
+    task_times: TaskTimes | None = None  # heft's kernel time estimates, learned from the runs of one program
 
 
 def worker_classes(workers: int | Sequence[str | None] | None) -> tuple[str | None, ...]:
@@ -109,7 +111,7 @@ class _Worker:
     index: int
     core: str | None
     wakeup: threading.Condition
-    queue: deque = field(default_factory=deque)
+    queue: deque | list = field(default_factory=deque)  # ready tasks (a heap for ranked policies)
     idle: bool = False  # parked with nothing to run
     returned: bool = False
     records: list = field(default_factory=list)  # (instance, start, end, stage)
@@ -139,8 +141,12 @@ class Scheduler:
         self.workers = [_Worker(i, c, wakeup()) for i, c in enumerate(options.workers)]
         self.settled = threading.Condition(self.lock)  # a helper parked or returned
         self.placer = placer
-        self.needs_producers = isinstance(placer, Locality)
+        self.needs_producers, self.tracks_work = placer.needs_producers, placer.tracks_work
         n = len(self.instances)
+        self.rank = placer.ranks(self.instances, self.preds) if placer.ranked else None
+        if self.rank is not None:
+            for w in self.workers:
+                w.queue = []
         self.remaining = [0] * n
         self.successors: list[list[int] | None] = [None] * n
         self.done = bytearray(n)
@@ -211,7 +217,10 @@ class Scheduler:
         eligible = self.eligible[inst.core]
         producers = [self.ran_on[p] for p in self.preds[i] if self.ran_on[p] >= 0] if self.needs_producers else []
         w = self.workers[self.placer.place(inst, eligible, maker, producers)]
-        w.queue.append(i)
+        if self.rank is None:
+            w.queue.append(i)
+        else:  # a heap: the highest upward rank first
+            heapq.heappush(w.queue, (-self.rank[i], i))
         if w.idle:
             w.wakeup.notify()
         elif self.placer.steals:
@@ -225,14 +234,20 @@ class Scheduler:
         idle.  A worker filling a pending slot never steals: the task's own worker may be about to
         take it, and another idle worker may want it more."""
         if w.queue:
+            if self.rank is not None:
+                return heapq.heappop(w.queue)[1]
             return w.queue.pop() if self.placer.lifo else w.queue.popleft()
         if not (self.placer.steals and idle):
             return None
         victims = sorted((v for v in self.workers if v is not w and v.queue), key=lambda v: -len(v.queue))
         for v in victims:
-            for k, i in enumerate(v.queue):
+            entries = sorted(v.queue) if self.rank is not None else v.queue
+            for entry in entries:
+                i = entry if self.rank is None else entry[1]
                 if w.index in self.eligible[self.instances[i].core]:
-                    del v.queue[k]
+                    v.queue.remove(entry)
+                    if self.rank is not None:
+                        heapq.heapify(v.queue)
                     return i
         return None
 
@@ -243,6 +258,8 @@ class Scheduler:
         """Instance i is done (run by `worker`, or skipped: -1); its ready successors are placed."""
         self.done[i] = 1
         self.ran_on[i] = worker
+        if self.tracks_work:
+            self.placer.retired(self.instances[i])
         succ = self.successors[i]
         if succ is not None:
             self.successors[i] = None
@@ -387,7 +404,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     RunTimeout names the tasks still running.
     """
     clock = time.perf_counter
-    sched = Scheduler(table, options, placer(options.policy), clock)
+    sched = Scheduler(table, options, placer(options.policy, options.task_times, options.workers), clock)
     trace = Trace(title=options.title)
 
     def run() -> Trace:
@@ -407,6 +424,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                 _settle(sched, clock)
         trace.duration = clock() - origin
         _fill_trace(trace, sched, origin)
+        if options.task_times is not None and sched.error is None:
+            _learn(options.task_times, sched)
         if sched.error is not None and isinstance(sched.error[1], _Stop):
             raise RunTimeout(f"the run did not finish within {options.timeout:g} s ({sched.completed} of "
                              f"{len(table.instances)} task instances done)")
@@ -438,6 +457,14 @@ def _settle(sched: Scheduler, clock: Callable[[], float]) -> None:
     with sched.lock:
         while not sched.quiet():
             sched.settled.wait()
+
+
+def _learn(times: TaskTimes, sched: Scheduler) -> None:
+    """Fold this run's kernel durations into the estimates the next run's heft placement uses."""
+    for w in sched.workers:
+        for i, start, end, stage in w.records:
+            if stage is None:
+                times.learn(sched.instances[i].label, w.core, end - start)
 
 
 def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:

@@ -193,7 +193,8 @@ class Schedule:
         return fusion.plan(self).explain()
 
     def dispatch(self, policy: str | object, key: Sequence[str] | None = None) -> Schedule:
-        """Dispatch policy: round_robin, work_stealing, locality, or affinity with key = grid loops.
+        """Dispatch policy: round_robin, work_stealing, locality, heft (earliest expected finish, by
+        kernel time estimates; docs/runtime.md), or affinity with key = grid loops.
 
         `policy` may also be a `pw.dispatch` object (`pw.dispatch.affinity("i.outer")`): any
         object with `policy` and `key` attributes is recorded as its name and key.

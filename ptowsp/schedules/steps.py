@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 SCOPES = ("local", "shared", "ub")
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 CORE_CLASSES = ("cube", "vector")
-DISPATCH_POLICIES = ("round_robin", "work_stealing", "affinity", "locality")
+DISPATCH_POLICIES = ("round_robin", "work_stealing", "affinity", "locality", "heft")
 
 
 class _Step(BaseModel):
