@@ -44,7 +44,7 @@ import trio
 from ptowsp.errors import InputError, PtowspError, RunTimeout
 from ptowsp.runtime.engines import RUNNING, WOKEN, Cancelled, DeviceEngine, Engine, Proc, RealEngine, \
     current, park_here, this_thread, threads_for
-from ptowsp.runtime.trace import Event, Trace, Wait
+from ptowsp.runtime.trace import Event, Flow, Trace, Wait
 from ptowsp.runtime.watchdog import bounded, check_timeout
 
 __all__ = ["Channel", "DepQueue", "Process", "Results", "process", "run", "span", "now", "sleep", "sleep_until",
@@ -380,6 +380,8 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
                     for n, s, c in zip(names, specs, coroutines, strict=True)], timeout)
         trace.duration = engine.now()
         trace.waits.extend(Wait(proc.index, on.kind, on.name, start, end) for proc, on, start, end in engine.waits)
+        trace.flows.extend(Flow(waker.index, when, woken.index, when, on.kind, on.name)
+                           for waker, when, woken, on in engine.flows)
         if engine.failure is not None:
             if engine.timed_out:
                 raise RunTimeout(f"the csp run did not finish within {timeout:g} s of its {clock} clock; "

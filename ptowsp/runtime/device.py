@@ -53,6 +53,7 @@ from ptowsp.runtime.csp import Channel, DepQueue, Process, now, sleep, sleep_unt
 from ptowsp.runtime.engines import DeviceEngine
 from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.executor import Launcher, Options, Scheduler
+from ptowsp.runtime.idle import Readiness
 from ptowsp.runtime.stops import describe, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
@@ -180,16 +181,30 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     def finished() -> bool:
         return sched.completed == n or bool(failure)
 
+    sched.ready = Counter()
+    readiness = Readiness(sorted({inst.core for inst in table.instances}, key=str))
+    generating = [n > 0]  # the orchestrator is still generating instances (not waiting on the window)
+
+    def sample() -> None:
+        readiness.sample(now(), generating[0], sched.ready)
+
     async def orchestrator() -> None:
+        sample()  # the state from time 0: nothing ready yet
         for i in range(n):
             while sched.free == 0:
                 start = now()
+                generating[0] = False
+                sample()
                 await window_bell.wait()
+                generating[0] = True
                 window_waits.append((start, now()))
             start = now()
             await sleep(costs.orchestrate_seconds)
             record.busy(orchestrator_row, start, now())
             sched.admit(i)
+            sample()
+        generating[0] = False
+        sample()
 
     idle = Counter(options.workers)  # cores holding no task, per core class
 
@@ -215,6 +230,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 hold(core, -1)
                 sched.complete(i, sched.workers[core.index])
                 window_bell.ring()
+                sample()
             picked = None
             for k in range(len(mine)):
                 core = mine[(turn + k) % len(mine)]
@@ -230,6 +246,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                     await bells[s].wait()
                 continue
             core, i = picked
+            sample()
             hold(core, +1)
             start = now()
             await sleep(costs.schedule_seconds)
@@ -346,6 +363,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
             raise engine.failure
         trace.duration = engine.now()
         _fill_trace(trace, table, options, record, sched, window_waits, costs.schedulers)
+        trace.statistics["idle"] = readiness.causes(trace.events, options.workers, trace.duration)
         return trace
 
     def stuck() -> list[str]:

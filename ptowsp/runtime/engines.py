@@ -109,6 +109,7 @@ class Engine:
         self.failure: BaseException | None = None
         self.record_waits = record_waits
         self.waits: list[tuple[Proc, Waitable, float, float]] = []  # (process, primitive, start, end)
+        self.flows: list[tuple[Proc, float, Proc, Waitable]] = []  # (waker, when, woken, primitive)
         self.sleepers: list[tuple[float, int, Proc]] = []
         self.order = itertools.count()
         self.timed_out = False  # the run's own deadline failed it (the caller words the RunTimeout)
@@ -135,8 +136,12 @@ class Engine:
             self.parked -= 1
             proc.waits_on = proc.withdraw = None
             if proc.since is not None:
-                self.waits.append((proc, waits_on[0], proc.since, self.now()))
+                end = self.now()
+                self.waits.append((proc, waits_on[0], proc.since, end))
                 proc.since = None
+                waker = getattr(this_thread, "here", None)
+                if waker is not None and error is None:
+                    self.flows.append((waker[1], end, proc, waits_on[0]))
         proc.value, proc.error = value, error
         if state == PARKED:
             proc.state = RUNNABLE

@@ -56,6 +56,20 @@ class Wait:
     end: float
 
 
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """A hand-over between two virtual threads: `source` at `sent` woke `target`, which had waited on
+    the channel or token queue `on`, at `received` (a send to a waiting receiver, a receive that
+    frees a blocked sender, a token pushed to a waiting popper)."""
+
+    source: int
+    sent: float
+    target: int
+    received: float
+    kind: str  # "channel" or "token"
+    on: str
+
+
 @dataclass(frozen=True)
 class Summary:
     """The figures a user reads first; `str()` prints them as a small table."""
@@ -70,6 +84,7 @@ class Summary:
     classes: dict[str, float] = field(default_factory=dict)  # core class -> mean share of its cores computing
     control: dict[str, float] = field(default_factory=dict)  # control thread (AICPU) -> busy fraction
     cold: bool | None = None  # the first run after build (None: not known)
+    idle: dict[str, float] | None = None  # core-seconds idle per cause (device clock: runtime/idle.py)
 
     @property
     def overhead_per_task(self) -> float:
@@ -86,6 +101,9 @@ class Summary:
                  f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
         lines += [f"class {name:<9} {fraction:6.1%} computing" for name, fraction in self.classes.items()]
         lines += [f"control {name:<7} {fraction:6.1%} busy" for name, fraction in self.control.items()]
+        if self.idle:
+            lines.append("idle cores      " + ", ".join(f"{_time(seconds)} {cause}" for cause, seconds in self.idle.items())
+                         + " (core time)")
         lines += [f"busy {name:<10} {fraction:6.1%}" for name, fraction in self.busy.items()]
         if self.memory is not None:
             lines.append(f"intermediates   {self.memory['planned'] / 2**20:.2f} MiB planned, "
@@ -130,6 +148,7 @@ class Trace:
     events: list[Event] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     deps: Iterable[tuple[int, int]] = field(default_factory=list)  # (producer id, consumer id): a list or Edges
+    flows: list[Flow] = field(default_factory=list)  # hand-overs between virtual threads (pw.csp runs)
     duration: float = 0.0  # run start to run end
     clock: str = "real"
     title: str = "ptowsp"
@@ -167,7 +186,7 @@ class Trace:
         classes = {core: share(sum(bs), len(bs)) for core, bs in by_class.items()}
         controls = {self.workers[row][0]: share(seconds) for row, seconds in sorted(control.items())}
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
-                       classes, controls, self.cold)
+                       classes, controls, self.cold, self.statistics.get("idle"))
 
     def critical_path(self) -> float:
         """Length of the longest chain of task durations along dependency edges."""
@@ -237,7 +256,8 @@ def chrome_events(trace: Trace) -> dict:
     for w in trace.waits:
         out.append({"ph": "X", "name": f"wait {w.kind}: {w.on}", "cat": f"wait.{w.kind}", "pid": pid,
                     "tid": w.worker, "ts": w.start * us, "dur": max((w.end - w.start) * us, 0.001)})
-    for flow, (a, b) in enumerate(trace.deps):
+    flow = -1
+    for flow, (a, b) in enumerate(trace.deps):  # noqa: B007 - the flow ids go on below
         src, dst = by_id.get(a), by_id.get(b)
         if src is None or dst is None:
             continue
@@ -246,5 +266,11 @@ def chrome_events(trace: Trace) -> dict:
                     "tid": src.worker, "ts": (src.start + src.end) / 2 * us})
         out.append({"ph": "f", "bp": "e", "name": "dependency", "cat": "dependency", "id": flow, "pid": pid,
                     "tid": dst.worker, "ts": (dst.start + dst.end) / 2 * us})
+    for k, f in enumerate(trace.flows, start=flow + 1):  # arrows from the waker to the woken
+        for tid, ts, what, phase in ((f.source, f.sent, "wakes", "s"), (f.target, f.received, "woken", "f")):
+            out.append({"ph": "X", "name": f"{what}: {f.on}", "cat": f.kind, "pid": pid, "tid": tid,
+                        "ts": ts * us, "dur": 0.001})  # a mark for the arrow's end to bind to
+            out.append({"ph": phase, "name": f.on, "cat": f.kind, "id": k, "pid": pid, "tid": tid, "ts": ts * us,
+                        **({"bp": "e"} if phase == "f" else {})})
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"clock": trace.clock, "makespan_seconds": trace.duration}}

@@ -177,3 +177,26 @@ def test_cube_rates_follow_the_input_dtype():
     int8, half, bf16, single = (_cube_seconds(d) for d in ("int8", "float16", "bfloat16", "float32"))
     assert int8 < half == bf16 < single
     assert _cube_seconds("int8", QUICK.model_copy(update={"cube_int8_speedup": 1.0})) > int8
+
+
+@pytest.mark.parametrize("slow, cause", [("schedule_seconds", "dispatch"), ("orchestrate_seconds", "starvation")])
+def test_idle_core_time_is_charged_to_what_held_the_cores_back(slow, cause):
+    wl = zoo.softmax(1024, 16)
+    s = wl.schedule().split("Y", "i", 2).parallel("Y", "i.outer").fuse_by_category()  # 512 tiny tasks
+    device = SMALL.model_copy(update={"schedulers": 1, "schedule_seconds": 1e-8, "orchestrate_seconds": 1e-8,
+                                      slow: 5e-6})
+    trace = run(s, device)
+    summary = trace.summary()
+    idle = summary.idle
+    assert set(idle) == {"dependencies", "dispatch", "starvation"}
+    assert idle[cause] > 0.8 * sum(idle.values())
+    # the vector cores' idle time, split (no task may use a cube core: theirs has no cause)
+    vector = [k for k, (_, core) in enumerate(trace.workers) if core == "vector"]
+    busy = 0.0
+    for k in vector:  # the union of each core's stage events (a load may overlap the compute before it)
+        end = 0.0
+        for e in sorted((e for e in trace.events if e.worker == k), key=lambda e: e.start):
+            busy += max(0.0, e.end - max(e.start, end))
+            end = max(end, e.end)
+    assert sum(idle.values()) == pytest.approx(len(vector) * trace.makespan - busy, rel=1e-9)
+    assert "idle cores" in str(summary) and cause in str(summary)

@@ -329,3 +329,31 @@ def test_a_pinned_process_runs_on_its_thread_and_others_anywhere():
     assert seen["zero"] == caller
     if len(os.sched_getaffinity(0)) > 1:  # one thread per CPU: with one CPU both pins share it
         assert seen["one"] != caller
+
+
+def test_hand_overs_are_flows_in_the_trace_and_arrows_in_chrome_json(tmp_path):
+    import json
+
+    channel, tokens = csp.Channel(0, "rv"), csp.DepQueue("credits")
+
+    async def sender():
+        for k in range(3):
+            await csp.sleep(1.0)
+            await channel.send(k)
+        await csp.sleep(1.0)
+        tokens.push_dep()
+
+    async def receiver():
+        got = [await channel.receive() for _ in range(3)]
+        await tokens.pop_dep()
+        return got
+
+    trace = csp.run([csp.process(sender, name="s"), csp.process(receiver, name="r")], clock="device").trace
+    assert [(f.source, f.target, f.sent, f.kind, f.on) for f in trace.flows] == \
+        [(0, 1, 1.0, "channel", "rv"), (0, 1, 2.0, "channel", "rv"), (0, 1, 3.0, "channel", "rv"),
+         (0, 1, 4.0, "token", "credits")]
+    events = json.loads(trace.to_chrome(tmp_path / "t.json").read_text())["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == 4
+    assert all(starts[k]["tid"] == 0 and ends[k]["tid"] == 1 for k in starts)

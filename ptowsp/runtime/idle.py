@@ -1,0 +1,84 @@
+"""Why cores sat idle: the PTO runtime's scheduler-overhead analysis, on the device clock.
+
+The device executor samples, at every change, how many ready tasks wait in
+the schedulers' queues per core class and whether the orchestrator is still
+generating instances.  Every instant a core does nothing (no load, compute
+or store of its own) is then charged to one cause:
+
+- **dispatch**: a ready task this core could run was waiting in a queue: the
+  AICPU had not handed it over yet (scheduler work, dispatch latency, slots);
+- **starvation**: nothing was ready and the orchestrator was still generating
+  instances: the core waited for the task generator;
+- **dependencies**: nothing was ready and everything was generated: the core
+  waited for running producers (or for the run's last tasks to end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ptowsp.runtime.trace import Event
+
+CAUSES = ("dependencies", "dispatch", "starvation")
+
+
+class Readiness:
+    """The sampled state: (time, orchestrator generating, ready tasks per task class) at each change."""
+
+    def __init__(self, classes: Sequence[str | None]):
+        self.classes = list(classes)
+        self.times: list[float] = []
+        self.generating: list[bool] = []
+        self.ready: list[tuple[int, ...]] = []
+
+    def sample(self, now: float, generating: bool, ready: dict[str | None, int]) -> None:
+        state = (generating, tuple(ready.get(c, 0) for c in self.classes))
+        if self.times and (self.generating[-1], self.ready[-1]) == state:
+            return
+        if self.times and self.times[-1] == now:  # a later change at the same instant replaces the sample
+            self.times.pop(), self.generating.pop(), self.ready.pop()
+        self.times.append(now)
+        self.generating.append(state[0])
+        self.ready.append(state[1])
+
+    def causes(self, events: Sequence[Event], cores: Sequence[str | None], makespan: float) -> dict[str, float]:
+        """Core-seconds of idle time per cause, over the cores (rows 0..len(cores)-1 of `events`) of every
+        class some task may use."""
+        totals = dict.fromkeys(CAUSES, 0.0)
+        if not self.times or makespan <= 0:
+            return totals
+        times = np.append(np.asarray(self.times), makespan)
+        spans = np.diff(times).clip(min=0.0)
+        ready = np.asarray(self.ready).reshape(len(self.times), len(self.classes))
+        generating = np.asarray(self.generating)
+        rows: dict[int, list[tuple[float, float]]] = {}
+        for e in events:
+            rows.setdefault(e.worker, []).append((e.start, e.end))
+        for kind in set(cores):
+            mine = [k for k, c in enumerate(self.classes) if kind is None or c is None or c == kind]
+            if not mine:  # no task of the run may use a core of this class: its idle time has no cause
+                continue
+            runnable = ready[:, mine].sum(axis=1)
+            cause = np.where(runnable > 0, 1, np.where(generating, 2, 0))
+            curves = [np.concatenate(([0.0], np.cumsum(np.where(cause == k, spans, 0.0)))) for k in range(3)]
+            for row, core in enumerate(cores):
+                if core != kind:
+                    continue
+                for start, end in _idle(rows.get(row, []), makespan):
+                    for k, curve in enumerate(curves):
+                        totals[CAUSES[k]] += float(np.interp(end, times, curve) - np.interp(start, times, curve))
+        return totals
+
+
+def _idle(busy: list[tuple[float, float]], makespan: float) -> list[tuple[float, float]]:
+    """The stretches of [0, makespan] that no (start, end) of `busy` covers."""
+    gaps, at = [], 0.0
+    for start, end in sorted(busy):
+        if start > at:
+            gaps.append((at, start))
+        at = max(at, end)
+    if at < makespan:
+        gaps.append((at, makespan))
+    return gaps
