@@ -148,6 +148,26 @@ class _Recorder:
             spans.append([start, end])
 
 
+class _CountingScheduler(Scheduler):
+    """The scheduler's state, also counting the ready tasks queued per core class (for runtime/idle.py)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ready: Counter = Counter()
+
+    def place(self, i: int, maker: int | None) -> None:
+        skipped = self.skipped
+        super().place(i, maker)
+        if self.skipped == skipped:  # it joined a ready queue (a skipped one retires, placing its successors)
+            self.ready[self.instances[i].core] += 1
+
+    def take(self, w, idle: bool = True) -> int | None:
+        i = super().take(w, idle)
+        if i is not None:
+            self.ready[self.instances[i].core] -= 1
+        return i
+
+
 def _modelled_times(table: TaskTable, costs: DeviceCosts) -> TaskTimes:
     """Each kernel's mean compute time on the device model: what heft places by on this clock."""
     totals: dict[str, list[float]] = {}
@@ -166,8 +186,8 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     bells = [_Doorbell(f"scheduler{s}") for s in range(costs.schedulers)]
     heft = getattr(options.policy, "policy", options.policy) == "heft"
     times = _modelled_times(table, costs) if heft else None
-    sched = Scheduler(table, options, placer(options.policy, times, options.workers), now,
-                      wakeup=lambda: _Bells(bells))
+    sched = _CountingScheduler(table, options, placer(options.policy, times, options.workers), now,
+                               wakeup=lambda: _Bells(bells))
     for w in sched.workers:
         w.idle = True  # every placement rings the schedulers (and the last completion, all of them)
     record, window_bell = _Recorder(), _Doorbell("task window")
@@ -181,7 +201,6 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     def finished() -> bool:
         return sched.completed == n or bool(failure)
 
-    sched.ready = Counter()
     readiness = Readiness(sorted({inst.core for inst in table.instances}, key=str))
     generating = [n > 0]  # the orchestrator is still generating instances (not waiting on the window)
 

@@ -46,7 +46,7 @@ import numbers
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -144,7 +144,6 @@ class Scheduler:
         self.needs_producers, self.tracks_work = placer.needs_producers, placer.tracks_work
         n = len(self.instances)
         self.rank = placer.ranks(self.instances, self.preds) if placer.ranked else None
-        self.ready: Counter | None = None  # ready tasks queued per core class, when a clock samples them
         if self.rank is not None:
             for w in self.workers:
                 w.queue = []
@@ -218,8 +217,6 @@ class Scheduler:
         eligible = self.eligible[inst.core]
         producers = [self.ran_on[p] for p in self.preds[i] if self.ran_on[p] >= 0] if self.needs_producers else []
         w = self.workers[self.placer.place(inst, eligible, maker, producers)]
-        if self.ready is not None:
-            self.ready[inst.core] += 1
         if self.rank is None:
             w.queue.append(i)
         else:  # a heap: the highest upward rank first
@@ -236,12 +233,6 @@ class Scheduler:
         """The next task for worker w: from its own queue, or stolen (policies that steal) when w is
         idle.  A worker filling a pending slot never steals: the task's own worker may be about to
         take it, and another idle worker may want it more."""
-        i = self._take(w, idle)
-        if i is not None and self.ready is not None:
-            self.ready[self.instances[i].core] -= 1
-        return i
-
-    def _take(self, w: _Worker, idle: bool) -> int | None:
         if w.queue:
             if self.rank is not None:
                 return heapq.heappop(w.queue)[1]
