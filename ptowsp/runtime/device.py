@@ -247,7 +247,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
             while notices[s]:
                 i, core = notices[s].popleft()
                 hold(core, -1)
-                sched.complete(i, sched.workers[core.index])
+                sched.retire(i, core.index)
                 window_bell.ring()
                 sample()
             picked = None

@@ -251,9 +251,6 @@ class Scheduler:
                     return i
         return None
 
-    def complete(self, i: int, w: _Worker) -> None:
-        self.retire(i, w.index)
-
     def retire(self, i: int, worker: int) -> None:
         """Instance i is done (run by `worker`, or skipped: -1); its ready successors are placed."""
         self.done[i] = 1
@@ -314,18 +311,20 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
     inbox: deque[int] = deque()  # committed tasks: the head runs next, the rest are pending
     prefetched = 0  # how many tasks at the head of the inbox are loaded
     finished: int | None = None
+    total, retire, take, orchestrate = len(sched.instances), sched.retire, sched.take, sched.orchestrate
     while True:
         with lock:
             if finished is not None:
-                sched.complete(finished, w)
+                retire(finished, w.index)
                 finished = None
             while not sched.stopped:
                 if sched.interrupted and w.index == 0:
                     sched.stop((-1, KeyboardInterrupt()))
                     break
-                sched.orchestrate()
+                if sched.next < total:
+                    orchestrate()
                 while len(inbox) < slots:
-                    i = sched.take(w, idle=not inbox)
+                    i = take(w, not inbox)
                     if i is None:
                         break
                     inbox.append(i)
