@@ -36,6 +36,8 @@ __all__ = [
     "csp", "dispatch", "Trace",
     # tuning: the AutoScheduler and its records
     "AutoScheduler", "autoschedule",
+    # other formats' models (imported on first use: it loads the onnx package)
+    "frontend",
     # expression language
     "reduce_axis", "sum", "max", "min", "argmax", "argmin", "reducer", "exp", "log", "sqrt", "rsqrt", "tanh",
     "sigmoid", "abs", "erf",
@@ -44,3 +46,12 @@ __all__ = [
     "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",
     "TaskError", "DeadlockError", "WorkloadError", "RunTimeout",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`pw.frontend` loads on first use (it imports the onnx package, which plain use never needs)."""
+    if name == "frontend":
+        import importlib
+
+        return importlib.import_module("ptowsp.frontend")
+    raise AttributeError(f"module 'ptowsp' has no attribute {name!r}")

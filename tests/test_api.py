@@ -10,8 +10,18 @@ CORE_API = [
     "Workload", "Category", "reference", "Schedule", "reduce_axis", "sum", "max", "min", "exp", "log", "sqrt",
     "rsqrt", "tanh", "sigmoid", "abs", "erf", "pow", "floor", "ceil", "maximum", "minimum", "where",
     "cast", "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError",
-    "InputError", "TaskError", "DeadlockError", "csp", "dispatch", "Trace", "build", "targets",
+    "InputError", "TaskError", "DeadlockError", "csp", "dispatch", "Trace", "build", "targets", "frontend",
 ]
+
+
+def test_the_frontend_loads_on_first_use():
+    """`import ptowsp` does not load onnx; `pw.frontend.from_onnx` does (in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ptowsp as pw; assert 'onnx' not in sys.modules; "
+            "assert callable(pw.frontend.from_onnx); assert 'onnx' in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
 def test_design_names_are_exported():

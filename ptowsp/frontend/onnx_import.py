@@ -1,0 +1,235 @@
+"""`pw.frontend.from_onnx`: an ONNX model as a Workload, node by node.
+
+The model is data: it is parsed by the onnx package (protobuf), never
+executed.  Graph inputs become `wl.input`s, initializers (and Constant
+nodes) `wl.constant`s, and each node one or more tasks named after the node
+(its name, else its op type and position), the task that makes a graph
+output after that output.  The operators are in onnx_ops.py; an operator or
+attribute it does not cover is a WorkloadError naming the node, its op type
+and the attribute, never a wrong result.
+
+Shapes must be concrete: a symbolic dimension of a graph input is bound by
+`shapes={"input": (1, 3, 224, 224)}` (or the import stops, naming it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ptowsp.errors import InputError, PtowspError, WorkloadError
+from ptowsp.te import Expr, Tensor
+from ptowsp.te.names import MAX_LENGTH
+from ptowsp.workloads import Workload
+from ptowsp.workloads.checks import with_parameters
+
+
+@dataclass(frozen=True)
+class Value:
+    """An ONNX value: the tensor holding it and its ONNX shape (a scalar is stored in a tensor of one)."""
+
+    tensor: Tensor
+    shape: tuple[int, ...]
+
+    def at(self, idx: Sequence[Expr | int]) -> Expr:
+        return self.tensor[0] if not self.shape else self.tensor[tuple(idx)]
+
+    def broadcast_at(self, idx: Sequence[Expr | int], out: Sequence[int]) -> Expr:
+        """This value's element for output index `idx` under numpy broadcasting to shape `out`."""
+        offset = len(out) - len(self.shape)
+        return self.at([0 if dim == 1 else idx[offset + d] for d, dim in enumerate(self.shape)])
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype
+
+
+class Importer:
+    """The state of one import: the workload, the values by ONNX name, constant arrays, names taken."""
+
+    def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str):
+        self.model, self.source = model, source
+        graph = model.graph
+        self.wl = Workload(_identifier(graph.name or "onnx_model", set()))
+        self.values: dict[str, Value] = {}
+        self.arrays: dict[str, np.ndarray] = {}  # constant values known at import time, by ONNX name
+        self.taken: set[str] = set()
+        self.outputs = {o.name: _identifier(o.name, set()) for o in graph.output}
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        unknown = sorted(set(shapes) - {i.name for i in graph.input})
+        if unknown:
+            raise InputError(f"{source}: shapes names {unknown[0]!r}, which is not an input of the model "
+                             f"(inputs: {', '.join(i.name for i in graph.input)})")
+        for init in graph.initializer:
+            self.constant(init.name, numpy_helper.to_array(init))
+        for inp in graph.input:
+            if inp.name not in self.values:
+                self._input(inp, shapes)
+
+    # -- names and values ------------------------------------------------------------------
+    def name(self, wanted: str) -> str:
+        name = _identifier(wanted, self.taken)
+        self.taken.add(name)
+        return name
+
+    def constant(self, onnx_name: str, array: np.ndarray) -> Value:
+        array = np.asarray(array)
+        stored = array.reshape(1) if array.ndim == 0 else array
+        tensor = self.wl.constant(self.name(onnx_name), stored)
+        self.arrays[onnx_name] = array
+        self.values[onnx_name] = Value(tensor, tuple(array.shape))
+        return self.values[onnx_name]
+
+    def _input(self, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> None:
+        kind = inp.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise WorkloadError(f"{self.source}: input {inp.name!r} is a {kind}, not a tensor; only tensors import")
+        t = inp.type.tensor_type
+        dtype = _dtype(t.elem_type, f"input {inp.name!r}")
+        if inp.name in shapes:
+            shape = tuple(int(d) for d in shapes[inp.name])
+        else:
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+            if None in shape:
+                d = shape.index(None)
+                param = t.shape.dim[d].dim_param or "?"
+                raise WorkloadError(f"{self.source}: input {inp.name!r} has a symbolic dimension {d} ({param!r}); "
+                                    f"give it with shapes={{{inp.name!r}: (...)}}")
+        stored = shape or (1,)
+        self.values[inp.name] = Value(self.wl.input(self.name(inp.name), stored, dtype), shape)
+
+    def value(self, node: onnx.NodeProto, k: int) -> Value:
+        name = node.input[k]
+        if name not in self.values:
+            raise WorkloadError(f"{describe(node)}: input {k} ({name!r}) is not produced by any earlier node, "
+                                "initializer or graph input (the graph is not in topological order?)")
+        return self.values[name]
+
+    def optional(self, node: onnx.NodeProto, k: int) -> Value | None:
+        return self.value(node, k) if len(node.input) > k and node.input[k] else None
+
+    def array(self, node: onnx.NodeProto, k: int, what: str) -> np.ndarray | None:
+        """Input k's value when it is known at import time (an initializer or Constant); None when absent."""
+        if len(node.input) <= k or not node.input[k]:
+            return None
+        name = node.input[k]
+        if name not in self.arrays:
+            raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
+                                "or a Constant node): it is computed at run time, which this importer does not support")
+        return self.arrays[name]
+
+    def compute(self, node: onnx.NodeProto, shape: Sequence[int], fn: Callable[..., object], output: int = 0,
+                part: str = "") -> Value:
+        """A task computing `fn(*loop indices)` over `shape`, named after the node (or its graph output)."""
+        shape = tuple(int(d) for d in shape)
+        onnx_name = node.output[output] if len(node.output) > output and not part else ""
+        wanted = self.outputs.get(onnx_name) or f"{node.name or node.op_type}{'_' + part if part else ''}"
+        loops = [f"i{d}" for d in range(len(shape))] or ["i0"]
+        body = with_parameters((lambda *idx: fn(*idx)) if shape else (lambda _: fn()), loops)
+        try:
+            tensor = self.wl.compute(self.name(wanted), shape or (1,), body)
+        except PtowspError as e:
+            raise WorkloadError(f"{describe(node)}: {e}") from e
+        value = Value(tensor, shape)
+        if not part:
+            self.values[node.output[output]] = value
+        return value
+
+
+def describe(node: onnx.NodeProto) -> str:
+    """How errors name a node: its name (if it has one) and its op type."""
+    return f"ONNX node {node.name!r} (op {node.op_type})" if node.name else f"ONNX node of op {node.op_type}"
+
+
+def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _identifier(wanted: str, taken: set[str]) -> str:
+    """`wanted` as a ptowsp name: other characters become _, a leading digit gets a prefix, unique in taken."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", wanted).strip("_") or "t"
+    if base[0].isdigit():
+        base = "t_" + base
+    base = base[:MAX_LENGTH - 5]
+    name, k = base, 1
+    while name in taken or name in _RESERVED:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+_RESERVED = {"False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def",
+             "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is",
+             "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield"}
+
+
+def _dtype(elem_type: int, what: str) -> str:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        raise WorkloadError(f"{what}: ONNX element type {elem_type} has no numpy equivalent ptowsp supports") \
+            from None
+
+
+def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The model and how to name it in errors; InputError for what is no ONNX model."""
+    if isinstance(model, onnx.ModelProto):
+        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}"
+    if isinstance(model, (bytes, bytearray)):
+        source = "ONNX model given as bytes"
+        data = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        source = f"ONNX file {str(model)!r}"
+        try:
+            data = Path(model).read_bytes()
+        except OSError as e:
+            raise InputError(f"{source}: cannot read it: {e.strerror or e}") from e
+    else:
+        raise InputError(f"from_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends: the file is no model
+        raise InputError(f"{source}: not an ONNX model ({type(e).__name__}: {e})") from e
+    if not proto.graph.node and not proto.graph.output:
+        raise InputError(f"{source}: not an ONNX model (no graph)")
+    return proto, source
+
+
+def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
+              shapes: Mapping[str, Sequence[int]] | None = None) -> Workload:
+    """The Workload an ONNX model computes (see the module docstring)."""
+    from ptowsp.frontend.onnx_ops import OPS
+
+    proto, source = load(model)
+    imp = Importer(proto, shapes or {}, source)
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
+                                "default ONNX domain)")
+        handler = OPS.get(node.op_type)
+        if handler is None:
+            raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
+                                f"{', '.join(sorted(OPS))}")
+        handler(imp, node)
+    for out in proto.graph.output:
+        if out.name not in imp.values:
+            raise WorkloadError(f"{source}: graph output {out.name!r} is produced by no node")
+        value = imp.values[out.name]
+        if value.tensor.name != imp.outputs[out.name]:  # an input, constant or shared value: copy it out
+            value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
+        imp.wl.output(value.tensor)
+    return imp.wl
+
+
+def _copy_node(output: str) -> onnx.NodeProto:
+    return onnx.helper.make_node("Identity", [output], [output], name=output)

@@ -1,0 +1,422 @@
+"""The ONNX operators `from_onnx` imports: each builds the node's tasks from ptowsp expressions.
+
+Semantics follow the ONNX operator specs (opset 13+; `onnx.reference`
+is the test oracle).  Attributes a handler does not cover are refused by
+`_refuse`, naming the node, the op and the attribute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+
+import ptowsp as pw
+from ptowsp.errors import WorkloadError
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+
+OPS: dict[str, Callable[[Importer, onnx.NodeProto], None]] = {}
+
+
+def op(*names: str):
+    def register(fn):
+        for name in names:
+            OPS[name] = fn
+        return fn
+    return register
+
+
+def _refuse(node: onnx.NodeProto, name: str, value: object, expected: str) -> None:
+    raise WorkloadError(f"{describe(node)}: attribute {name}={value!r} is not supported ({expected})")
+
+
+def _axis(node: onnx.NodeProto, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise WorkloadError(f"{describe(node)}: {what} {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+def _elementwise(imp: Importer, node: onnx.NodeProto, fn: Callable[..., object], inputs: Sequence[Value]) -> Value:
+    try:
+        shape = tuple(np.broadcast_shapes(*(v.shape for v in inputs)))
+    except ValueError:
+        raise WorkloadError(f"{describe(node)}: input shapes {[v.shape for v in inputs]} do not broadcast") from None
+    return imp.compute(node, shape, lambda *idx: fn(*(v.broadcast_at(idx, shape) for v in inputs)))
+
+
+_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+           "Div": lambda a, b: a / b, "Pow": pw.pow, "Max": pw.maximum, "Min": pw.minimum}
+_UNARY = {"Relu": lambda x: pw.maximum(x, 0.0), "Sigmoid": pw.sigmoid, "Tanh": pw.tanh, "Exp": pw.exp,
+          "Log": pw.log, "Sqrt": pw.sqrt, "Neg": lambda x: -x, "Abs": pw.abs, "Erf": pw.erf,
+          "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil}
+
+
+@op(*_BINARY)
+def binary(imp: Importer, node: onnx.NodeProto) -> None:
+    if node.op_type in ("Max", "Min") and len(node.input) != 2:
+        raise WorkloadError(f"{describe(node)}: {node.op_type} of {len(node.input)} inputs; only 2 are supported")
+    _elementwise(imp, node, _BINARY[node.op_type], [imp.value(node, 0), imp.value(node, 1)])
+
+
+@op(*_UNARY)
+def unary(imp: Importer, node: onnx.NodeProto) -> None:
+    _elementwise(imp, node, _UNARY[node.op_type], [imp.value(node, 0)])
+
+
+@op("LeakyRelu")
+def leaky_relu(imp: Importer, node: onnx.NodeProto) -> None:
+    alpha = float(attribute(node, "alpha", 0.01))
+    _elementwise(imp, node, lambda x: pw.where(x >= 0, x, x * alpha), [imp.value(node, 0)])
+
+
+@op("HardSwish")
+def hard_swish(imp: Importer, node: onnx.NodeProto) -> None:
+    _elementwise(imp, node, lambda x: x * pw.clamp(x / 6.0 + 0.5, 0.0, 1.0), [imp.value(node, 0)])
+
+
+@op("Clip")
+def clip(imp: Importer, node: onnx.NodeProto) -> None:
+    lo, hi = imp.array(node, 1, "min"), imp.array(node, 2, "max")
+    if imp.opset < 11:
+        lo, hi = attribute(node, "min"), attribute(node, "max")
+
+    def fn(x):
+        if lo is not None:
+            x = pw.maximum(x, float(np.asarray(lo)))
+        if hi is not None:
+            x = pw.minimum(x, float(np.asarray(hi)))
+        return x
+    _elementwise(imp, node, fn, [imp.value(node, 0)])
+
+
+@op("Where")
+def where(imp: Importer, node: onnx.NodeProto) -> None:
+    _elementwise(imp, node, pw.where, [imp.value(node, k) for k in range(3)])
+
+
+@op("Cast")
+def cast(imp: Importer, node: onnx.NodeProto) -> None:
+    to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attribute(node, "to"))).name
+    _elementwise(imp, node, lambda x: pw.cast(x, to), [imp.value(node, 0)])
+
+
+@op("Identity")
+def identity(imp: Importer, node: onnx.NodeProto) -> None:
+    imp.values[node.output[0]] = imp.value(node, 0)
+    if node.input[0] in imp.arrays:
+        imp.arrays[node.output[0]] = imp.arrays[node.input[0]]
+
+
+@op("Constant")
+def constant(imp: Importer, node: onnx.NodeProto) -> None:
+    value = attribute(node, "value")
+    if value is None:
+        others = [a.name for a in node.attribute]
+        _refuse(node, others[0] if others else "value", "...", "only a tensor `value`")
+    imp.constant(node.output[0], onnx.numpy_helper.to_array(value))
+
+
+# -- contractions --------------------------------------------------------------------------------
+@op("MatMul")
+def matmul(imp: Importer, node: onnx.NodeProto) -> None:
+    a, b = imp.value(node, 0), imp.value(node, 1)
+    if len(a.shape) < 1 or len(b.shape) < 1:
+        raise WorkloadError(f"{describe(node)}: MatMul of a scalar")
+    a_shape = a.shape if len(a.shape) > 1 else (1, *a.shape)
+    b_shape = b.shape if len(b.shape) > 1 else (*b.shape, 1)
+    if a_shape[-1] != b_shape[-2]:
+        raise WorkloadError(f"{describe(node)}: shapes {a.shape} and {b.shape} do not multiply")
+    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    out = batch + (a_shape[-2], b_shape[-1])
+    k = pw.reduce_axis(a_shape[-1], "k")
+
+    def body(*idx):
+        *bi, m, n = idx
+        left = a.broadcast_at(bi + [m, k], batch + a_shape[-2:]) if len(a.shape) > 1 else a.at([k])
+        right = b.broadcast_at(bi + [k, n], batch + b_shape[-2:]) if len(b.shape) > 1 else b.at([k])
+        return pw.sum(left * right, k)
+
+    full = imp.compute(node, out, body, part="" if len(a.shape) > 1 and len(b.shape) > 1 else "full")
+    if full.shape != out or len(a.shape) > 1 and len(b.shape) > 1:
+        return
+    keep = [d for d in range(len(out)) if not (d == len(out) - 2 and len(a.shape) == 1
+                                                or d == len(out) - 1 and len(b.shape) == 1)]
+    shape = tuple(out[d] for d in keep)
+
+    def squeeze(*idx):
+        full_idx = [0] * len(out)
+        for d, i in zip(keep, idx, strict=True):
+            full_idx[d] = i
+        return full.at(full_idx)
+    imp.compute(node, shape, squeeze)
+
+
+@op("Gemm")
+def gemm(imp: Importer, node: onnx.NodeProto) -> None:
+    a, b, c = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
+    alpha, beta = float(attribute(node, "alpha", 1.0)), float(attribute(node, "beta", 1.0))
+    ta, tb = int(attribute(node, "transA", 0)), int(attribute(node, "transB", 0))
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise WorkloadError(f"{describe(node)}: Gemm needs 2-D inputs, got {a.shape} and {b.shape}")
+    m, kk = (a.shape[1], a.shape[0]) if ta else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if kk != kb:
+        raise WorkloadError(f"{describe(node)}: shapes {a.shape} (transA={ta}) and {b.shape} (transB={tb}) "
+                            "do not multiply")
+    k = pw.reduce_axis(kk, "k")
+
+    def body(i, j):
+        product = pw.sum((a.at([k, i]) if ta else a.at([i, k])) * (b.at([j, k]) if tb else b.at([k, j])), k)
+        value = product * alpha if alpha != 1.0 else product
+        if c is not None and beta != 0.0:
+            bias = c.broadcast_at([i, j], (m, n))
+            value = value + (bias * beta if beta != 1.0 else bias)
+        return value
+    imp.compute(node, (m, n), body)
+
+
+def _pads(node: onnx.NodeProto, spatial: int) -> list[int]:
+    auto = attribute(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto not in ("NOTSET", "VALID"):
+        _refuse(node, "auto_pad", auto, "NOTSET or VALID; give explicit pads")
+    pads = list(attribute(node, "pads", [0] * 2 * spatial))
+    return [0] * 2 * spatial if auto == "VALID" else pads
+
+
+def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int],
+                                                                              list[int]]:
+    """(strides, pads, dilations, output sizes) of a 2-D sliding window over x (N, C, H, W)."""
+    if len(x.shape) != 4:
+        raise WorkloadError(f"{describe(node)}: only 2-D (N, C, H, W) inputs are supported, got shape {x.shape}")
+    strides = list(attribute(node, "strides", [1, 1]))
+    dilations = list(attribute(node, "dilations", [1, 1]))
+    pads = _pads(node, 2)
+    if int(attribute(node, "ceil_mode", 0)):
+        _refuse(node, "ceil_mode", 1, "only 0")
+    out = [(x.shape[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+           for d in range(2)]
+    if min(out) < 1:
+        raise WorkloadError(f"{describe(node)}: the window {list(kernel)} leaves no output on input {x.shape}")
+    return strides, pads, dilations, out
+
+
+def _inside(pos: Sequence[object], size: Sequence[int]) -> object:
+    return (pos[0] >= 0) & (pos[0] < size[0]) & (pos[1] >= 0) & (pos[1] < size[1])
+
+
+@op("Conv")
+def conv(imp: Importer, node: onnx.NodeProto) -> None:
+    x, w, bias = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
+    if len(w.shape) != 4:
+        raise WorkloadError(f"{describe(node)}: only 2-D convolutions are supported, weight shape {w.shape}")
+    group = int(attribute(node, "group", 1))
+    out_ch, per_group, kh, kw = w.shape
+    if x.shape[1] != per_group * group or out_ch % group:
+        raise WorkloadError(f"{describe(node)}: input channels {x.shape[1]} do not match weight {w.shape} "
+                            f"with group={group}")
+    strides, pads, dil, (oh, ow) = _window(node, x, (kh, kw))
+    c, r, s = pw.reduce_axis(per_group, "c"), pw.reduce_axis(kh, "r"), pw.reduce_axis(kw, "s")
+    outs_per_group = out_ch // group
+    size = x.shape[2:]
+
+    def body(n, o, y, xx):
+        pos = (y * strides[0] + r * dil[0] - pads[0], xx * strides[1] + s * dil[1] - pads[1])
+        channel = c if group == 1 else o // outs_per_group * per_group + c
+        read = x.at([n, channel, *pos])
+        if any(pads):
+            read = pw.where(_inside(pos, size), read, 0.0)
+        value = pw.sum(read * w.at([o, c, r, s]), (c, r, s))
+        return value + bias.at([o]) if bias is not None else value
+    imp.compute(node, (x.shape[0], out_ch, oh, ow), body)
+
+
+# -- pooling and normalisation -------------------------------------------------------------------
+@op("MaxPool", "AveragePool")
+def pool(imp: Importer, node: onnx.NodeProto) -> None:
+    if len(node.output) > 1 and node.output[1]:
+        raise WorkloadError(f"{describe(node)}: the Indices output is not supported")
+    x = imp.value(node, 0)
+    kernel = list(attribute(node, "kernel_shape"))
+    if len(kernel) != 2:
+        raise WorkloadError(f"{describe(node)}: only 2-D pooling is supported, kernel_shape {kernel}")
+    strides, pads, dil, (oh, ow) = _window(node, x, kernel)
+    if dil != [1, 1]:
+        _refuse(node, "dilations", dil, "only 1")
+    r, s = pw.reduce_axis(kernel[0], "r"), pw.reduce_axis(kernel[1], "s")
+    size = x.shape[2:]
+    if node.op_type == "MaxPool":
+        def body(n, ch, y, xx):
+            pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
+            read = x.at([n, ch, *pos])
+            return pw.max(pw.where(_inside(pos, size), read, -math.inf) if any(pads) else read, (r, s))
+    else:
+        include = int(attribute(node, "count_include_pad", 0))
+
+        def body(n, ch, y, xx):
+            pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
+            read = x.at([n, ch, *pos])
+            total = pw.sum(pw.where(_inside(pos, size), read, 0.0) if any(pads) else read, (r, s))
+            if include or not any(pads):
+                return total / float(kernel[0] * kernel[1])
+            counts = [pw.minimum(start + k, limit) - pw.maximum(start, 0)
+                      for start, k, limit in ((y * strides[0] - pads[0], kernel[0], size[0]),
+                                              (xx * strides[1] - pads[1], kernel[1], size[1]))]
+            return total / pw.cast(counts[0] * counts[1], x.dtype)
+    imp.compute(node, (x.shape[0], x.shape[1], oh, ow), body)
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    if len(x.shape) != 4:
+        raise WorkloadError(f"{describe(node)}: only (N, C, H, W) inputs are supported, got {x.shape}")
+    r, s = pw.reduce_axis(x.shape[2], "r"), pw.reduce_axis(x.shape[3], "s")
+    area = float(x.shape[2] * x.shape[3])
+    if node.op_type == "GlobalAveragePool":
+        imp.compute(node, (*x.shape[:2], 1, 1), lambda n, ch, a, b: pw.sum(x.at([n, ch, r, s]), (r, s)) / area)
+    else:
+        imp.compute(node, (*x.shape[:2], 1, 1), lambda n, ch, a, b: pw.max(x.at([n, ch, r, s]), (r, s)))
+
+
+@op("BatchNormalization")
+def batch_norm(imp: Importer, node: onnx.NodeProto) -> None:
+    """Inference form, folded at import: y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = B - mean * a."""
+    if int(attribute(node, "training_mode", 0)) or len([o for o in node.output if o]) > 1:
+        _refuse(node, "training_mode", 1, "only inference: one output")
+    x = imp.value(node, 0)
+    scale, bias, mean, var = (imp.array(node, k, what) for k, what in
+                              ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")))
+    eps = float(attribute(node, "epsilon", 1e-5))
+    dtype = np.dtype(x.dtype)
+    a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(dtype)
+    b = (bias - mean * a).astype(dtype)
+    fa = imp.constant(f"{node.name or 'bn'}_scale", a)
+    fb = imp.constant(f"{node.name or 'bn'}_shift", b)
+    if len(x.shape) < 2:
+        raise WorkloadError(f"{describe(node)}: input of rank {len(x.shape)}; needs (N, C, ...)")
+    imp.compute(node, x.shape, lambda *idx: x.at(idx) * fa.at([idx[1]]) + fb.at([idx[1]]))
+
+
+@op("Softmax")
+def softmax(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    if imp.opset < 13:
+        raise WorkloadError(f"{describe(node)}: Softmax before opset 13 (coerced to 2-D) is not supported")
+    axis = _axis(node, int(attribute(node, "axis", -1)), len(x.shape))
+    j = pw.reduce_axis(x.shape[axis], "j")
+    rows = x.shape[:axis] + x.shape[axis + 1:]
+
+    def along(idx, at):
+        return [*idx[:axis], at, *idx[axis:]]
+    top = imp.compute(node, rows, lambda *idx: pw.max(x.at(along(idx, j)), j), part="max")
+    total = imp.compute(node, rows, lambda *idx: pw.sum(pw.exp(x.at(along(idx, j)) - top.at(idx)), j), part="sum")
+
+    def body(*idx):
+        row = [*idx[:axis], *idx[axis + 1:]]
+        return pw.exp(x.at(idx) - top.at(row)) / total.at(row)
+    imp.compute(node, x.shape, body)
+
+
+@op("ReduceMean", "ReduceSum", "ReduceMax")
+def reduce(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axes = attribute(node, "axes")
+    if axes is None and len(node.input) > 1:
+        axes = imp.array(node, 1, "axes")
+    axes = sorted({_axis(node, int(a), len(x.shape)) for a in (range(len(x.shape)) if axes is None else axes)})
+    keep = int(attribute(node, "keepdims", 1))
+    loops = {d: pw.reduce_axis(x.shape[d], f"r{d}") for d in axes}
+    shape = tuple(1 if d in loops else n for d, n in enumerate(x.shape) if keep or d not in loops)
+    count = float(math.prod(x.shape[d] for d in axes))
+    combine = {"ReduceMean": pw.sum, "ReduceSum": pw.sum, "ReduceMax": pw.max}[node.op_type]
+
+    def body(*idx):
+        it = iter(idx)
+        read = [loops[d] if d in loops else None for d in range(len(x.shape))]
+        for d in range(len(x.shape)):
+            if d in loops:
+                if keep:
+                    next(it)
+            else:
+                read[d] = next(it)
+        total = combine(x.at(read), tuple(loops.values()))
+        return total / count if node.op_type == "ReduceMean" else total
+    imp.compute(node, shape, body)
+
+
+# -- shapes --------------------------------------------------------------------------------------
+def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[int]) -> None:
+    """A task viewing x's elements, in row-major order, as `shape` (Reshape, Flatten, Squeeze...)."""
+    if math.prod(shape) != math.prod(x.shape):
+        raise WorkloadError(f"{describe(node)}: cannot view shape {x.shape} as {tuple(shape)}")
+    out_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    in_strides = [math.prod(x.shape[d + 1:]) for d in range(len(x.shape))]
+
+    def body(*idx):
+        linear = sum(i * st for i, st in zip(idx, out_strides, strict=True))
+        return x.at([linear // st % n for st, n in zip(in_strides, x.shape, strict=True)])
+    if [n for n in shape if n != 1] == [n for n in x.shape if n != 1]:  # only unit dimensions change
+        kept = [d for d, n in enumerate(shape) if n != 1]
+        imp.compute(node, shape, lambda *idx: x.at(_unit_map(idx, kept, x.shape)))
+    else:
+        imp.compute(node, shape, body)
+
+
+def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) -> list[object]:
+    values = iter(idx[d] for d in kept)
+    return [next(values) if n != 1 else 0 for n in shape]
+
+
+@op("Reshape")
+def reshape(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    target = [int(d) for d in imp.array(node, 1, "shape")]
+    if int(attribute(node, "allowzero", 0)):
+        _refuse(node, "allowzero", 1, "only 0")
+    target = [x.shape[d] if n == 0 else n for d, n in enumerate(target)]
+    if target.count(-1) > 1:
+        raise WorkloadError(f"{describe(node)}: shape {target} has more than one -1")
+    if -1 in target:
+        known = math.prod(n for n in target if n != -1)
+        target[target.index(-1)] = math.prod(x.shape) // max(known, 1)
+    _reindex(imp, node, x, target)
+
+
+@op("Flatten")
+def flatten(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axis = int(attribute(node, "axis", 1))
+    axis = axis % len(x.shape) if axis < 0 else axis
+    _reindex(imp, node, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+
+
+@op("Squeeze", "Unsqueeze")
+def squeeze(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axes = attribute(node, "axes")
+    if axes is None and len(node.input) > 1:
+        axes = imp.array(node, 1, "axes")
+    if node.op_type == "Squeeze":
+        drop = {_axis(node, int(a), len(x.shape)) for a in axes} if axes is not None else \
+            {d for d, n in enumerate(x.shape) if n == 1}
+        shape = [n for d, n in enumerate(x.shape) if d not in drop]
+    else:
+        rank = len(x.shape) + len(axes)
+        add = {_axis(node, int(a), rank) for a in axes}
+        dims = iter(x.shape)
+        shape = [1 if d in add else next(dims) for d in range(rank)]
+    _reindex(imp, node, x, shape)
+
+
+@op("Transpose")
+def transpose(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    perm = list(attribute(node, "perm", list(reversed(range(len(x.shape))))))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise WorkloadError(f"{describe(node)}: perm {perm} is no permutation of {len(x.shape)} axes")
+    inverse = [perm.index(d) for d in range(len(perm))]
+    imp.compute(node, [x.shape[p] for p in perm], lambda *idx: x.at([idx[inverse[d]] for d in range(len(perm))]))

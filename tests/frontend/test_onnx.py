@@ -1,0 +1,219 @@
+"""pw.frontend.from_onnx: every operator against onnx's own reference evaluator, small models end to end
+on cpu, and the errors for what it does not import."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from onnx.reference import ReferenceEvaluator
+
+import ptowsp as pw
+from tests.conformance.onnx_cases import cnn_model
+
+RNG = np.random.default_rng(0)
+F32 = np.float32
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=17):
+    """A model of `nodes`; inputs and outputs are {name: (shape, element type)}; initializers {name: array}."""
+    graph = oh.make_graph(nodes, "test", [oh.make_tensor_value_info(n, t, s) for n, (s, t) in inputs.items()],
+                          [oh.make_tensor_value_info(n, t, s) for n, (s, t) in outputs.items()],
+                          [nh.from_array(np.asarray(a), n) for n, a in dict(initializers).items()])
+    m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    if all(s is not None for s, _ in outputs.values()):  # the checker wants every output's shape
+        onnx.checker.check_model(m)
+    return m
+
+
+def check(m, feeds, target=None, rtol=1e-5, atol=1e-5):
+    """The imported workload (pw.reference, and `target` when given) matches onnx.reference."""
+    want = ReferenceEvaluator(m).run(None, feeds)
+    wl = pw.frontend.from_onnx(m)
+    names = [o.name for o in m.graph.output]
+    got = pw.reference(wl, **feeds)
+    for name, expected in zip(names, want, strict=True):
+        np.testing.assert_allclose(got[name].reshape(expected.shape), expected, rtol=rtol, atol=atol)
+    if target is not None:
+        out = pw.build(wl, target).run(**feeds)
+        for name, expected in zip(names, want, strict=True):
+            np.testing.assert_allclose(out[name].reshape(expected.shape), expected, rtol=rtol, atol=atol)
+    return wl
+
+
+def one(op, shapes, attrs=None, inits=None, out_shape=None, out_type=TP.FLOAT, positive=False, opset=17):
+    """A model of one node: inputs x0, x1, ... of `shapes` (random floats), then initializers by name."""
+    inputs = {f"x{k}": (s, TP.FLOAT) for k, s in enumerate(shapes)}
+    names = list(inputs) + list((inits or {}).keys())
+    node = oh.make_node(op, names, ["y"], name=f"the_{op.lower()}", **(attrs or {}))
+    m = model([node], inputs, {"y": (out_shape, out_type)}, inits or {}, opset)
+    feeds = {n: (np.abs(RNG.standard_normal(s)) + 0.5 if positive else RNG.standard_normal(s)).astype(F32)
+             for n, (s, _) in inputs.items()}
+    return m, feeds
+
+
+ELEMENTWISE = [
+    ("Add", [(3, 4), (4,)], {}), ("Sub", [(2, 3, 4), (1, 3, 1)], {}), ("Mul", [(2, 3), (2, 1)], {}),
+    ("Div", [(3, 4), (3, 4)], {"positive": True}), ("Pow", [(3, 4), (3, 4)], {"positive": True}),
+    ("Max", [(3, 4), (4,)], {}), ("Min", [(3, 4), (3, 1)], {}),
+    ("Relu", [(3, 5)], {}), ("Sigmoid", [(3, 5)], {}), ("Tanh", [(3, 5)], {}), ("Exp", [(3, 5)], {}),
+    ("Log", [(3, 5)], {"positive": True}), ("Sqrt", [(3, 5)], {"positive": True}), ("Neg", [(3, 5)], {}),
+    ("Abs", [(3, 5)], {}), ("Erf", [(3, 5)], {}), ("Reciprocal", [(3, 5)], {"positive": True}),
+    ("Floor", [(3, 5)], {}), ("Ceil", [(3, 5)], {}), ("HardSwish", [(3, 5)], {}),
+]
+
+
+@pytest.mark.parametrize("op, shapes, options", ELEMENTWISE, ids=[c[0] for c in ELEMENTWISE])
+def test_elementwise_ops_broadcast_like_numpy(op, shapes, options):
+    m, feeds = one(op, shapes, **options)
+    check(m, feeds, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, attrs, inits", [
+    ("LeakyRelu", {"alpha": 0.2}, {}),
+    ("Clip", {}, {"lo": np.array(-0.5, F32), "hi": np.array(0.7, F32)}),
+    ("Softmax", {"axis": 1}, {}),
+    ("Transpose", {"perm": [2, 0, 1]}, {}),
+    ("ReduceMean", {"axes": [-1], "keepdims": 1}, {}),
+    ("ReduceMax", {"axes": [0, 2], "keepdims": 0}, {}),
+    ("ReduceSum", {"keepdims": 1}, {"axes": np.array([1], np.int64)}),
+    ("Reshape", {}, {"shape": np.array([0, -1], np.int64)}),
+    ("Flatten", {"axis": 2}, {}),
+    ("Squeeze", {}, {"axes": np.array([1], np.int64)}),
+    ("Unsqueeze", {}, {"axes": np.array([0, 3], np.int64)}),
+    ("Identity", {}, {}),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_ops_with_attributes(op, attrs, inits):
+    shape = (2, 1, 3) if op == "Squeeze" else (2, 3, 4)
+    m, feeds = one(op, [shape], attrs, inits)
+    check(m, feeds)
+
+
+@pytest.mark.parametrize("a, b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)),
+                                  ((2, 1, 3, 4), (3, 4, 2))])
+def test_matmul_shapes(a, b):
+    m, feeds = one("MatMul", [a, b])
+    check(m, feeds, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1, "alpha": 0.5, "beta": 2.0}])
+def test_gemm(attrs):
+    a = (4, 3) if attrs.get("transA") else (3, 4)
+    b = (5, 4) if attrs.get("transB") else (4, 5)
+    m, feeds = one("Gemm", [a, b], attrs, {"c": RNG.standard_normal(5).astype(F32)})
+    check(m, feeds, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attrs, weight, bias", [
+    ({"pads": [1, 1, 1, 1]}, (4, 3, 3, 3), True),
+    ({"strides": [2, 2], "pads": [0, 1, 0, 1]}, (4, 3, 3, 3), False),
+    ({"dilations": [2, 2], "pads": [2, 2, 2, 2]}, (4, 3, 3, 3), True),
+    ({"group": 3, "pads": [1, 1, 1, 1]}, (6, 1, 3, 3), False),  # depthwise, 2 outputs per input channel
+])
+def test_conv(attrs, weight, bias):
+    inits = {"w": RNG.standard_normal(weight).astype(F32)}
+    if bias:
+        inits["b"] = RNG.standard_normal(weight[0]).astype(F32)
+    m, feeds = one("Conv", [(2, 3, 9, 9)], attrs, inits)
+    check(m, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("GlobalAveragePool", {}), ("GlobalMaxPool", {}),
+])
+def test_pooling(op, attrs):
+    m, feeds = one(op, [(2, 3, 8, 8)], attrs)
+    check(m, feeds)
+
+
+def test_batch_normalization_folds_into_one_multiply_add():
+    c = 4
+    inits = {"scale": RNG.uniform(0.5, 1.5, c).astype(F32), "bias": RNG.standard_normal(c).astype(F32),
+             "mean": RNG.standard_normal(c).astype(F32), "var": RNG.uniform(0.5, 1.5, c).astype(F32)}
+    m, feeds = one("BatchNormalization", [(2, c, 5, 5)], {"epsilon": 1e-3}, inits)
+    wl = check(m, feeds)
+    assert wl.tasks == ["y"]  # one task (named after the graph output it makes)
+
+
+def test_where_and_cast():
+    nodes = [oh.make_node("Where", ["c", "a", "b"], ["w"], name="pick"),
+             oh.make_node("Cast", ["w"], ["y"], name="to_int", to=TP.INT32)]
+    m = model(nodes, {"c": ((3, 4), TP.BOOL), "a": ((3, 4), TP.FLOAT), "b": ((4,), TP.FLOAT)},
+              {"y": ((3, 4), TP.INT32)})
+    feeds = {"c": RNG.random((3, 4)) > 0.5, "a": RNG.standard_normal((3, 4)).astype(F32) * 5,
+             "b": RNG.standard_normal(4).astype(F32) * 5}
+    check(m, feeds)
+
+
+def test_a_small_cnn_imports_and_runs_on_cpu():
+    m = cnn_model()  # conv, batch norm, relu, max pool, global average pool, flatten, gemm, softmax
+    wl = check(m, {"x": RNG.standard_normal((2, 3, 12, 10)).astype(F32)}, target="cpu", rtol=1e-4, atol=1e-5)
+    assert wl.outputs == ["probs"] and wl.tasks[0] == "conv"  # tasks named after their nodes
+
+
+def test_an_mlp_from_a_file(tmp_path):
+    nodes = [oh.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"), oh.make_node("Add", ["h", "b1"], ["hb"]),
+             oh.make_node("Relu", ["hb"], ["a"]), oh.make_node("MatMul", ["a", "w2"], ["out"], name="fc2")]
+    inits = {"w1": RNG.standard_normal((16, 32)).astype(F32), "b1": RNG.standard_normal(32).astype(F32),
+             "w2": RNG.standard_normal((32, 4)).astype(F32)}
+    m = model(nodes, {"x": ((5, 16), TP.FLOAT)}, {"out": ((5, 4), TP.FLOAT)}, inits)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(m, path)
+    x = RNG.standard_normal((5, 16)).astype(F32)
+    got = pw.build(pw.frontend.from_onnx(path), "cpu").run(x=x)["out"]
+    np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_dimensions_are_bound_by_shapes():
+    node = oh.make_node("Relu", ["x"], ["y"])
+    m = model([node], {"x": (("batch", 4), TP.FLOAT)}, {"y": (("batch", 4), TP.FLOAT)})
+    with pytest.raises(pw.WorkloadError, match=r"input 'x' has a symbolic dimension 0 \('batch'\); give it with "
+                                                r"shapes=\{'x': \(...\)\}"):
+        pw.frontend.from_onnx(m)
+    wl = pw.frontend.from_onnx(m, shapes={"x": (3, 4)})
+    assert wl.tensor("x").shape == (3, 4)
+    with pytest.raises(pw.InputError, match="shapes names 'z', which is not an input of the model"):
+        pw.frontend.from_onnx(m, shapes={"z": (1,)})
+
+
+# -- what it refuses -----------------------------------------------------------------------------
+def test_an_unsupported_operator_names_the_node_and_op():
+    m, _ = one("LpNormalization", [(3, 4)])
+    with pytest.raises(pw.WorkloadError, match=r"ONNX node 'the_lpnormalization' \(op LpNormalization\): operator "
+                                                r"'LpNormalization' is not supported; supported: .*Conv"):
+        pw.frontend.from_onnx(m)
+
+
+def test_an_unsupported_attribute_names_it():
+    m, _ = one("MaxPool", [(1, 2, 8, 8)], {"kernel_shape": [3, 3], "ceil_mode": 1})
+    with pytest.raises(pw.WorkloadError, match=r"'the_maxpool' \(op MaxPool\): attribute ceil_mode=1 is not "
+                                                r"supported \(only 0\)"):
+        pw.frontend.from_onnx(m)
+
+
+def test_a_shape_computed_at_run_time_is_refused():
+    nodes = [oh.make_node("Reshape", ["x", "s"], ["y"], name="view")]
+    m = model(nodes, {"x": ((2, 6), TP.FLOAT), "s": ((2,), TP.INT64)}, {"y": ((3, 4), TP.FLOAT)})
+    with pytest.raises(pw.WorkloadError, match=r"'view' \(op Reshape\): input 1 \(shape, 's'\) must be a constant"):
+        pw.frontend.from_onnx(m)
+
+
+@pytest.mark.parametrize("what, message", [
+    (b"not a model at all", "not an ONNX model"),
+    (12, "from_onnx takes a path, bytes or an onnx.ModelProto, got int"),
+])
+def test_what_is_no_model_is_an_input_error(what, message):
+    with pytest.raises(pw.InputError, match=message):
+        pw.frontend.from_onnx(what)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(pw.InputError, match=r"ONNX file '.*nothing.onnx': cannot read it"):
+        pw.frontend.from_onnx(tmp_path / "nothing.onnx")
