@@ -216,6 +216,9 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         if node.domain not in ("", "ai.onnx"):
             raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
                                 "default ONNX domain)")
+        if node.input and all(not n or n in imp.arrays for n in node.input) and node.op_type not in _KEPT:
+            _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
+            continue
         handler = OPS.get(node.op_type)
         if handler is None:
             raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
@@ -229,6 +232,29 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
+
+
+_KEPT = {"Identity"}  # nodes over constants that stay aliases rather than new constants
+
+
+def _fold(imp: Importer, node: onnx.NodeProto) -> None:
+    """Compute a node whose inputs are all constants with onnx's reference evaluator (the onnx package's
+    own implementation of the standard operators; nothing from the model runs)."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [n for n in node.input if n]
+    graph = onnx.helper.make_graph(
+        [node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(
+            imp.arrays[n].dtype), imp.arrays[n].shape) for n in names],
+        [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", imp.opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, {n: imp.arrays[n] for n in names})
+    except Exception as e:  # noqa: BLE001 - the evaluator's own error: report it against the node
+        raise WorkloadError(f"{describe(node)}: folding it over constant inputs failed: {type(e).__name__}: {e}") \
+            from None
+    for name, value in zip([o for o in node.output if o], results, strict=True):
+        imp.constant(name, np.asarray(value))
 
 
 def _copy_node(output: str) -> onnx.NodeProto:

@@ -420,3 +420,131 @@ def transpose(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: perm {perm} is no permutation of {len(x.shape)} axes")
     inverse = [perm.index(d) for d in range(len(perm))]
     imp.compute(node, [x.shape[p] for p in perm], lambda *idx: x.at([idx[inverse[d]] for d in range(len(perm))]))
+
+
+@op("Expand")
+def expand(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    target = tuple(int(d) for d in imp.array(node, 1, "shape"))
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, target))
+    except ValueError:
+        raise WorkloadError(f"{describe(node)}: shape {x.shape} does not expand to {target}") from None
+    imp.compute(node, shape, lambda *idx: x.broadcast_at(idx, shape))
+
+
+@op("Concat")
+def concat(imp: Importer, node: onnx.NodeProto) -> None:
+    parts = [imp.value(node, k) for k in range(len(node.input))]
+    rank = len(parts[0].shape)
+    axis = _axis(node, int(attribute(node, "axis")), rank)
+    if any(len(p.shape) != rank or p.shape[:axis] + p.shape[axis + 1:] != parts[0].shape[:axis] +
+           parts[0].shape[axis + 1:] for p in parts):
+        raise WorkloadError(f"{describe(node)}: shapes {[p.shape for p in parts]} do not concatenate on axis {axis}")
+    starts = np.cumsum([0] + [p.shape[axis] for p in parts]).tolist()
+    shape = (*parts[0].shape[:axis], starts[-1], *parts[0].shape[axis + 1:])
+
+    def body(*idx):
+        j = idx[axis]
+        value = None
+        for part, start in zip(parts, starts, strict=False):  # the last part whose start j has passed wins
+            inner = pw.clamp(j - start, 0, part.shape[axis] - 1)
+            read = part.at([*idx[:axis], inner, *idx[axis + 1:]])
+            value = read if value is None else pw.where(j >= start, read, value)
+        return value
+    imp.compute(node, shape, body)
+
+
+@op("Split")
+def split(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axis = _axis(node, int(attribute(node, "axis", 0)), len(x.shape))
+    sizes = imp.array(node, 1, "split") if len(node.input) > 1 else attribute(node, "split")
+    outputs = [o for o in node.output]
+    if sizes is None:
+        if x.shape[axis] % len(outputs):
+            raise WorkloadError(f"{describe(node)}: {x.shape[axis]} does not split in {len(outputs)} equal parts")
+        sizes = [x.shape[axis] // len(outputs)] * len(outputs)
+    sizes = [int(n) for n in sizes]
+    if sum(sizes) != x.shape[axis] or len(sizes) != len(outputs):
+        raise WorkloadError(f"{describe(node)}: split sizes {sizes} do not cover axis {axis} of {x.shape}")
+    start = 0
+    for k, n in enumerate(sizes):
+        shape = (*x.shape[:axis], n, *x.shape[axis + 1:])
+        imp.compute(node, shape, lambda *idx, s=start: x.at([*idx[:axis], idx[axis] + s, *idx[axis + 1:]]), output=k)
+        start += n
+
+
+@op("Slice")
+def slice_(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    starts, ends = imp.array(node, 1, "starts"), imp.array(node, 2, "ends")
+    axes = imp.array(node, 3, "axes")
+    steps = imp.array(node, 4, "steps")
+    axes = list(range(len(starts))) if axes is None else [_axis(node, int(a), len(x.shape)) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    first, step, shape = [0] * len(x.shape), [1] * len(x.shape), list(x.shape)
+    for a, s0, e0, st in zip(axes, starts, ends, steps, strict=True):
+        if st == 0:
+            raise WorkloadError(f"{describe(node)}: step 0 on axis {a}")
+        picked = range(x.shape[a])[slice(int(s0), int(e0), st)]  # numpy's (and ONNX's) clamping rules
+        first[a], step[a], shape[a] = (picked.start if len(picked) else 0), st, len(picked)
+    if 0 in shape:
+        raise WorkloadError(f"{describe(node)}: the slice of {x.shape} is empty ({shape})")
+    imp.compute(node, shape, lambda *idx: x.at([f + i * s for i, f, s in zip(idx, first, step, strict=True)]))
+
+
+@op("Gather")
+def gather(imp: Importer, node: onnx.NodeProto) -> None:
+    data, indices = imp.value(node, 0), imp.value(node, 1)
+    axis = _axis(node, int(attribute(node, "axis", 0)), len(data.shape))
+    if np.dtype(indices.dtype).kind not in "iu":
+        raise WorkloadError(f"{describe(node)}: indices of dtype {indices.dtype}; an integer type is needed")
+    n, q = data.shape[axis], len(indices.shape)
+    shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+
+    def body(*idx):
+        k = indices.at(idx[axis:axis + q])
+        k = pw.where(k < 0, k + n, k)  # ONNX counts negative indices from the end
+        return data.at([*idx[:axis], pw.clamp(pw.cast(k, "int64"), 0, n - 1), *idx[axis + q:]])
+    imp.compute(node, shape, body)
+
+
+@op("LayerNormalization")
+def layer_norm(imp: Importer, node: onnx.NodeProto) -> None:
+    if len([o for o in node.output if o]) > 1:
+        raise WorkloadError(f"{describe(node)}: only the Y output is supported (not Mean or InvStdDev)")
+    x, scale, bias = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
+    axis = _axis(node, int(attribute(node, "axis", -1)), len(x.shape))
+    eps = float(attribute(node, "epsilon", 1e-5))
+    inner = x.shape[axis:]
+    loops = [pw.reduce_axis(n, f"r{d}") for d, n in enumerate(inner)]
+    count = float(math.prod(inner))
+    rows = x.shape[:axis]
+    mean = imp.compute(node, rows, lambda *idx: pw.sum(x.at([*idx, *loops]), tuple(loops)) / count, part="mean")
+
+    def variance(*idx):
+        centred = x.at([*idx, *loops]) - mean.at(idx)
+        return pw.sum(centred * centred, tuple(loops)) / count
+    var = imp.compute(node, rows, variance, part="var")
+
+    def body(*idx):
+        row, col = idx[:axis], idx[axis:]
+        value = (x.at(idx) - mean.at(row)) * pw.rsqrt(var.at(row) + eps) * scale.broadcast_at(col, inner)
+        return value + bias.broadcast_at(col, inner) if bias is not None else value
+    imp.compute(node, x.shape, body)
+
+
+@op("Shape")
+def shape_of(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    start, end = int(attribute(node, "start", 0)), attribute(node, "end")
+    imp.constant(node.output[0], np.array(x.shape[start:end if end is None else int(end)], np.int64))
+
+
+@op("ConstantOfShape")
+def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
+    shape = [int(d) for d in imp.array(node, 0, "shape")]
+    value = attribute(node, "value")
+    fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
