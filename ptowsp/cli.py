@@ -4,12 +4,16 @@
     ptowsp bench WORKLOAD               the default schedule beside plain numpy, timed side by side
     ptowsp trace WORKLOAD --out DIR     trace.json, gantt.png and summary.txt of a warm run
     ptowsp tune  WORKLOAD --log FILE    the AutoScheduler, resuming from and appending to FILE
+    ptowsp run   WORKLOAD               run once checked, then time warm runs (beside onnxruntime
+                                        for an .onnx model, when it is installed)
     ptowsp --version
 
 WORKLOAD is a zoo name (built at its default size, symbolic sizes bound to
-64) or a script named by a path ending in .py: a script is run as
-`__main__` and the program it ran last is the one used.  Zoo names win, so
-a file that happens to be called `softmax` is never executed.  A typed
+64), an ONNX model named by a path ending in .onnx (imported, never run as
+code; `--shape x=1,3,224,224` binds a symbolic input dimension), or a
+script named by a path ending in .py: a script is run as `__main__` and the
+program it ran last is the one used.  Zoo names win, so a file that happens
+to be called `softmax` is never executed.  A typed
 ptowsp error is printed as one line (`ptowsp trace: error: ScheduleError:
 ...`) with exit status 2.
 """
@@ -51,9 +55,9 @@ def _checked(prog: Built, wl: pw.Workload, inputs: dict, command: str) -> None:
                                f"{prog.target}")
 
 
-def _zoo_build(name: str, args: argparse.Namespace) -> tuple[Built, dict]:
-    """The zoo workload built with its default schedule (or parallelize(--tasks)), checked once."""
-    wl = _zoo(name)
+def _zoo_build(chosen: str | Path, args: argparse.Namespace) -> tuple[Built, dict]:
+    """The zoo workload or ONNX model built with its default schedule (or parallelize(--tasks)), checked once."""
+    wl = _model(chosen, args) if isinstance(chosen, Path) else _zoo(chosen)
     what = wl if getattr(args, "tasks", None) is None else wl.schedule().parallelize(args.tasks)
     prog = pw.build(what, target=args.target, workers=args.workers)
     inputs = random_inputs(wl)
@@ -76,10 +80,32 @@ def _is_script(what: str) -> bool:
     return what.endswith(".py") or "/" in what or os.sep in what
 
 
+def _is_model(chosen: object) -> bool:
+    return isinstance(chosen, Path) and chosen.suffix == ".onnx"
+
+
+def _model(path: Path, args: argparse.Namespace) -> pw.Workload:
+    """The ONNX model at `path` as a workload (imported as data), its inputs' shapes bound by --shape."""
+    shapes = {}
+    for given in getattr(args, "shape", None) or []:
+        name, _, dims = given.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise CommandError(f"ptowsp {args.command}: --shape {given!r}: expected NAME=D1,D2,... "
+                               "(integers)") from None
+    return pw.frontend.from_onnx(path, shapes=shapes)
+
+
 def _chosen(what: str, command: str) -> Path | str:
-    """The script's path or the zoo name `what` names; CommandError with the choices otherwise."""
+    """The script's or model's path, or the zoo name `what` names; CommandError with the choices otherwise."""
     if what in pw.zoo.ZOO and not _is_script(what):
         return what
+    if what.endswith(".onnx"):
+        path = Path(what)
+        if not path.is_file():
+            raise CommandError(f"ptowsp {command}: no ONNX model {what!r}")
+        return path
     if _is_script(what):
         path = Path(what)
         if not path.is_file():
@@ -89,13 +115,15 @@ def _chosen(what: str, command: str) -> Path | str:
                        "name a script by a path ending in .py, e.g. ./model.py")
 
 
-def _workload(what: str) -> pw.Workload:
-    chosen = _chosen(what, "tune")
+def _workload(what: str, args: argparse.Namespace) -> pw.Workload:
+    chosen = _chosen(what, args.command)
+    if _is_model(chosen):
+        return _model(chosen, args)
     return _script_run(chosen).workload if isinstance(chosen, Path) else _zoo(chosen)
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    wl = _workload(args.what)
+    wl = _workload(args.what, args)
     res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
                                   workers=args.workers, progress=True)
     default = next((r.seconds for r in res.history if r.trial == 0 and r.seconds is not None), None)
@@ -112,7 +140,7 @@ def tune_command(args: argparse.Namespace) -> int:
 
 def trace_command(args: argparse.Namespace) -> int:
     chosen = _chosen(args.what, "trace")
-    if isinstance(chosen, Path):
+    if isinstance(chosen, Path) and not _is_model(chosen):
         prog = _script_run(chosen)  # the script's own last run: warm if it ran its program before
         trace = prog.trace
     else:
@@ -129,7 +157,8 @@ def trace_command(args: argparse.Namespace) -> int:
     trace.to_chrome(out / "trace.json")
     trace.plot(out / "gantt.png")
     (out / "summary.txt").write_text(summary + "\n")
-    runs = "" if isinstance(chosen, Path) else f" (the median of {args.runs} runs after the checking one)"
+    runs = "" if isinstance(chosen, Path) and not _is_model(chosen) else \
+        f" (the median of {args.runs} runs after the checking one)"
     print(f"{prog}: {len(trace.events)} events{runs}")
     print(summary)
     print(f"wrote {out / 'trace.json'}, {out / 'gantt.png'}, {out / 'summary.txt'}")
@@ -138,7 +167,7 @@ def trace_command(args: argparse.Namespace) -> int:
 
 def bench_command(args: argparse.Namespace) -> int:
     chosen = _chosen(args.what, "bench")
-    if isinstance(chosen, Path):
+    if isinstance(chosen, Path) and not _is_model(chosen):
         prog = _script_run(chosen)
         wl = prog.workload
         inputs = random_inputs(wl)
@@ -160,8 +189,7 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    chosen = _chosen(args.what, "show")
-    wl = _script_run(chosen).workload if isinstance(chosen, Path) else _zoo(chosen)
+    wl = _workload(args.what, args)
     found = backend(args.target)
     workers = len(found.cores(args.workers, None))
     schedule = default_schedule(wl, vector_bytes=found.vector_bytes, workers=workers,
@@ -186,7 +214,10 @@ def _command(commands, name: str, purpose: str, targets: list[str]) -> argparse.
     """A subcommand taking a script or zoo workload, a target and a worker count."""
     command = commands.add_parser(name, help=purpose, description=purpose, formatter_class=_HelpFormatter)
     command.add_argument("what", metavar="WORKLOAD",
-                         help=f"a zoo workload ({', '.join(pw.zoo.ZOO)}) or a script named by a path ending in .py")
+                         help=f"a zoo workload ({', '.join(pw.zoo.ZOO)}), an ONNX model (a path ending in .onnx) "
+                              "or a script named by a path ending in .py")
+    command.add_argument("--shape", action="append", metavar="NAME=D1,D2,...",
+                         help="an ONNX model's input shape (binds its symbolic dimensions); repeatable")
     command.add_argument("--target", default="cpu", choices=targets, help="where it runs (pw.targets())")
     command.add_argument("--workers", type=_positive, default=None,
                          help="worker threads; None: one per core")
@@ -200,7 +231,42 @@ def _positive(text: str) -> int:
     return value
 
 
-COMMANDS = {"show": show_command, "bench": bench_command, "trace": trace_command, "tune": tune_command}
+def run_command(args: argparse.Namespace) -> int:
+    """Run once checked against pw.reference, then time warm runs; beside onnxruntime for a model."""
+    chosen = _chosen(args.what, "run")
+    if isinstance(chosen, Path) and not _is_model(chosen):
+        raise CommandError("ptowsp run: takes a zoo workload or an .onnx model (a script runs itself: python it)")
+    prog, inputs = _zoo_build(chosen, args)
+    contenders = {f"ptowsp default ({args.target})": lambda: prog.run(**inputs)}
+    session = _onnxruntime(chosen) if _is_model(chosen) else None
+    if session is not None:
+        feeds = {name: inputs[name] for name in (i.name for i in session.get_inputs())}
+        contenders["onnxruntime (CPU, all graph optimizations)"] = lambda: session.run(None, feeds)
+    elif _is_model(chosen):
+        print("onnxruntime is not installed: its row is left out (pip install onnxruntime to compare)")
+    seconds = side_by_side(list(contenders.values()), repeat=args.runs, rounds=3, min_block=0.05)
+    print(f"{prog.workload.name} on {args.target}, {len(prog.options.workers)} workers: median of warm runs, "
+          "3 alternating blocks; checked against pw.reference")
+    width = max(map(len, contenders))
+    for name, t in zip(contenders, seconds, strict=True):
+        print(f"{name:{width}}  {readable_seconds(t):>10}  {seconds[0] / t:>6.2f}x ptowsp's time")
+    return 0
+
+
+def _onnxruntime(path: Path):
+    """An onnxruntime session for the model (2 threads, every graph optimization), or None without it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 2
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+COMMANDS = {"show": show_command, "bench": bench_command, "trace": trace_command, "tune": tune_command,
+            "run": run_command}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -219,6 +285,9 @@ def parser() -> argparse.ArgumentParser:
     trace.add_argument("--tasks", type=_positive, default=None,
                        help="schedule zoo workloads with parallelize(TASKS) instead of the default schedule")
     trace.add_argument("--out", default="ptowsp-trace", help="directory for trace.json, gantt.png, summary.txt")
+    run = _command(commands, "run", "run a workload or ONNX model checked, then time it (beside onnxruntime)",
+                   targets)
+    run.add_argument("--runs", type=_positive, default=10, help="timed runs per block (3 alternating blocks)")
     tune = _command(commands, "tune", "tune a workload's schedule with the AutoScheduler", targets)
     tune.add_argument("--trials", type=_positive, default=64, help="measured trials in all (those in the log count)")
     tune.add_argument("--log", default="tune.jsonl", help="JSON-lines log: appended to, resumed from")

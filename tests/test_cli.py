@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -110,3 +111,39 @@ def test_trace_writes_the_median_of_warm_runs(tmp_path, capsys):
     assert main(["trace", "softmax", "--runs", "3", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "the median of 3 runs" in out and "warm run" in (tmp_path / "summary.txt").read_text()
+
+
+def _onnx_mlp(path, batch="batch"):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    graph = oh.make_graph([oh.make_node("MatMul", ["x", "w"], ["h"], name="fc"), oh.make_node("Relu", ["h"], ["y"])],
+                          "tiny_mlp", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])], [nh.from_array(w, "w")])
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_run_and_show_take_an_onnx_model(tmp_path, capsys):
+    model = str(_onnx_mlp(tmp_path / "mlp.onnx"))
+    assert main(["run", model, "--shape", "x=16,8", "--runs", "2", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny_mlp on cpu" in out and "ptowsp default (cpu)" in out and "checked against pw.reference" in out
+    assert main(["show", model, "--shape", "x=16,8"]) == 0
+    assert "input x[16, 8] float32" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "input 'x' has a symbolic dimension 0 \\('batch'\\); give it with shapes="),
+    (["--shape", "x=16,eight"], "--shape 'x=16,eight': expected NAME=D1,D2,... \\(integers\\)"),
+])
+def test_an_onnx_model_with_a_bad_or_missing_shape_is_one_line(tmp_path, capsys, args, message):
+    model = str(_onnx_mlp(tmp_path / "mlp.onnx"))
+    assert main(["run", model, *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(message, err)

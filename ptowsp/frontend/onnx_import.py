@@ -70,7 +70,7 @@ class Importer:
         for init in graph.initializer:
             self.constant(init.name, numpy_helper.to_array(init))
         for inp in graph.input:
-            if inp.name not in self.values:
+            if inp.name not in self.arrays:  # (older exporters list initializers as inputs too)
                 self._input(inp, shapes)
 
     # -- names and values ------------------------------------------------------------------
@@ -79,13 +79,18 @@ class Importer:
         self.taken.add(name)
         return name
 
-    def constant(self, onnx_name: str, array: np.ndarray) -> Value:
-        array = np.asarray(array)
-        stored = array.reshape(1) if array.ndim == 0 else array
-        tensor = self.wl.constant(self.name(onnx_name), stored)
-        self.arrays[onnx_name] = array
-        self.values[onnx_name] = Value(tensor, tuple(array.shape))
-        return self.values[onnx_name]
+    def constant(self, onnx_name: str, array: np.ndarray) -> None:
+        """A value known now; it becomes a workload constant only when a task reads it (`lookup`), so
+        initializers that only steer the import (shapes, axes, folded batch norms) leave nothing behind."""
+        self.arrays[onnx_name] = np.asarray(array)
+
+    def lookup(self, onnx_name: str) -> Value | None:
+        """The value named `onnx_name` (a constant is declared on first use), or None if nothing made it."""
+        if onnx_name not in self.values and onnx_name in self.arrays:
+            array = self.arrays[onnx_name]
+            stored = array.reshape(1) if array.ndim == 0 else array
+            self.values[onnx_name] = Value(self.wl.constant(self.name(onnx_name), stored), tuple(array.shape))
+        return self.values.get(onnx_name)
 
     def _input(self, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> None:
         kind = inp.type.WhichOneof("value")
@@ -107,10 +112,11 @@ class Importer:
 
     def value(self, node: onnx.NodeProto, k: int) -> Value:
         name = node.input[k]
-        if name not in self.values:
+        found = self.lookup(name)
+        if found is None:
             raise WorkloadError(f"{describe(node)}: input {k} ({name!r}) is not produced by any earlier node, "
                                 "initializer or graph input (the graph is not in topological order?)")
-        return self.values[name]
+        return found
 
     def optional(self, node: onnx.NodeProto, k: int) -> Value | None:
         return self.value(node, k) if len(node.input) > k and node.input[k] else None
@@ -216,7 +222,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         if node.domain not in ("", "ai.onnx"):
             raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
                                 "default ONNX domain)")
-        if node.input and all(not n or n in imp.arrays for n in node.input) and node.op_type not in _KEPT:
+        if node.input and all(not n or n in imp.arrays for n in node.input):
             _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
             continue
         handler = OPS.get(node.op_type)
@@ -225,16 +231,13 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
                                 f"{', '.join(sorted(OPS))}")
         handler(imp, node)
     for out in proto.graph.output:
-        if out.name not in imp.values:
+        value = imp.lookup(out.name)
+        if value is None:
             raise WorkloadError(f"{source}: graph output {out.name!r} is produced by no node")
-        value = imp.values[out.name]
         if value.tensor.name != imp.outputs[out.name]:  # an input, constant or shared value: copy it out
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
-
-
-_KEPT = {"Identity"}  # nodes over constants that stay aliases rather than new constants
 
 
 def _fold(imp: Importer, node: onnx.NodeProto) -> None:

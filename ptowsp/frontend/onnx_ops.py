@@ -105,9 +105,7 @@ def cast(imp: Importer, node: onnx.NodeProto) -> None:
 
 @op("Identity")
 def identity(imp: Importer, node: onnx.NodeProto) -> None:
-    imp.values[node.output[0]] = imp.value(node, 0)
-    if node.input[0] in imp.arrays:
-        imp.arrays[node.output[0]] = imp.arrays[node.input[0]]
+    imp.values[node.output[0]] = imp.value(node, 0)  # (over a constant it was folded before it got here)
 
 
 @op("Constant")
@@ -294,8 +292,9 @@ def batch_norm(imp: Importer, node: onnx.NodeProto) -> None:
     dtype = np.dtype(x.dtype)
     a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(dtype)
     b = (bias - mean * a).astype(dtype)
-    fa = imp.constant(f"{node.name or 'bn'}_scale", a)
-    fb = imp.constant(f"{node.name or 'bn'}_shift", b)
+    imp.constant(f"{node.name or 'bn'}_scale", a)
+    imp.constant(f"{node.name or 'bn'}_shift", b)
+    fa, fb = imp.lookup(f"{node.name or 'bn'}_scale"), imp.lookup(f"{node.name or 'bn'}_shift")
     if len(x.shape) < 2:
         raise WorkloadError(f"{describe(node)}: input of rank {len(x.shape)}; needs (N, C, ...)")
     imp.compute(node, x.shape, lambda *idx: x.at(idx) * fa.at([idx[1]]) + fb.at([idx[1]]))
