@@ -227,9 +227,15 @@ def conv(imp: Importer, node: onnx.NodeProto) -> None:
         read = x.at([n, channel, *pos])
         if any(pads):
             read = pw.where(_inside(pos, size), read, 0.0)
-        value = pw.sum(read * w.at([o, c, r, s]), (c, r, s))
-        return value + bias.at([o]) if bias is not None else value
-    imp.compute(node, (x.shape[0], out_ch, oh, ow), body)
+        return pw.sum(read * w.at([o, c, r, s]), (c, r, s))
+    shape = (x.shape[0], out_ch, oh, ow)
+    if bias is None:
+        imp.compute(node, shape, body)
+        return
+    # the bias is a task of its own: the convolution stays the plain contraction the cpu's blocking pass
+    # recognises (passes/blocking.py), and fusion makes the add its epilogue
+    total = imp.compute(node, shape, body, part="conv")
+    imp.compute(node, shape, lambda n, o, y, xx: total.at([n, o, y, xx]) + bias.at([o]))
 
 
 # -- pooling and normalisation -------------------------------------------------------------------

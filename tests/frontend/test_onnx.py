@@ -3,8 +3,6 @@ on cpu, and the errors for what it does not import."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +12,7 @@ from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
 
 import ptowsp as pw
+from ptowsp.frontend.models import bert_layer, resnet18
 from tests.conformance.onnx_cases import cnn_model
 
 RNG = np.random.default_rng(0)
@@ -157,7 +156,8 @@ def test_where_and_cast():
 def test_a_small_cnn_imports_and_runs_on_cpu():
     m = cnn_model()  # conv, batch norm, relu, max pool, global average pool, flatten, gemm, softmax
     wl = check(m, {"x": RNG.standard_normal((2, 3, 12, 10)).astype(F32)}, target="cpu", rtol=1e-4, atol=1e-5)
-    assert wl.outputs == ["probs"] and wl.tasks[0] == "conv"  # tasks named after their nodes
+    assert wl.outputs == ["probs"] and wl.tasks[:2] == ["conv_conv", "conv"]  # tasks named after their nodes
+    assert "bn" not in wl.tasks  # the batch norm folded into the convolution's weights and bias
 
 
 def test_an_mlp_from_a_file(tmp_path):
@@ -267,86 +267,14 @@ def test_shape_arithmetic_over_constants_is_folded():
 
 
 # -- whole models at reduced width ---------------------------------------------------------------
-def _bert_layer(seq=8, hidden=16, heads=2, ff=32):
-    """A BERT encoder layer as torch exports it: fused QKV projections, head split by Reshape/Transpose,
-    scaled scores, softmax, output projection, residual + LayerNorm, GELU through Erf, residual + LayerNorm."""
-    d = hidden // heads
-    w = {n: RNG.standard_normal(s).astype(F32) * 0.2 for n, s in
-         {"wq": (hidden, hidden), "wk": (hidden, hidden), "wv": (hidden, hidden), "wo": (hidden, hidden),
-          "w1": (hidden, ff), "w2": (ff, hidden)}.items()}
-    w |= {n: RNG.standard_normal(s).astype(F32) * 0.1 for n, s in
-          {"bq": (hidden,), "bk": (hidden,), "bv": (hidden,), "bo": (hidden,), "b1": (ff,), "b2": (hidden,),
-           "g1": (hidden,), "be1": (hidden,), "g2": (hidden,), "be2": (hidden,)}.items()}
-    w |= {"heads_shape": np.array([1, seq, heads, d], np.int64), "merged": np.array([1, seq, hidden], np.int64),
-          "scale": np.array(math.sqrt(d), F32), "half": np.array(0.5, F32), "one": np.array(1.0, F32),
-          "root2": np.array(math.sqrt(2.0), F32)}
-    n = []
-    for h in "qkv":
-        n += [oh.make_node("MatMul", ["x", f"w{h}"], [f"{h}0"], name=f"{h}_proj"),
-              oh.make_node("Add", [f"{h}0", f"b{h}"], [f"{h}1"]),
-              oh.make_node("Reshape", [f"{h}1", "heads_shape"], [f"{h}2"]),
-              oh.make_node("Transpose", [f"{h}2"], [f"{h}3"], perm=[0, 2, 3, 1] if h == "k" else [0, 2, 1, 3])]
-    n += [oh.make_node("MatMul", ["q3", "k3"], ["s0"], name="scores"), oh.make_node("Div", ["s0", "scale"], ["s1"]),
-          oh.make_node("Softmax", ["s1"], ["p"], axis=-1), oh.make_node("MatMul", ["p", "v3"], ["c0"], name="context"),
-          oh.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
-          oh.make_node("Reshape", ["c1", "merged"], ["c2"]), oh.make_node("MatMul", ["c2", "wo"], ["o0"], name="out"),
-          oh.make_node("Add", ["o0", "bo"], ["o1"]), oh.make_node("Add", ["o1", "x"], ["r1"]),
-          oh.make_node("LayerNormalization", ["r1", "g1", "be1"], ["h1"], name="ln1", epsilon=1e-5),
-          oh.make_node("MatMul", ["h1", "w1"], ["f0"], name="ff1"), oh.make_node("Add", ["f0", "b1"], ["f1"]),
-          oh.make_node("Div", ["f1", "root2"], ["e0"]), oh.make_node("Erf", ["e0"], ["e1"]),
-          oh.make_node("Add", ["e1", "one"], ["e2"]), oh.make_node("Mul", ["f1", "e2"], ["e3"]),
-          oh.make_node("Mul", ["e3", "half"], ["gelu"]), oh.make_node("MatMul", ["gelu", "w2"], ["f2"], name="ff2"),
-          oh.make_node("Add", ["f2", "b2"], ["f3"]), oh.make_node("Add", ["f3", "h1"], ["r2"]),
-          oh.make_node("LayerNormalization", ["r2", "g2", "be2"], ["y"], name="ln2", epsilon=1e-5)]
-    return model(n, {"x": ((1, seq, hidden), TP.FLOAT)}, {"y": ((1, seq, hidden), TP.FLOAT)}, w)
-
-
 def test_a_bert_encoder_layer_at_reduced_width():
-    m = _bert_layer()
+    m = bert_layer(seq=8, hidden=16, heads=2, ff=32)
     check(m, {"x": RNG.standard_normal((1, 8, 16)).astype(F32)}, target="cpu", rtol=1e-4, atol=1e-4)
 
 
-def _resnet_block(nodes, inits, x, c_in, c_out, stride, tag):
-    """A ResNet basic block: conv-bn-relu, conv-bn, a 1x1 projection when the shape changes, add, relu."""
-    def conv_bn(src, ci, co, k, s, name):
-        inits[f"{name}_w"] = RNG.standard_normal((co, ci, k, k)).astype(F32) * (2.0 / (ci * k * k)) ** 0.5
-        for p, v in (("g", RNG.uniform(0.5, 1.5, co)), ("b", RNG.standard_normal(co) * 0.1),
-                     ("m", RNG.standard_normal(co) * 0.1), ("v", RNG.uniform(0.5, 1.5, co))):
-            inits[f"{name}_{p}"] = v.astype(F32)
-        nodes.append(oh.make_node("Conv", [src, f"{name}_w"], [f"{name}_c"], name=f"{name}_conv", strides=[s, s],
-                                  pads=[k // 2] * 4))
-        nodes.append(oh.make_node("BatchNormalization", [f"{name}_c"] + [f"{name}_{p}" for p in "gbmv"],
-                                  [f"{name}_bn"], name=f"{name}_bn"))
-        return f"{name}_bn"
-    a = conv_bn(x, c_in, c_out, 3, stride, f"{tag}a")
-    nodes.append(oh.make_node("Relu", [a], [f"{tag}a_r"]))
-    b = conv_bn(f"{tag}a_r", c_out, c_out, 3, 1, f"{tag}b")
-    skip = x if stride == 1 and c_in == c_out else conv_bn(x, c_in, c_out, 1, stride, f"{tag}p")
-    nodes += [oh.make_node("Add", [b, skip], [f"{tag}_sum"]), oh.make_node("Relu", [f"{tag}_sum"], [f"{tag}_out"])]
-    return f"{tag}_out"
-
-
-def _resnet18(width=8, size=32, classes=10):
-    """ResNet-18's structure (stem, 4 stages of 2 basic blocks, global pool, fc) at reduced width and size."""
-    nodes, inits = [], {}
-    inits["stem_w"] = RNG.standard_normal((width, 3, 7, 7)).astype(F32) * 0.1
-    nodes += [oh.make_node("Conv", ["x", "stem_w"], ["stem"], name="stem", strides=[2, 2], pads=[3, 3, 3, 3]),
-              oh.make_node("Relu", ["stem"], ["stem_r"]),
-              oh.make_node("MaxPool", ["stem_r"], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
-    src, c = "pool", width
-    for stage, mult in enumerate((1, 2, 4, 8)):
-        for block in range(2):
-            stride = 2 if block == 0 and stage > 0 else 1
-            src = _resnet_block(nodes, inits, src, c, width * mult, stride, f"s{stage}b{block}")
-            c = width * mult
-    inits["fc_w"] = RNG.standard_normal((classes, c)).astype(F32) * 0.1
-    inits["fc_b"] = np.zeros(classes, F32)
-    nodes += [oh.make_node("GlobalAveragePool", [src], ["gap"]), oh.make_node("Flatten", ["gap"], ["flat"]),
-              oh.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1)]
-    return model(nodes, {"x": ((1, 3, size, size), TP.FLOAT)}, {"logits": ((1, classes), TP.FLOAT)}, inits)
-
-
 def test_resnet18_at_reduced_width():
-    m = _resnet18()
+    m = resnet18(width=8, size=32, classes=10)
     wl = check(m, {"x": RNG.standard_normal((1, 3, 32, 32)).astype(F32)}, target="cpu", rtol=1e-3, atol=1e-3)
-    assert sum(1 for t in wl.tasks if t.endswith("_conv") or t == "stem") == 20  # 17 convs + 3 projections
+    convolutions = [t for t in wl.tasks if t.endswith("_conv_conv")]
+    assert len(convolutions) == 20  # 17 convolutions and 3 projections, each batch norm folded into one
+    assert not any(t.endswith("_bn") for t in wl.tasks)

@@ -1,0 +1,150 @@
+"""Whole models imported from ONNX: ResNet-18 and a BERT-base encoder layer beside onnxruntime and torch eager.
+
+Both models are built with onnx.helper with random weights (ptowsp/frontend/models.py; nothing is
+downloaded): ResNet-18 at batch 1, 3x224x224; a BERT-base encoder layer at seq 128, hidden 768, 12
+heads, d_ff 3072; float32.  ptowsp imports the ONNX model (`pw.frontend.from_onnx`) and builds it
+with the default schedule on cpu with 2 workers; onnxruntime runs the same model (CPU execution
+provider, every graph optimization, 2 threads); torch eager runs the same weights through
+torch.nn.functional (2 threads).  Every output is checked against onnxruntime's first.  Medians of
+`--repeat` warm runs in alternating blocks (timing.side_by_side).  With `--aicore` the models also
+run on the aicore target: device-time makespan and cube/vector utilisation.
+
+Targets (issue 31): ResNet-18 default >= 0.8x onnxruntime (tuned >= 1.1x), BERT layer tuned >= 1.0x
+onnxruntime, both >= 1.5x torch eager.
+
+Peers live in a separate venv (the package never imports them):
+
+    python -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install -e . onnxruntime torch \\
+        --extra-index-url <the PyTorch CPU wheel index>
+    /tmp/bench-venv/bin/python benchmarks/models.py [--repeat 10] [--aicore]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+from timing import side_by_side  # noqa: E402
+
+import ptowsp as pw  # noqa: E402
+from ptowsp.frontend.models import bert_layer, resnet18  # noqa: E402
+
+
+def weights(model) -> dict[str, np.ndarray]:
+    return {init.name: np.array(numpy_helper.to_array(init)) for init in model.graph.initializer}  # writable
+
+
+def torch_resnet18(model):
+    """ResNet-18 in torch eager with the ONNX model's weights (the same graph as ptowsp/frontend/models.py)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - torch's own name
+
+    w = {k: torch.from_numpy(v) for k, v in weights(model).items()}
+
+    def conv_bn(x, name, stride, pad):
+        y = F.conv2d(x, w[f"{name}_w"], stride=stride, padding=pad)
+        return F.batch_norm(y, w[f"{name}_m"], w[f"{name}_v"], w[f"{name}_g"], w[f"{name}_b"], eps=1e-5)
+
+    def run(x):
+        with torch.no_grad():
+            y = F.max_pool2d(F.relu(conv_bn(x, "stem", 2, 3)), 3, 2, 1)
+            channels = w["stem_w"].shape[0]
+            for stage in range(4):
+                for block in range(2):
+                    tag, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 0 else 1
+                    a = F.relu(conv_bn(y, f"{tag}a", stride, 1))
+                    b = conv_bn(a, f"{tag}b", 1, 1)
+                    out = w[f"{tag}a_w"].shape[0]
+                    skip = y if stride == 1 and channels == out else conv_bn(y, f"{tag}p", stride, 0)
+                    y, channels = F.relu(b + skip), out
+            return F.linear(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1), w["fc_w"], w["fc_b"])
+    return run
+
+
+def torch_bert(model, heads: int = 12):
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    w = {k: torch.from_numpy(v) for k, v in weights(model).items()}
+
+    def run(x):
+        with torch.no_grad():
+            b, s, h = x.shape
+            d = h // heads
+            q, k, v = ((x @ w[f"w{n}"] + w[f"b{n}"]).view(b, s, heads, d).transpose(1, 2) for n in "qkv")
+            p = torch.softmax(q @ k.transpose(-1, -2) / d ** 0.5, dim=-1)
+            c = (p @ v).transpose(1, 2).reshape(b, s, h)
+            h1 = F.layer_norm(c @ w["wo"] + w["bo"] + x, (h,), w["g1"], w["be1"], eps=1e-12)
+            f = h1 @ w["w1"] + w["b1"]
+            g = f * 0.5 * (1.0 + torch.erf(f / 2 ** 0.5))
+            return F.layer_norm(g @ w["w2"] + w["b2"] + h1, (h,), w["g2"], w["be2"], eps=1e-12)
+    return run
+
+
+def onnxruntime_session(model):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 2
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def compare(name: str, model, x: np.ndarray, output: str, torch_run, repeat: int, aicore: bool) -> None:
+    start = time.perf_counter()
+    wl = pw.frontend.from_onnx(model)
+    imported = time.perf_counter() - start
+    start = time.perf_counter()
+    prog = pw.build(wl, "cpu", workers=2)
+    built = time.perf_counter() - start
+    session = onnxruntime_session(model)
+    want = session.run(None, {"x": x})[0]
+    got = prog.run(x=x)[output]
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+    rows = {"ptowsp default (cpu, 2 workers)": lambda: prog.run(x=x),
+            "onnxruntime (CPU EP, all optimizations)": lambda: session.run(None, {"x": x})}
+    try:
+        import torch
+
+        torch.set_num_threads(2)
+        run = torch_run(model)
+        np.testing.assert_allclose(run(torch.from_numpy(x)).numpy(), want, rtol=1e-3, atol=1e-4 * scale)
+        rows["torch eager"] = lambda: run(torch.from_numpy(x))
+    except ImportError:
+        print("torch is not installed: its row is left out")
+    seconds = side_by_side(list(rows.values()), repeat)
+    print(f"\n{name}: imported in {imported:.1f} s ({len(wl.tasks)} tasks), built in {built:.1f} s; median of "
+          f"{repeat} warm runs x 3 alternating blocks; outputs checked against onnxruntime")
+    print(f"{'contender':42} {'ms':>8} {'ptowsp speed vs it':>19}")
+    for label, t in zip(rows, seconds, strict=True):
+        print(f"{label:42} {t * 1e3:8.2f} {t / seconds[0]:18.2f}x")
+    if aicore:
+        start = time.perf_counter()
+        device = pw.build(wl, "aicore")
+        device.run(x=x)
+        summary = device.trace.summary()
+        print(f"aicore (device model): makespan {summary.makespan * 1e3:.3f} ms, cube {summary.classes['cube']:.1%}, "
+              f"vector {summary.classes['vector']:.1%} computing; {time.perf_counter() - start:.0f} s of host time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--aicore", action="store_true", help="also run both models on the aicore device model")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    compare("ResNet-18, batch 1, 3x224x224", resnet18(), rng.standard_normal((1, 3, 224, 224)).astype(np.float32),
+            "logits", torch_resnet18, args.repeat, args.aicore)
+    compare("BERT-base encoder layer, seq 128", bert_layer(), rng.standard_normal((1, 128, 768)).astype(np.float32),
+            "y", torch_bert, args.repeat, args.aicore)
+
+
+if __name__ == "__main__":
+    main()
