@@ -278,3 +278,16 @@ def test_resnet18_at_reduced_width():
     convolutions = [t for t in wl.tasks if t.endswith("_conv_conv")]
     assert len(convolutions) == 20  # 17 convolutions and 3 projections, each batch norm folded into one
     assert not any(t.endswith("_bn") for t in wl.tasks)
+
+
+def test_a_batch_norm_folds_into_its_conv_only_when_it_is_the_only_reader():
+    c = 4
+    inits = {"w": RNG.standard_normal((c, 3, 3, 3)).astype(F32), "scale": RNG.uniform(0.5, 1.5, c).astype(F32),
+             "bias": RNG.standard_normal(c).astype(F32), "mean": RNG.standard_normal(c).astype(F32),
+             "var": RNG.uniform(0.5, 1.5, c).astype(F32)}
+    nodes = [oh.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             oh.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+             oh.make_node("Add", ["bn", "c"], ["y"], name="y")]  # the conv's output is read twice: no folding
+    m = model(nodes, {"x": ((1, 3, 6, 6), TP.FLOAT)}, {"y": ((1, c, 6, 6), TP.FLOAT)}, inits)
+    wl = check(m, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(F32)}, rtol=1e-4, atol=1e-5)
+    assert wl.tasks == ["conv", "bn", "y"]
