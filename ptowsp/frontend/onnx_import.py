@@ -214,7 +214,7 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
               shapes: Mapping[str, Sequence[int]] | None = None) -> Workload:
     """The Workload an ONNX model computes (see the module docstring)."""
-    from ptowsp.frontend.onnx_ops import OPS
+    from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after both modules register)
 
     proto, source = load(model)
     imp = Importer(proto, shapes or {}, source)

@@ -1,0 +1,195 @@
+"""The ONNX operators that move, select or count elements: views, concatenation, slices, gathers,
+and the shape queries folded at import.  onnx_ops.py holds the registry and the arithmetic; importing
+OPS from here gives the registry with both modules' operators."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+import ptowsp as pw
+from ptowsp.errors import WorkloadError
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
+
+__all__ = ["OPS"]  # the registry, complete once this module's operators have registered
+
+
+# -- shapes --------------------------------------------------------------------------------------
+def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[int]) -> None:
+    """A task viewing x's elements, in row-major order, as `shape` (Reshape, Flatten, Squeeze...)."""
+    if math.prod(shape) != math.prod(x.shape):
+        raise WorkloadError(f"{describe(node)}: cannot view shape {x.shape} as {tuple(shape)}")
+    out_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    in_strides = [math.prod(x.shape[d + 1:]) for d in range(len(x.shape))]
+
+    def body(*idx):
+        linear = sum(i * st for i, st in zip(idx, out_strides, strict=True))
+        return x.at([linear // st % n for st, n in zip(in_strides, x.shape, strict=True)])
+    if [n for n in shape if n != 1] == [n for n in x.shape if n != 1]:  # only unit dimensions change
+        kept = [d for d, n in enumerate(shape) if n != 1]
+        imp.compute(node, shape, lambda *idx: x.at(_unit_map(idx, kept, x.shape)))
+    else:
+        imp.compute(node, shape, body)
+
+
+def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) -> list[object]:
+    values = iter(idx[d] for d in kept)
+    return [next(values) if n != 1 else 0 for n in shape]
+
+
+@op("Reshape")
+def reshape(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    target = [int(d) for d in imp.array(node, 1, "shape")]
+    if int(attribute(node, "allowzero", 0)):
+        refuse(node, "allowzero", 1, "only 0")
+    target = [x.shape[d] if n == 0 else n for d, n in enumerate(target)]
+    if target.count(-1) > 1:
+        raise WorkloadError(f"{describe(node)}: shape {target} has more than one -1")
+    if -1 in target:
+        known = math.prod(n for n in target if n != -1)
+        target[target.index(-1)] = math.prod(x.shape) // max(known, 1)
+    _reindex(imp, node, x, target)
+
+
+@op("Flatten")
+def flatten(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axis = int(attribute(node, "axis", 1))
+    axis = axis % len(x.shape) if axis < 0 else axis
+    _reindex(imp, node, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+
+
+@op("Squeeze", "Unsqueeze")
+def squeeze(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axes = attribute(node, "axes")
+    if axes is None and len(node.input) > 1:
+        axes = imp.array(node, 1, "axes")
+    if node.op_type == "Squeeze":
+        drop = {axis_of(node, int(a), len(x.shape)) for a in axes} if axes is not None else \
+            {d for d, n in enumerate(x.shape) if n == 1}
+        shape = [n for d, n in enumerate(x.shape) if d not in drop]
+    else:
+        rank = len(x.shape) + len(axes)
+        add = {axis_of(node, int(a), rank) for a in axes}
+        dims = iter(x.shape)
+        shape = [1 if d in add else next(dims) for d in range(rank)]
+    _reindex(imp, node, x, shape)
+
+
+@op("Transpose")
+def transpose(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    perm = list(attribute(node, "perm", list(reversed(range(len(x.shape))))))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise WorkloadError(f"{describe(node)}: perm {perm} is no permutation of {len(x.shape)} axes")
+    inverse = [perm.index(d) for d in range(len(perm))]
+    imp.compute(node, [x.shape[p] for p in perm], lambda *idx: x.at([idx[inverse[d]] for d in range(len(perm))]))
+
+
+@op("Expand")
+def expand(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    target = tuple(int(d) for d in imp.array(node, 1, "shape"))
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, target))
+    except ValueError:
+        raise WorkloadError(f"{describe(node)}: shape {x.shape} does not expand to {target}") from None
+    imp.compute(node, shape, lambda *idx: x.broadcast_at(idx, shape))
+
+
+@op("Concat")
+def concat(imp: Importer, node: onnx.NodeProto) -> None:
+    parts = [imp.value(node, k) for k in range(len(node.input))]
+    rank = len(parts[0].shape)
+    axis = axis_of(node, int(attribute(node, "axis")), rank)
+    if any(len(p.shape) != rank or p.shape[:axis] + p.shape[axis + 1:] != parts[0].shape[:axis] +
+           parts[0].shape[axis + 1:] for p in parts):
+        raise WorkloadError(f"{describe(node)}: shapes {[p.shape for p in parts]} do not concatenate on axis {axis}")
+    starts = np.cumsum([0] + [p.shape[axis] for p in parts]).tolist()
+    shape = (*parts[0].shape[:axis], starts[-1], *parts[0].shape[axis + 1:])
+
+    def body(*idx):
+        j = idx[axis]
+        value = None
+        for part, start in zip(parts, starts, strict=False):  # the last part whose start j has passed wins
+            inner = pw.clamp(j - start, 0, part.shape[axis] - 1)
+            read = part.at([*idx[:axis], inner, *idx[axis + 1:]])
+            value = read if value is None else pw.where(j >= start, read, value)
+        return value
+    imp.compute(node, shape, body)
+
+
+@op("Split")
+def split(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    axis = axis_of(node, int(attribute(node, "axis", 0)), len(x.shape))
+    sizes = imp.array(node, 1, "split") if len(node.input) > 1 else attribute(node, "split")
+    outputs = [o for o in node.output]
+    if sizes is None:
+        if x.shape[axis] % len(outputs):
+            raise WorkloadError(f"{describe(node)}: {x.shape[axis]} does not split in {len(outputs)} equal parts")
+        sizes = [x.shape[axis] // len(outputs)] * len(outputs)
+    sizes = [int(n) for n in sizes]
+    if sum(sizes) != x.shape[axis] or len(sizes) != len(outputs):
+        raise WorkloadError(f"{describe(node)}: split sizes {sizes} do not cover axis {axis} of {x.shape}")
+    start = 0
+    for k, n in enumerate(sizes):
+        shape = (*x.shape[:axis], n, *x.shape[axis + 1:])
+        imp.compute(node, shape, lambda *idx, s=start: x.at([*idx[:axis], idx[axis] + s, *idx[axis + 1:]]), output=k)
+        start += n
+
+
+@op("Slice")
+def slice_(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    starts, ends = imp.array(node, 1, "starts"), imp.array(node, 2, "ends")
+    axes = imp.array(node, 3, "axes")
+    steps = imp.array(node, 4, "steps")
+    axes = list(range(len(starts))) if axes is None else [axis_of(node, int(a), len(x.shape)) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    first, step, shape = [0] * len(x.shape), [1] * len(x.shape), list(x.shape)
+    for a, s0, e0, st in zip(axes, starts, ends, steps, strict=True):
+        if st == 0:
+            raise WorkloadError(f"{describe(node)}: step 0 on axis {a}")
+        picked = range(x.shape[a])[slice(int(s0), int(e0), st)]  # numpy's (and ONNX's) clamping rules
+        first[a], step[a], shape[a] = (picked.start if len(picked) else 0), st, len(picked)
+    if 0 in shape:
+        raise WorkloadError(f"{describe(node)}: the slice of {x.shape} is empty ({shape})")
+    imp.compute(node, shape, lambda *idx: x.at([f + i * s for i, f, s in zip(idx, first, step, strict=True)]))
+
+
+@op("Gather")
+def gather(imp: Importer, node: onnx.NodeProto) -> None:
+    data, indices = imp.value(node, 0), imp.value(node, 1)
+    axis = axis_of(node, int(attribute(node, "axis", 0)), len(data.shape))
+    if np.dtype(indices.dtype).kind not in "iu":
+        raise WorkloadError(f"{describe(node)}: indices of dtype {indices.dtype}; an integer type is needed")
+    n, q = data.shape[axis], len(indices.shape)
+    shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+
+    def body(*idx):
+        k = indices.at(idx[axis:axis + q])
+        k = pw.where(k < 0, k + n, k)  # ONNX counts negative indices from the end
+        return data.at([*idx[:axis], pw.clamp(pw.cast(k, "int64"), 0, n - 1), *idx[axis + q:]])
+    imp.compute(node, shape, body)
+
+
+@op("Shape")
+def shape_of(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    start, end = int(attribute(node, "start", 0)), attribute(node, "end")
+    imp.constant(node.output[0], np.array(x.shape[start:end if end is None else int(end)], np.int64))
+
+
+@op("ConstantOfShape")
+def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
+    shape = [int(d) for d in imp.array(node, 0, "shape")]
+    value = attribute(node, "value")
+    fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
