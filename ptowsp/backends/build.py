@@ -137,4 +137,9 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
                       title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug),
                       task_times=TaskTimes() if policy.policy == "heft" else None)
-    return Built(schedule, target, found.compile(schedule, device), options)
+    if isinstance(what, Workload):  # a target may adapt its default to fit (aicore: streamed reductions)
+        executable = getattr(found, "compile_default", found.compile)(schedule, device)
+        schedule = getattr(executable, "schedule", schedule)
+    else:
+        executable = found.compile(schedule, device)
+    return Built(schedule, target, executable, options)

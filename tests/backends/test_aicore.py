@@ -200,3 +200,14 @@ def test_idle_core_time_is_charged_to_what_held_the_cores_back(slow, cause):
             end = max(end, e.end)
     assert sum(idle.values()) == pytest.approx(len(vector) * trace.makespan - busy, rel=1e-9)
     assert "idle cores" in str(summary) and cause in str(summary)
+
+
+def test_the_default_streams_a_reduction_whose_blocks_overflow_a_buffer():
+    wl = zoo.conv2d(1, 2048, 7, 7, 16, 3, 1, 1)  # 2048 channels of a 7x7 image: 392 KiB > 64 KiB of L0A/L0B
+    inputs = random_inputs(wl, seed=3)
+    with pytest.raises(pw.ScheduleError, match="needs .* of L0A/L0B for its largest input block"):
+        pw.build(wl.schedule().parallel("Y", "n"), "aicore", device=SMALL)  # a user's schedule: as given
+    prog = pw.build(wl, "aicore", device=SMALL)
+    loops = [lp.name for lp in prog.schedule.nest("Y").loops]
+    assert any(name.startswith("c.") for name in loops)  # the channels stream in blocks
+    np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)

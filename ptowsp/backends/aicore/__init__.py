@@ -17,14 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.backends.aicore.cost import KernelShape, ModelCosts, check_buffers, itemsizes, kernel_shape
+from ptowsp.backends.aicore.cost import BufferOverflow, KernelShape, ModelCosts, check_buffers, itemsizes, kernel_shape
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.loopnest import PARALLEL
 from ptowsp.schedules.passes.default import Choose
+from ptowsp.te import Op
 from ptowsp.workloads import Category, Workload
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
@@ -135,6 +137,24 @@ class AicoreBackend:
     def compile(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
         return AicoreExecutable(schedule, device or DeviceModel())
 
+    def compile_default(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
+        """The default schedule, with each task whose input blocks overflow a core buffer made to stream
+        its outermost reduction loop in blocks (halved until they fit): a convolution's channels, a
+        contraction's k.  A user's own schedule is compiled as given (`compile`) and refused if it
+        does not fit."""
+        blocks: dict[str, int] = {}
+        while True:
+            streamed = schedule
+            for task, block in blocks.items():
+                streamed = stream_reduction_blocks(streamed, task, block)
+            try:
+                return self.compile(streamed, device)
+            except BufferOverflow as e:
+                extent = _streamable(streamed, e.task)
+                if e.buffer == "L0C" or extent is None or blocks.get(e.task, 2) <= 1:
+                    raise
+                blocks[e.task] = max(1, (blocks.get(e.task) or extent) // 2)
+
     def default_workload(self, wl: Workload) -> Workload:
         return wl
 
@@ -158,3 +178,30 @@ class AicoreBackend:
         return choose
 
 
+def _streamable(schedule: Schedule, task: str) -> int | None:
+    """The extent of `task`'s outermost reduction loop in the schedule's workload, or None."""
+    if task not in schedule.workload.tasks:
+        return None
+    body = schedule.workload.task(task).body
+    reduce = body.src[1:] if body.op is Op.REDUCE else ()
+    return int(reduce[0].arg[1]) if reduce and isinstance(reduce[0].arg[1], int) else None
+
+
+def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedule:
+    """`task`'s outermost reduction axis streamed in blocks of `block`: its innermost piece is split and
+    the block loop placed just inside the task grid (after any block loop already there), so each step
+    of it loads one block of the inputs (the aicore cost model's stream)."""
+    axis = schedule.workload.task(task).body.src[1].arg[0]
+    pieces = [lp.name for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
+    loop = pieces[-1]
+    s = schedule.copy().split(task, loop, block)  # schedules are built in place: leave the given one as it is
+    loops = s.nest(task).loops
+    grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
+    after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != f"{loop}.outer"]
+    streaming = []  # block loops already just inside the grid
+    for lp in after:
+        if not lp.reduce:
+            break
+        streaming.append(lp.name)
+    rest = [lp.name for lp in after if lp.name not in streaming]
+    return s.reorder(task, *grid, *streaming, f"{loop}.outer", *rest)

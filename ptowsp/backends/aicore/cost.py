@@ -293,6 +293,14 @@ class ModelCosts:
                 "l2_hit_bytes": self.l2_hits}
 
 
+class BufferOverflow(ScheduleError):
+    """A task's tile or blocks do not fit a core buffer; `task` and `buffer` say which."""
+
+    def __init__(self, task: str, buffer: str, message: str):
+        super().__init__(message)
+        self.task, self.buffer = task, buffer
+
+
 def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsize: Mapping[str, int],
                   prefetch: int) -> None:
     """Refuse, at build time, a task whose tile does not fit its core's buffers (ScheduleError)."""
@@ -315,8 +323,8 @@ def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsi
                       f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs")]
         for buffer, need, capacity, what in needs:
             if need > capacity:
-                raise ScheduleError(f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
-                                    f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}")
+                raise BufferOverflow(name, buffer, f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
+                                     f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}")
 
 
 def itemsizes(dtypes: Mapping[str, str]) -> dict[str, int]:
