@@ -357,3 +357,26 @@ def test_hand_overs_are_flows_in_the_trace_and_arrows_in_chrome_json(tmp_path):
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert starts.keys() == ends.keys() and len(starts) == 4
     assert all(starts[k]["tid"] == 0 and ends[k]["tid"] == 1 for k in starts)
+
+
+def test_non_blocking_receive_and_many_tokens_at_once():
+    channel, tokens = csp.Channel(2, "c"), csp.DepQueue("t")
+    got = []
+
+    async def worker():
+        with pytest.raises(csp.WouldBlock, match="channel 'c' is empty"):
+            channel.receive_nowait()
+        await channel.send(1)
+        got.append(channel.receive_nowait())
+        tokens.push_dep(3)  # three tokens in one push
+        for _ in range(3):
+            await tokens.pop_dep()
+        with pytest.raises(csp.WouldBlock, match="'t' popped while empty"):
+            tokens.pop_dep_nowait()
+        channel.close()
+        with pytest.raises(csp.EndOfChannel):
+            channel.receive_nowait()
+
+    csp.run([worker], clock="device")
+    assert got == [1]
+    assert (tokens.statistics().pushes, tokens.statistics().pops, tokens.statistics().max_tokens) == (3, 3, 3)
