@@ -125,6 +125,9 @@ def _bits(mask: int) -> list[int]:
     return out
 
 
+REDUCTION_BUDGET = 5e7  # machine words of bitset work the transitive reduction may take (about 0.5 s)
+
+
 class TaskTable:
     """Instances in an order every dependency respects, and (computed once) their predecessors."""
 
@@ -143,11 +146,15 @@ class TaskTable:
     @functools.cached_property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
         """For each instance, the earlier instances whose writes overlap its reads (and, for a
-        tensor in shared bytes, every earlier access of the tensors it takes over)."""
+        tensor in shared bytes, every earlier access of the tensors it takes over), less those
+        already implied through another of them (the transitive reduction: the same order, with
+        far fewer edges for the scheduler to count on every run; a tile of a convolution that
+        reads a whole padded tensor keeps the pad tiles, not the tiles those read)."""
         index = RegionIndex()
         shared = {t for older in self.after.values() for t in older}
         accessed: dict[str, int] = {}  # shared tensor -> bitset of instances reading or writing it
-        out = []
+        direct: list[list[int]] = []
+        masks: list[int] = []  # the same, as bitsets
         for i, inst in enumerate(self.instances):
             mask = 0
             for tensor, box in inst.reads:
@@ -155,10 +162,22 @@ class TaskTable:
             for tensor, _ in inst.writes:
                 for older in self.after.get(tensor, ()):
                     mask |= accessed.get(older, 0)
-            out.append(tuple(_bits(mask)))
+            direct.append(list(_bits(mask)))
+            masks.append(mask)
             for tensor, box in inst.writes:
                 index.add(tensor, box, i)
             for tensor, _ in (*inst.reads, *inst.writes):
                 if tensor in shared:
                     accessed[tensor] = accessed.get(tensor, 0) | (1 << i)
+        edges = sum(map(len, direct))
+        if edges * (len(direct) // 64 + 1) > REDUCTION_BUDGET:  # a huge, dense table: keep every edge
+            return tuple(map(tuple, direct))
+        ancestors: list[int] = []  # per instance: bitset of every instance it (transitively) waits for
+        out = []
+        for preds, mask in zip(direct, masks, strict=True):
+            implied = 0
+            for p in preds:
+                implied |= ancestors[p]
+            ancestors.append(implied | mask)
+            out.append(tuple(p for p in preds if not implied >> p & 1))
         return tuple(out)

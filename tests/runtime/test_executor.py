@@ -283,3 +283,15 @@ def test_summary_and_gantt(tmp_path):
     assert "makespan" in str(summary) and "critical path" in str(summary)
     png = trace.plot(tmp_path / "gantt.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dependencies_implied_through_another_instance_are_dropped():
+    a = Instance("A", (), (), (("a", ((0, 1),)),))
+    b = Instance("B", (), (("a", ((0, 1),)),), (("b", ((0, 1),)),))
+    c = Instance("C", (), (("a", ((0, 1),)), ("b", ((0, 1),))), (("c", ((0, 1),)),))  # reads A's too
+    table = TaskTable([a, b, c])
+    assert table.predecessors == ((), (0,), (1,))  # C's wait on A is implied by its wait on B
+    order = []
+    launch = Launch(table, action=lambda inst: order.append(inst.name))
+    run(table, launch, policy="round_robin")
+    assert order == ["A", "B", "C"]
