@@ -31,6 +31,7 @@ from `run` once every process has ended.
 
 from __future__ import annotations
 
+import abc
 import heapq
 import os
 import itertools
@@ -98,7 +99,7 @@ class Waitable(Protocol):
         """What a process parked in `op` waits for, e.g. "to receive from channel 'a' (empty)"."""
 
 
-class Engine:
+class Engine(abc.ABC):
     """What both clocks share: process states, wake-ups, deadlock detection, failure and cancellation."""
 
     def __init__(self, record_waits: bool = False):
@@ -193,11 +194,13 @@ class Engine:
                          for p in self.procs if p.state != DONE) or "(none)"
 
     # -- engine-specific -----------------------------------------------------------------------
+    @abc.abstractmethod
     def now(self) -> float:
-        raise NotImplementedError
+        """Seconds since the run started, on this engine's clock."""
 
+    @abc.abstractmethod
     def ready(self, proc: Proc) -> None:
-        raise NotImplementedError
+        """Queue a process that may run (under the lock)."""
 
     # -- stepping a process (outside the lock) -------------------------------------------------
     def start(self, specs: Sequence[tuple[str, str | None, Coroutine, int | None]]) -> None:
