@@ -3,7 +3,8 @@
     ptowsp show  WORKLOAD               the task graph, categories, fusion and default schedule
     ptowsp bench WORKLOAD               the default schedule beside plain numpy, timed side by side
     ptowsp trace WORKLOAD --out DIR     trace.json, gantt.png and summary.txt of a warm run
-    ptowsp tune  WORKLOAD --log FILE    the AutoScheduler, resuming from and appending to FILE
+    ptowsp tune  WORKLOAD --log FILE    the AutoScheduler, resuming from and appending to FILE (an
+                                        .onnx model: kernel by kernel, then timed beside onnxruntime)
     ptowsp run   WORKLOAD               run once checked, then time warm runs (beside onnxruntime
                                         for an .onnx model, when it is installed)
     ptowsp --version
@@ -27,6 +28,7 @@ import sys
 from pathlib import Path
 
 import ptowsp as pw
+from ptowsp.autoschedule.model_search import ModelSearchResult
 from ptowsp.backends.base import backend
 from ptowsp.backends.build import Built
 from ptowsp.schedules.passes.default import default_schedule
@@ -123,18 +125,30 @@ def _workload(what: str, args: argparse.Namespace) -> pw.Workload:
 
 
 def tune_command(args: argparse.Namespace) -> int:
+    chosen = _chosen(args.what, args.command)
     wl = _workload(args.what, args)
     res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
                                   workers=args.workers, progress=True)
-    default = next((r.seconds for r in res.history if r.trial == 0 and r.seconds is not None), None)
-    print(f"{res}; {res.wall_seconds:.1f} s, {res.overhead:.0%} of it outside measurement")
-    if default is not None and res.resumed == 0:
-        print(f"default schedule {default * 1e3:.3f} ms, tuned {res.best_seconds * 1e3:.3f} ms "
-              f"({default / res.best_seconds:.2f}x)")
-    print(res.schedule)
+    if isinstance(res, ModelSearchResult):  # a model tuned kernel by kernel
+        print(f"{res}; {res.wall_seconds:.1f} s")
+        print(res.table())
+    else:
+        default = next((r.seconds for r in res.history if r.trial == 0 and r.seconds is not None), None)
+        print(f"{res}; {res.wall_seconds:.1f} s, {res.overhead:.0%} of it outside measurement")
+        if default is not None and res.resumed == 0:
+            print(f"default schedule {default * 1e3:.3f} ms, tuned {res.best_seconds * 1e3:.3f} ms "
+                  f"({default / res.best_seconds:.2f}x)")
+        print(res.schedule)
     print(f"trials appended to {args.log}; replay with pw.autoschedule.best({args.log!r}, wl, {args.target!r})")
     if args.plot:
         print(f"tuning curve: {res.plot(args.plot)}")
+    if _is_model(chosen):  # the model's time, default and tuned, beside onnxruntime's
+        inputs = random_inputs(wl)
+        default = pw.build(wl, target=args.target, workers=args.workers)
+        tuned = pw.build(res.schedule, target=args.target, workers=args.workers)
+        _checked(tuned, wl, inputs, args.command)
+        _side_by_side({f"ptowsp default ({args.target})": default, f"ptowsp tuned ({args.target})": tuned},
+                      chosen, inputs, args)
     return 0
 
 
@@ -237,7 +251,13 @@ def run_command(args: argparse.Namespace) -> int:
     if isinstance(chosen, Path) and not _is_model(chosen):
         raise CommandError("ptowsp run: takes a zoo workload or an .onnx model (a script runs itself: python it)")
     prog, inputs = _zoo_build(chosen, args)
-    contenders = {f"ptowsp default ({args.target})": lambda: prog.run(**inputs)}
+    _side_by_side({f"ptowsp default ({args.target})": prog}, chosen, inputs, args)
+    return 0
+
+
+def _side_by_side(programs: dict[str, Built], chosen: Path | str, inputs: dict, args: argparse.Namespace) -> None:
+    """Time the programs (and onnxruntime, for a model) in alternating blocks; print one table."""
+    contenders = {name: (lambda p=p: p.run(**inputs)) for name, p in programs.items()}
     session = _onnxruntime(chosen) if _is_model(chosen) else None
     if session is not None:
         feeds = {name: inputs[name] for name in (i.name for i in session.get_inputs())}
@@ -245,12 +265,12 @@ def run_command(args: argparse.Namespace) -> int:
     elif _is_model(chosen):
         print("onnxruntime is not installed: its row is left out (pip install onnxruntime to compare)")
     seconds = side_by_side(list(contenders.values()), repeat=args.runs, rounds=3, min_block=0.05)
-    print(f"{prog.workload.name} on {args.target}, {len(prog.options.workers)} workers: median of warm runs, "
+    first = next(iter(programs.values()))
+    print(f"{first.workload.name} on {args.target}, {len(first.options.workers)} workers: median of warm runs, "
           "3 alternating blocks; checked against pw.reference")
     width = max(map(len, contenders))
     for name, t in zip(contenders, seconds, strict=True):
-        print(f"{name:{width}}  {readable_seconds(t):>10}  {seconds[0] / t:>6.2f}x ptowsp's time")
-    return 0
+        print(f"{name:{width}}  {readable_seconds(t):>10}  {seconds[0] / t:>6.2f}x ptowsp's default")
 
 
 def _onnxruntime(path: Path):
@@ -293,6 +313,8 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--log", default="tune.jsonl", help="JSON-lines log: appended to, resumed from")
     tune.add_argument("--seed", type=int, default=0, help="seed of the search")
     tune.add_argument("--plot", default=None, help="write the tuning curve (best time vs trial) to this PNG")
+    tune.add_argument("--runs", type=_positive, default=10,
+                      help="an .onnx model: timed runs per block of the default, tuned and onnxruntime")
     return top
 
 

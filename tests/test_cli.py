@@ -147,3 +147,19 @@ def test_an_onnx_model_with_a_bad_or_missing_shape_is_one_line(tmp_path, capsys,
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert re.search(message, err)
+
+
+def test_tune_an_onnx_model_kernel_by_kernel_then_time_it(tmp_path, capsys):
+    import onnx
+
+    from ptowsp.frontend.models import resnet18
+
+    model = tmp_path / "resnet.onnx"
+    onnx.save(resnet18(width=8, size=32, classes=10), model)
+    log, plot = tmp_path / "model.jsonl", tmp_path / "model.png"
+    assert main(["tune", str(model), "--trials", "34", "--log", str(log), "--plot", str(plot), "--runs", "2",
+                 "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"ModelSearchResult\('resnet18' on 'cpu': \d+ tasks, 34 trials", out)
+    assert "share" in out and "stem_conv_conv" in out  # the per-task table
+    assert "ptowsp default (cpu)" in out and "ptowsp tuned (cpu)" in out and plot.stat().st_size > 10_000

@@ -69,28 +69,40 @@ def time_program(built, inputs: dict[str, np.ndarray], repeat: int, min_time: fl
 
 STARTUP_GRACE = 30.0  # seconds a fresh worker may take to import ptowsp and compute the reference
 Evaluate = Callable[..., float]  # (built, inputs, repeat, min_time, budget) -> seconds
+KEPT_WORKLOADS = 16  # workloads a worker keeps set up (inputs, reference): a model's tuning tasks take turns
+SETUP, MEASURE = b"S", b"M"  # the two requests: set a workload up, measure one of its schedules
 
 
 def serve(read_fd: int, write_fd: int) -> None:
-    """The worker process: its set-up (None out, or why it failed), then schedule JSON in,
-    (seconds, error) out, until the pipe closes."""
+    """The worker process.  Requests: SETUP with a workload (answered None, or why it cannot be set
+    up), MEASURE with a set-up workload's fingerprint and a schedule's JSON (answered (seconds,
+    error)); until the pipe closes."""
     import ptowsp as pw
 
     requests, conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    try:
-        # the parent's own pickle of its own workload (cloudpickle output loads with pickle), never a file
-        wl, target, workers, timing, evaluate = pickle.loads(requests.recv_bytes())  # noqa: S301
-        inputs = random_inputs(wl)
-        expected = pw.reference(wl, **inputs)
-    except Exception as e:  # every trial would fail the same way: the parent raises instead
-        conn.send(f"{type(e).__name__}: {e}")
-        return
-    conn.send(None)
+    ready: dict[str, tuple] = {}  # fingerprint -> (workload, target, workers, timing, evaluate, inputs, expected)
     while True:
         try:
-            text = requests.recv()
+            request = requests.recv_bytes()
         except EOFError:
             return
+        kind, payload = request[:1], request[1:]
+        if kind == SETUP:
+            try:
+                # the parent's own pickle of its own workload (cloudpickle output loads with pickle), never a file
+                wl, target, workers, timing, evaluate = pickle.loads(payload)  # noqa: S301
+                inputs = random_inputs(wl)
+                setup = (wl, target, workers, timing, evaluate, inputs, pw.reference(wl, **inputs))
+            except Exception as e:  # every trial would fail the same way: the parent raises instead
+                conn.send(f"{type(e).__name__}: {e}")
+                continue
+            ready[wl.fingerprint] = setup
+            while len(ready) > KEPT_WORKLOADS:
+                ready.pop(next(iter(ready)))
+            conn.send(None)
+            continue
+        fingerprint, text = pickle.loads(payload)  # noqa: S301 (the parent's pickle of two strings)
+        wl, target, workers, timing, evaluate, inputs, expected = ready[fingerprint]
         try:
             built = pw.build(Schedule.from_json(wl, text), target, workers=workers)
             out = built.run(**inputs)
@@ -104,13 +116,15 @@ def serve(read_fd: int, write_fd: int) -> None:
 
 
 class Runner:
-    """Builds and times schedules of one workload on one target, one worker process at a time.
+    """Builds and times schedules on one target, one worker process at a time.
 
-    `timeout` bounds a whole trial (build, check, timing); `evaluate` replaces
-    the timing function (it runs in the worker process, sent with cloudpickle
-    like the workload: tests use it to crash or hang on purpose).  BuildError
-    here when the workload cannot be sent to the worker, and from the first
-    `measure` when the worker cannot set it up.
+    A runner measures a schedule of any workload: the worker sets each workload up once (random
+    inputs, the reference's outputs) and keeps the last KEPT_WORKLOADS of them, so a whole-model
+    search's tuning tasks share one worker.  `wl` is the first workload, set up before the first
+    measurement.  `timeout` bounds a whole trial (build, check, timing); `evaluate` replaces the
+    timing function (it runs in the worker process, sent with cloudpickle like the workload: tests
+    use it to crash or hang on purpose).  BuildError here when the workload cannot be sent to the
+    worker, and from `measure` when the worker cannot set a workload up.
     """
 
     def __init__(self, wl: Workload, target: str = "cpu", *, workers: int = 2, repeat: int = 5,
@@ -119,15 +133,22 @@ class Runner:
         self.workload, self.target, self.workers = wl, target, workers
         self.timing = (repeat, min_time, budget)
         self.timeout, self.evaluate = timeout, evaluate
-        self._setup = _serialize(wl, (wl, target, workers, self.timing, evaluate), evaluate)
+        self._setups: dict[str, bytes] = {}  # fingerprint -> the SETUP request
+        self._ready: dict[str, None] = {}  # workloads the worker keeps, oldest first (its own order)
+        self._setup(wl)
         self._process: subprocess.Popen | None = None
         self._requests: Connection | None = None
         self._conn: Connection | None = None
         self.restarts = 0
 
-    def _start(self) -> bool:
-        """A fresh worker, set up; False when its set-up outlasts STARTUP_GRACE.  BuildError when it
-        reports that it cannot set the workload up; EOFError or OSError when it dies first."""
+    def _setup(self, wl: Workload) -> bytes:
+        if wl.fingerprint not in self._setups:
+            self._setups[wl.fingerprint] = SETUP + _serialize(
+                wl, (wl, self.target, self.workers, self.timing, self.evaluate), self.evaluate)
+        return self._setups[wl.fingerprint]
+
+    def _start(self) -> None:
+        """A fresh worker; EOFError or OSError when it cannot start."""
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -138,24 +159,38 @@ class Runner:
         os.close(to_parent)
         self._requests = Connection(to_child, readable=False)
         self._conn = Connection(from_child, writable=False)
-        self._requests.send_bytes(self._setup)
+        self._ready = {}
+
+    def _set_up(self, wl: Workload) -> bool:
+        """The worker holds `wl` set up; False when setting it up outlasts STARTUP_GRACE.  BuildError
+        when it reports that it cannot; EOFError or OSError when it dies first."""
+        if wl.fingerprint in self._ready:
+            return True
+        assert self._conn is not None and self._requests is not None
+        self._requests.send_bytes(self._setup(wl))
         if not self._conn.poll(STARTUP_GRACE):
             return False
         failure = self._conn.recv()
         if failure is not None:
             self._stop()
-            raise BuildError(f"the measuring process cannot set up workload {self.workload.name!r} for "
+            raise BuildError(f"the measuring process cannot set up workload {wl.name!r} for "
                              f"{self.target!r}: {failure}; every trial would fail the same way")
+        self._ready[wl.fingerprint] = None
+        while len(self._ready) > KEPT_WORKLOADS:  # the worker forgets the oldest the same way
+            self._ready.pop(next(iter(self._ready)))
         return True
 
     def measure(self, schedule: Schedule) -> Measurement:
         start = time.perf_counter()
+        wl = schedule.workload
         try:
-            if self._process is None and not self._start():
+            if self._process is None:
+                self._start()
+            if not self._set_up(wl):
                 error = f"timeout: the measuring process did not set up within {STARTUP_GRACE:g} s (it was killed)"
             else:
                 assert self._conn is not None and self._requests is not None
-                self._requests.send(schedule.to_json())
+                self._requests.send_bytes(MEASURE + pickle.dumps((wl.fingerprint, schedule.to_json())))
                 if self._conn.poll(self.timeout):
                     seconds, error = self._conn.recv()
                     if seconds is not None and not usable_seconds(seconds):  # a custom evaluate may return anything

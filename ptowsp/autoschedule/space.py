@@ -54,6 +54,16 @@ class _Recorder:
         return value if value in choices else default
 
 
+def generate(wl: Workload, point: Mapping[str, Any], *, vector_bytes: int, workers: int,
+             overrides: Mapping[str, tuple[Any, ...]] | None = None) -> tuple[Schedule, dict[str, Knob]]:
+    """The default generator's schedule of `wl` answering from `point` (a knob it does not name, or
+    names with a value not among the knob's choices, keeps its default), and the knobs it asked.
+    Without building a Space: a whole model's schedule from its tasks' tuned knobs."""
+    recorder = _Recorder(point, overrides or {})
+    s = default_schedule(wl, vector_bytes=vector_bytes, workers=workers, choose=recorder)
+    return s, recorder.asked
+
+
 class Space:
     """Every schedule the default generator can write for `wl` on a target.
 
@@ -72,9 +82,8 @@ class Space:
             self._apply(overrides)
 
     def _generate(self, point: Mapping[str, Any]) -> tuple[Schedule, dict[str, Knob]]:
-        recorder = _Recorder(point, self._overrides)
-        s = default_schedule(self.workload, vector_bytes=self.vector_bytes, workers=self.workers, choose=recorder)
-        return s, recorder.asked
+        return generate(self.workload, point, vector_bytes=self.vector_bytes, workers=self.workers,
+                        overrides=self._overrides)
 
     def _discover(self) -> dict[str, Knob]:
         """The knobs of the default point, then those that other values of each of them open up."""

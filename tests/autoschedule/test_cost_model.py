@@ -8,7 +8,7 @@ import pytest
 from ptowsp.autoschedule import records
 from ptowsp.autoschedule.cost_model import CostModel, normalised_throughput
 from ptowsp.autoschedule.features import FEATURE_NAMES, FEATURE_SET
-from ptowsp.autoschedule.search import _prior
+from ptowsp.autoschedule.tuner import _prior
 from ptowsp.workloads import zoo
 
 

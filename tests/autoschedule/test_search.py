@@ -7,7 +7,7 @@ import json
 import pytest
 
 import ptowsp as pw
-from ptowsp.autoschedule import measure, records, search
+from ptowsp.autoschedule import measure, records, tuner
 from ptowsp.autoschedule.measure import Runner, time_program
 from ptowsp.autoschedule.space import Space
 from ptowsp.workloads import zoo
@@ -124,13 +124,13 @@ def test_a_batch_prefers_points_far_from_those_measured():
     picked first: a neighbour of a measured point mostly re-measures the noise around it."""
     wl = _matmul()
     space = Space(wl, vector_bytes=32, workers=2)
-    tuner = search._Tuner(wl, "cpu", space, 2, 0, "xgboost", 8, 0.2, None, None, False)
+    search = tuner.Tuner(wl, "cpu", space, 2, 0, "xgboost", 8, 0.2, None, None, False)
     measured = space.default()
-    tuner.points[tuner.candidates.key(measured)] = measured
+    search.points[search.candidates.key(measured)] = measured
     free = [k for k in space.knobs.values() if len(k.choices) > 1]
     neighbour = {**measured, free[0].name: next(c for c in free[0].choices if c != measured[free[0].name])}
     far = {**measured, **{k.name: next(c for c in k.choices if c != measured[k.name]) for k in free}}
-    assert tuner.candidates.key(far) != tuner.candidates.key(neighbour)
+    assert search.candidates.key(far) != search.candidates.key(neighbour)
     # the neighbour comes first among equal predictions: only the novelty term can put `far` ahead
-    tuner._anneal = lambda: {tuner.candidates.key(p): (1.0, p) for p in (neighbour, far)}
-    assert tuner._best_predicted(1, taken=set()) == [far]
+    search._anneal = lambda: {search.candidates.key(p): (1.0, p) for p in (neighbour, far)}
+    assert search._best_predicted(1, taken=set()) == [far]

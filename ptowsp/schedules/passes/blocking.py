@@ -32,14 +32,13 @@ channel is the output's) are left to the default's other rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te import Expr, Op, const, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.checks import with_parameters
+from ptowsp.workloads.copying import compute_as, copy_task
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def block_convolutions(wl: Workload, lanes: int) -> Workload:
         if name in found:
             _blocked(out, task, found[name], lanes)
         else:
-            _compute(out, name, task.tensor.shape, task.loop_names, lambda *_, b=task.body: _retarget(out, b))
+            copy_task(out, task)
     out.output(*(out.tensor(n) for n in wl.outputs))
     return out
 
@@ -188,14 +187,14 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
                         inside = check if inside is None else inside & check
             return where(inside, x_in[tuple(inner)], const(0.0, "float32"))
 
-        source = _compute(out, _fresh(f"{name}_pad", set(out.tasks)), shape, names, padded)
+        source = compute_as(out, _fresh(f"{name}_pad", set(out.tasks)), shape, names, padded)
         read = tuple(_shifted(i, a) for i, (a, _) in zip(read, conv.pads, strict=True))
     else:
         source = x_in
     o_count = task.tensor.shape[1]
     w_shape = (o_count // lanes, *w_in.shape[1:], lanes)
     w_names = ("ob", "w1", "w2", "w3", "ol")
-    weights = _compute(out, _fresh(f"{name}_weights", set(out.tasks)), w_shape, w_names,
+    weights = compute_as(out, _fresh(f"{name}_weights", set(out.tasks)), w_shape, w_names,
                        lambda ob, a, b, c, ol: w_in[ob * lanes + ol, a, b, c])
     shape = task.tensor.shape
     blocked_shape = (shape[0], o_count // lanes, shape[2], shape[3], lanes)
@@ -205,9 +204,9 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
         weight = weights[(vb, *conv.weight.src[1:], vl)]
         return Expr(Op.REDUCE, "float32", (act * weight, *body.src[1:]), body.arg)
 
-    result = _compute(out, _fresh(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
+    result = compute_as(out, _fresh(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
                       contraction)
-    _compute(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
+    compute_as(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
 
 
 def _shifted(index: Expr, by: int) -> Expr:
@@ -223,14 +222,3 @@ def _fresh(name: str, taken: set[str]) -> str:
     while name in taken:
         name += "_"
     return name
-
-
-def _retarget(out: Workload, body: Expr) -> Expr:
-    """`body` reading `out`'s tensors of the same names."""
-    return substitute(body, lambda e: Expr(Op.LOAD, e.dtype, tuple(_retarget(out, i) for i in e.src),
-                                           out.tensor(e.arg.name)) if e.op is Op.LOAD else None)
-
-
-def _compute(out: Workload, name: str, shape, loop_names, make: Callable[..., Expr]):
-    """`out.compute(name, shape, make)` with its loops named `loop_names`."""
-    return out.compute(name, shape, with_parameters(make, loop_names))
