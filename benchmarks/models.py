@@ -7,7 +7,10 @@ with the default schedule on cpu with 2 workers; onnxruntime runs the same model
 provider, every graph optimization, 2 threads); torch eager runs the same weights through
 torch.nn.functional (2 threads).  Every output is checked against onnxruntime's first.  Medians of
 `--repeat` warm runs in alternating blocks (timing.side_by_side).  With `--aicore` the models also
-run on the aicore target: device-time makespan and cube/vector utilisation.
+run on the aicore target: device-time makespan and cube/vector utilisation.  With `--tuned N`
+ptowsp also tunes each model for N trials first (a whole-model search: kernel by kernel,
+autoschedule/model_search.py; logged to `--log-dir`, resumed from there) and times the tuned
+schedule beside the rest.
 
 Targets (issue 31): ResNet-18 default >= 0.8x onnxruntime (tuned >= 1.1x), BERT layer tuned >= 1.0x
 onnxruntime, both >= 1.5x torch eager.
@@ -16,7 +19,7 @@ Peers live in a separate venv (the package never imports them):
 
     python -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install -e . onnxruntime torch \\
         --extra-index-url <the PyTorch CPU wheel index>
-    /tmp/bench-venv/bin/python benchmarks/models.py [--repeat 10] [--aicore]
+    /tmp/bench-venv/bin/python benchmarks/models.py [--repeat 10] [--aicore] [--tuned 400]
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ def onnxruntime_session(model):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def compare(name: str, model, x: np.ndarray, output: str, torch_run, repeat: int, aicore: bool) -> None:
+def compare(name: str, model, x: np.ndarray, output: str, torch_run, args) -> None:
+    repeat, aicore = args.repeat, args.aicore
     start = time.perf_counter()
     wl = pw.frontend.from_onnx(model)
     imported = time.perf_counter() - start
@@ -108,8 +112,20 @@ def compare(name: str, model, x: np.ndarray, output: str, torch_run, repeat: int
     got = prog.run(x=x)[output]
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
-    rows = {"ptowsp default (cpu, 2 workers)": lambda: prog.run(x=x),
-            "onnxruntime (CPU EP, all optimizations)": lambda: session.run(None, {"x": x})}
+    rows = {"ptowsp default (cpu, 2 workers)": lambda: prog.run(x=x)}
+    if args.tuned:
+        start = time.perf_counter()
+        log = os.path.join(args.log_dir, f"{wl.name}.jsonl")
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=args.tuned, log_file=log, seed=0, workers=2,
+                                      confirm=2, progress=True)
+        tuning = time.perf_counter() - start
+        print(f"\n{res}: {tuning:.0f} s of tuning ({res.measure_seconds:.0f} s measuring), log {log}")
+        print(res.table())
+        res.plot(os.path.join(args.log_dir, f"{wl.name}.png"))
+        tuned = pw.build(res.schedule, "cpu", workers=2)
+        np.testing.assert_allclose(tuned.run(x=x)[output], want, rtol=1e-3, atol=1e-4 * float(np.abs(want).max()))
+        rows[f"ptowsp tuned ({args.tuned} trials, {tuning:.0f} s)"] = lambda: tuned.run(x=x)
+    rows["onnxruntime (CPU EP, all optimizations)"] = lambda: session.run(None, {"x": x})
     try:
         import torch
 
@@ -122,9 +138,10 @@ def compare(name: str, model, x: np.ndarray, output: str, torch_run, repeat: int
     seconds = side_by_side(list(rows.values()), repeat)
     print(f"\n{name}: imported in {imported:.1f} s ({len(wl.tasks)} tasks), built in {built:.1f} s; median of "
           f"{repeat} warm runs x 3 alternating blocks; outputs checked against onnxruntime")
-    print(f"{'contender':42} {'ms':>8} {'ptowsp speed vs it':>19}")
+    best = min(seconds[:2]) if args.tuned else seconds[0]
+    print(f"{'contender':42} {'ms':>8} {'ptowsp default vs it':>21}" + (f" {'tuned vs it':>12}" if args.tuned else ""))
     for label, t in zip(rows, seconds, strict=True):
-        print(f"{label:42} {t * 1e3:8.2f} {t / seconds[0]:18.2f}x")
+        print(f"{label:42} {t * 1e3:8.2f} {t / seconds[0]:20.2f}x" + (f" {t / best:11.2f}x" if args.tuned else ""))
     if aicore:
         start = time.perf_counter()
         device = pw.build(wl, "aicore")
@@ -138,12 +155,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--aicore", action="store_true", help="also run both models on the aicore device model")
+    parser.add_argument("--tuned", type=int, default=0, help="tune each model for this many trials first")
+    parser.add_argument("--log-dir", default=".", help="where the tuning logs and curves go (resumed from)")
+    parser.add_argument("--only", choices=("resnet18", "bert"), default=None, help="one model")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    compare("ResNet-18, batch 1, 3x224x224", resnet18(), rng.standard_normal((1, 3, 224, 224)).astype(np.float32),
-            "logits", torch_resnet18, args.repeat, args.aicore)
-    compare("BERT-base encoder layer, seq 128", bert_layer(), rng.standard_normal((1, 128, 768)).astype(np.float32),
-            "y", torch_bert, args.repeat, args.aicore)
+    image, tokens = rng.standard_normal((1, 3, 224, 224)), rng.standard_normal((1, 128, 768))
+    if args.only in (None, "resnet18"):
+        compare("ResNet-18, batch 1, 3x224x224", resnet18(), image.astype(np.float32), "logits", torch_resnet18, args)
+    if args.only in (None, "bert"):
+        compare("BERT-base encoder layer, seq 128", bert_layer(), tokens.astype(np.float32), "y", torch_bert, args)
 
 
 if __name__ == "__main__":

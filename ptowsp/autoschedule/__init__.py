@@ -1,6 +1,6 @@
 """AutoScheduler: space (space.py) -> features (features.py) -> XGBoost cost model (cost_model.py)
--> simulated annealing (search.py) -> measurement in a worker process (measure.py) -> records
-(records.py, JSON lines)."""
+-> simulated annealing (tuner.py; a whole model task by task, model_search.py) -> measurement in a
+worker process (measure.py) -> records (records.py, JSON lines)."""
 
 from ptowsp.autoschedule.records import TrialRecord, best
 from ptowsp.autoschedule.result import SearchResult

@@ -71,3 +71,24 @@ def test_the_user_narrows_and_extends_the_space():
         Space(wl, vector_bytes=32, workers=2, overrides={"dispatch": ["fifo"]})
     with pytest.raises(pw.ScheduleError, match="'C.tile_rows' cannot take -1"):
         Space(wl, vector_bytes=32, workers=2, overrides={"C.tile_rows": [-1]})
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 4])
+def test_a_blocked_convolution_s_register_tile_can_hold_several_channel_blocks(blocks):
+    """`tile_blocks`: each broadcast input feeds that many vectors of output channels (oneDNN's several
+    channel blocks per register tile); every choice computes the convolution."""
+    cpu = pw.backends.backend("cpu")
+    wl = cpu.default_workload(zoo.conv2d(1, 8, 6, 6, 64, 3, 1, 1))
+    space = Space(wl, vector_bytes=cpu.vector_bytes, workers=2)
+    assert space.knobs["Y_blocked.tile_blocks"].choices == (1, 2, 4)
+    assert space.knobs["Y_blocked.tile_blocks"].default == 1
+    s = space.schedule({"Y_blocked.tile_blocks": blocks})
+    loops = s.loops("Y_blocked")
+    if blocks > 1:  # the blocks' loop is inside the reductions, unrolled beside the rows
+        inner = loops.index("o_block.inner")
+        nest = s.nest("Y_blocked").loops
+        assert nest[inner].annotation == "unrolled" and nest[inner + 1].annotation == "unrolled"
+        assert all(nest[k].reduce for k in range(inner - 3, inner))
+    inputs = random_inputs(wl)
+    got = pw.build(s, "cpu", workers=2).run(**inputs)["Y"]
+    np.testing.assert_allclose(got, pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-4)

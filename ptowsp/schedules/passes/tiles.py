@@ -72,13 +72,19 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     """A reduction whose last axis is one vector (a channel-blocked convolution, blocking.py): a
     register tile of `rows` points of the axis before it x that vector, the reductions outside the
     tile (smallest extent first: the taps, then the channels), so each step broadcasts one input
-    value per row into a fused multiply-add with one vector of weights.  Decisions: the rows, and
-    a block of the widest reduction taken outside the others (`reduce_block`, 0: none)."""
+    value per row into a fused multiply-add with one vector of weights.  Decisions: the rows; how
+    many vectors of the axis before the rows (the next channel blocks) the tile holds too
+    (`tile_blocks`: each broadcast then feeds that many multiply-adds, oneDNN's several output
+    channel blocks per register tile); and a block of the widest reduction taken outside the
+    others (`reduce_block`, 0: none)."""
     x = spatial[-2]
     if not isinstance(x.extent, int) or any(not isinstance(lp.extent, int) for lp in reduce):
         return False
     cap = WIDE_VECTOR_TILE if lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 else VECTOR_TILE
     fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
+    blocked = _channel_blocks(s, task, spatial)
+    counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap]
+    several = choose(f"{task}.tile_blocks", counts or [1], 1)
     rows = choose(f"{task}.tile_rows", fits, max(d for d in fits if d <= cap))
     order = [lp.name for lp in sorted(reduce, key=lambda lp: lp.extent)]
     widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
@@ -92,9 +98,33 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
         inner, outer = [f"{x.name}.outer"], f"{x.name}.inner"
     else:
         inner, outer = [], x.name
-    s.reorder(task, *[lp.name for lp in spatial[:-2]], *inner, *order, outer, spatial[-1].name)
+    leading = [lp.name for lp in spatial[:-2]]
+    blocks = []
+    if several > 1:
+        assert blocked is not None
+        s.split(task, blocked.name, several)
+        leading[leading.index(blocked.name)] = f"{blocked.name}.outer"
+        blocks = [f"{blocked.name}.inner"]
+    s.reorder(task, *leading, *inner, *order, *blocks, outer, spatial[-1].name)
+    for loop in blocks:
+        s.unroll(task, loop)
     s.unroll(task, outer).vectorize(task, spatial[-1].name)
     return True
+
+
+def _channel_blocks(s: Schedule, task: str, spatial: list):
+    """The loop over channel blocks of a channel-blocked convolution (`ob` of `Y[n, ob, y, x, ol]`):
+    the spatial loop the weights are indexed by, other than the vector's own; None if there is none."""
+    body = s.workload.task(task).body
+    lane = spatial[-1].name
+    for node in walk(body):
+        if node.op is Op.LOAD:
+            names = [x.arg[0] for x in node.src if x.op is Op.VAR]
+            if names and names[-1] == lane:  # the weights: [ob, c, r, s, ol]
+                found = [lp for lp in spatial[:-2] if lp.name in names[:-1]]
+                if len(found) == 1:
+                    return found[0]
+    return None
 
 
 def rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> None:
