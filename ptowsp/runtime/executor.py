@@ -8,7 +8,8 @@ state guarded by one lock (`Scheduler`):
   thread; the others are pool threads that live on between runs
   (service.py).  A worker's inbox has two slots, the running task and a
   pending one it is committed to next (with `prefetch(n)`: n pending tasks,
-  whose inputs a load stage fetches ahead);
+  whose inputs a load stage fetches ahead).  Without prefetch an idle worker
+  that finds every ready queue empty steals a busy worker's pending task;
 - the **orchestrator** enumerates instances in table order into a bounded
   task window, admitting an instance by counting its unfinished producers.
   When the window is full it waits until workers retire a quarter of it
@@ -118,6 +119,7 @@ class _Worker:
     waits: list = field(default_factory=list)  # (start, end)
     tokens: dict[str, DepQueue] = field(default_factory=dict)
     running: int | None = None  # the instance whose task code runs now (named if the run is abandoned)
+    inbox: deque = field(default_factory=deque)  # committed tasks while one runs: the pending slot(s)
 
 
 _POLL = 0.1  # seconds: how long an idle worker 0 sleeps before it checks for Ctrl-C again
@@ -156,6 +158,7 @@ class Scheduler:
         self.interrupted = False  # Ctrl-C arrived (set by the signal handler, without the lock)
         self.error: tuple[int, BaseException] | None = None
         self.window, self.free = options.window, options.window
+        self.pipelined = options.prefetch > 0  # pending tasks may be loaded ahead: never stolen
         self.next = 0  # the next instance the orchestrator admits
         self.peak = 0  # most instances in the window at once
         self.full_since: float | None = None  # when the orchestrator found the window full
@@ -249,6 +252,14 @@ class Scheduler:
                     if self.rank is not None:
                         heapq.heapify(v.queue)
                     return i
+        if self.pipelined:
+            return None
+        # nothing queued: a busy worker's pending task, not yet started (nothing loaded ahead without
+        # prefetch).  Else the last tile of a layer waits in a pending slot while a worker idles: a
+        # layer of 8 equal tiles would run 5 and 3.
+        for v in self.workers:
+            if v is not w and v.inbox and w.index in self.eligible[self.instances[v.inbox[-1]].core]:
+                return v.inbox.pop()
         return None
 
     def retire(self, i: int, worker: int) -> None:
@@ -308,7 +319,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
         w.tokens = {name: DepQueue(f"{name}@worker{w.index}", credits)
                     for name, credits in (("free", prefetch), ("loaded", 0), ("computed", 0))}
         free, loaded, computed = w.tokens["free"], w.tokens["loaded"], w.tokens["computed"]
-    inbox: deque[int] = deque()  # committed tasks: the head runs next, the rest are pending
+    inbox = w.inbox  # committed tasks: the head runs next, the rest are pending (stolen under the lock)
     prefetched = 0  # how many tasks at the head of the inbox are loaded
     finished: int | None = None
     total, retire, take, orchestrate = len(sched.instances), sched.retire, sched.take, sched.orchestrate
@@ -340,7 +351,7 @@ def _work(sched: Scheduler, w: _Worker, launcher: Launcher, prefetch: int) -> No
                 w.waits.append((start, clock()))
             if sched.stopped or not inbox:
                 return
-        running = i = w.running = inbox.popleft()
+            running = i = w.running = inbox.popleft()
         try:
             if pipelined:
                 if not prefetched:  # nothing loaded ahead (the first task, or after a dry spell)

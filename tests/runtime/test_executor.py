@@ -96,6 +96,16 @@ def test_work_stealing_spreads_what_one_worker_made_ready():
     assert launch.peak == 2  # consumers ran on both workers at once (a wall-clock bound broke in a VM stall)
 
 
+def test_an_idle_worker_takes_a_busy_worker_s_pending_task():
+    """Eight equal tiles on two workers run four and four: the last tile does not wait in the pending
+    slot of a worker that took it a moment before the other one came back for work."""
+    for _ in range(3):
+        table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
+        events = by_task(run(table, Launch(table, {"C": 0.01}), policy="work_stealing"))
+        ran = [events["C", (t,)].worker for t in range(8)]
+        assert sorted(ran.count(w) for w in (0, 1)) == [4, 4], ran
+
+
 def test_affinity_keys_on_grid_coordinates():
     table = TaskTable([Instance("T", (i, j), (), (("T", ((i, i + 1), (j, j + 1))),), grid=("i", "j"))
                        for i in range(4) for j in range(4)])
