@@ -59,6 +59,7 @@ from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
 TASKS_PER_WORKER = 4
+ROW_GROUP_BYTES = 4 << 20  # a contraction reading more than this is not grouped by blocks of rows
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
@@ -122,7 +123,10 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     roots = [t for t in stored if t not in groups and t not in owners and anchors.get(t) not in groups]
     # tasks whose loops no other task's placement depends on (not an anchor, a group member or root)
     alone = {t for t in stored if t not in anchors and t not in groups and all(g.root != t for g in groups.values())}
-    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose, task in alone)
+    # group roots (their members go at their leading, row loops) and members (computed per block of rows)
+    by_rows = {g.root for g in groups.values()} | set(groups)
+    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose, task in alone,
+                                task in by_rows or anchors.get(task) in by_rows)
              for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
@@ -210,11 +214,26 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
         if len(found) == 1 and "" not in found and depth >= 1 and enough:
             contraction = x in anchors.values() or wl.category(x) is Category.COMPLEX_OUT_FUSABLE
             # a block of rows for a contraction, and for a stencil's producer (its halo is recomputed per
-            # block, not per row); one row (in L1) for anything else
-            at = choose(f"{x}.at", ("outer", "inner", "root"), "outer" if contraction or halo else "inner")
+            # block, not per row); one row (in L1) for anything else.  Stored where a block of rows would
+            # re-read a large weight matrix: each of the root's row tasks would read all of it
+            wide = _largest_operand(wl, x, anchors) > ROW_GROUP_BYTES or _largest_operand(
+                wl, next(iter(found)), anchors) > ROW_GROUP_BYTES
+            default = "root" if wide else "outer" if contraction or halo else "inner"
+            at = choose(f"{x}.at", ("outer", "inner", "root"), default)
             if at != "root":
                 out[x] = _Group(found.pop(), depth, tuple(before), outermost=at == "outer", halo=halo)
     return out
+
+
+def _largest_operand(wl: Workload, task: str, anchors: dict[str, str]) -> int:
+    """Bytes of the largest tensor the contraction of `task`'s group reads (its own inputs, and those
+    of the producer it is the epilogue of); 0 when neither is a contraction."""
+    producers = [p for p, e in anchors.items() if e == task]
+    found = 0
+    for t in [task, *producers]:
+        if wl.category(t) is Category.COMPLEX_OUT_FUSABLE:
+            found = max([found, *(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in wl.task(t).inputs)])
+    return found
 
 
 def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> tuple[int, bool]:
@@ -279,9 +298,10 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
 
 
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
-                 alone: bool) -> tuple[str, str] | None:
+                 alone: bool, hosting: bool) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
-    no other task is placed by this one's loops, so they may take any order).
+    no other task is placed by this one's loops, so they may take any order; `hosting`: it is a
+    group's root or member, which goes by blocks of rows, so its row tiles stay outermost).
 
     For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
     """
@@ -296,7 +316,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
                                                                                       choose):
         return None
     if len(reduce) == 1:
-        tiled = contraction_tile(s, task, spatial, reduce[0], lanes, choose)
+        tiled = contraction_tile(s, task, spatial, reduce[0], lanes, choose, rows_first=hosting)
         if tiled is not None:
             return tiled
     if len(reduce) == 1 and contiguous(wl.task(task).body, reduce[0].name) and lanes > 1:
