@@ -13,7 +13,8 @@ autoschedule/model_search.py; logged to `--log-dir`, resumed from there) and tim
 schedule beside the rest.
 
 Targets (issue 31): ResNet-18 default >= 0.8x onnxruntime (tuned >= 1.1x), BERT layer tuned >= 1.0x
-onnxruntime, both >= 1.5x torch eager.
+onnxruntime, both >= 1.5x torch eager; the zoo's transformer block (seq 128, d_model 256, 8 heads,
+d_ff 1024) default >= 1.0x torch.compile (last table).
 
 Peers live in a separate venv (the package never imports them):
 
@@ -90,6 +91,60 @@ def torch_bert(model, heads: int = 12):
     return run
 
 
+def torch_block(inputs: dict[str, np.ndarray], heads: int, eps: float = 1e-5):
+    """The zoo's transformer block (pre-norm, causal attention, exact GELU) in torch, on `inputs`."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - torch's own name
+
+    t = {k: torch.from_numpy(v) for k, v in inputs.items()}
+    seq, width = t["x"].shape
+    hd = width // heads
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+
+    def run(x):
+        with torch.no_grad():
+            a = F.layer_norm(x, (width,), t["ln1_gamma"], t["ln1_beta"], eps)
+            q, k, v = ((a @ t[w]).view(seq, heads, hd).transpose(0, 1) for w in ("Wq", "Wk", "Wv"))
+            scores = (q @ k.transpose(1, 2)) / hd ** 0.5
+            p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            h = x + (p @ v).transpose(0, 1).reshape(seq, width) @ t["Wo"]
+            b = F.layer_norm(h, (width,), t["ln2_gamma"], t["ln2_beta"], eps)
+            return h + F.gelu(b @ t["W1"] + t["b1"]) @ t["W2"] + t["b2"]
+
+    return run
+
+
+def transformer_block(repeat: int) -> None:
+    """The zoo's transformer block (seq 128, d_model 256, 8 heads, d_ff 1024) beside torch eager and
+    torch.compile (issue 31's target: default >= 1.0x torch.compile)."""
+    wl = pw.zoo.transformer_block(128, 256, 8, 1024)
+    inputs = pw.workloads.random_inputs(wl)
+    prog = pw.build(wl, "cpu", workers=2)
+    want = pw.reference(wl, **inputs)["y"]
+    atol = 1e-4 * float(np.abs(want).max())
+    np.testing.assert_allclose(prog.run(**inputs)["y"], want, rtol=1e-3, atol=atol)
+    rows = {"ptowsp default (cpu, 2 workers)": lambda: prog.run(**inputs)}
+    try:
+        import torch
+
+        torch.set_num_threads(2)
+        eager = torch_block(inputs, 8)
+        x = torch.from_numpy(inputs["x"])
+        np.testing.assert_allclose(eager(x).numpy(), want, rtol=1e-3, atol=atol)
+        rows["torch eager"] = lambda: eager(x)
+        compiled = torch.compile(eager)
+        np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-3, atol=atol)
+        rows["torch.compile"] = lambda: compiled(x)
+    except ImportError:
+        print("torch is not installed: its rows are left out")
+    seconds = side_by_side(list(rows.values()), repeat)
+    print(f"\nzoo transformer block (seq 128, d_model 256, 8 heads, d_ff 1024): median of {repeat} warm runs x 3 "
+          "alternating blocks; outputs checked against pw.reference")
+    print(f"{'contender':42} {'ms':>8} {'ptowsp default vs it':>21}")
+    for label, t in zip(rows, seconds, strict=True):
+        print(f"{label:42} {t * 1e3:8.3f} {t / seconds[0]:20.2f}x")
+
+
 def onnxruntime_session(model):
     import onnxruntime as ort
 
@@ -157,7 +212,7 @@ def main() -> None:
     parser.add_argument("--aicore", action="store_true", help="also run both models on the aicore device model")
     parser.add_argument("--tuned", type=int, default=0, help="tune each model for this many trials first")
     parser.add_argument("--log-dir", default=".", help="where the tuning logs and curves go (resumed from)")
-    parser.add_argument("--only", choices=("resnet18", "bert"), default=None, help="one model")
+    parser.add_argument("--only", choices=("resnet18", "bert", "block"), default=None, help="one model")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     image, tokens = rng.standard_normal((1, 3, 224, 224)), rng.standard_normal((1, 128, 768))
@@ -165,6 +220,8 @@ def main() -> None:
         compare("ResNet-18, batch 1, 3x224x224", resnet18(), image.astype(np.float32), "logits", torch_resnet18, args)
     if args.only in (None, "bert"):
         compare("BERT-base encoder layer, seq 128", bert_layer(), tokens.astype(np.float32), "y", torch_bert, args)
+    if args.only in (None, "block"):
+        transformer_block(args.repeat)
 
 
 if __name__ == "__main__":

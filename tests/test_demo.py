@@ -50,7 +50,8 @@ def torch_imports() -> bool:
 
 def test_demo_prints_the_table_checks_results_and_writes_a_warm_trace(demo, block, tmp_path, capsys):
     # a "tuned" schedule: the default one with another dispatch policy (a real search takes minutes)
-    tuned = pw.Schedule.from_json(block, pw.build(block, target="cpu").schedule.to_json()).dispatch("round_robin")
+    default = pw.build(block, target="cpu").schedule  # of the block as the cpu's default build runs it
+    tuned = pw.Schedule.from_json(default.workload, default.to_json()).dispatch("round_robin")
     log = log_of(tmp_path / "tune.jsonl", tuned)
     rows = demo.main(["--rounds", "2", "--runs", "2", "--out", str(tmp_path / "out"), "--log", str(log)])
     printed = capsys.readouterr().out

@@ -32,6 +32,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ptowsp.backends import backend
 from ptowsp.errors import PtowspError, ScheduleError
 from ptowsp.schedules import Schedule, ScheduleRecord, Step
 from ptowsp.workloads import Workload
@@ -172,13 +173,21 @@ def steps_key(r: TrialRecord) -> str:
 
 
 def best(log_file: str | Path, wl: Workload, target: str) -> Schedule:
-    """The fastest schedule of `wl` on `target` in the log (by the median of its measurements).
+    """The fastest schedule of `wl` on `target` in the log (by the median of its measurements): of
+    `wl` itself, or of `wl` as the target's default build runs it (what a search tunes: on cpu a
+    convolution blocked, an operand transposed), whose workload the schedule then belongs to.
 
     ScheduleError when the log is missing, unreadable or damaged (naming the file and line), or holds
     no successful trial of this workload definition on this target.
     """
-    lines = [x for x in read(log_file, missing_ok=False)
-             if x.record.fingerprint == wl.fingerprint and x.record.target == target]
+    every = read(log_file, missing_ok=False)
+    lines = [x for x in every if x.record.fingerprint == wl.fingerprint and x.record.target == target]
+    if not lines:  # a search tunes `wl` as the target's default build runs it
+        try:
+            wl = backend(target).default_workload(wl)
+        except PtowspError:  # an unknown or unusable target: no records of it either
+            pass
+        lines = [x for x in every if x.record.fingerprint == wl.fingerprint and x.record.target == target]
     mine = costs(x.record for x in lines)
     if not mine:
         raise ScheduleError(f"{log_file} holds no successful trial of workload {wl.name!r} "

@@ -1,5 +1,6 @@
 """Copying a task into another workload: how graph passes and the tuner's task extraction rebuild
-a workload (blocking.py rewrites convolutions; autoschedule/tasks.py cuts a model into subgraphs)."""
+a workload (blocking.py rewrites convolutions, transposing.py contractions; autoschedule/tasks.py cuts a model
+into subgraphs)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,30 @@ def copy_task(out: Workload, task: ComputeTask, name: str | None = None,
     body = task.body
     return compute_as(out, name or task.name, task.tensor.shape, task.loop_names,
                       lambda *_: retarget(out, body, rename))
+
+
+def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask], None]]) -> Workload:
+    """A copy of `wl` (plain compute tasks only) in which each task named in `rewrite` is defined by
+    `rewrite[name](out, task)` instead (which must define a task of that name, and may add others
+    before it); inputs, constants and outputs as they were."""
+    out = Workload(wl.name)
+    for name in wl.inputs:
+        t = wl.tensor(name)
+        out.input(name, t.shape, t.dtype)
+    for name, array in wl.constants.items():
+        out.constant(name, array, wl.tensor(name).dtype)
+    for name in wl.tasks:
+        task = wl.task(name)
+        assert isinstance(task, ComputeTask)
+        if name in rewrite:
+            rewrite[name](out, task)
+        else:
+            copy_task(out, task)
+    out.output(*(out.tensor(n) for n in wl.outputs))
+    return out
+
+
+def plain(task) -> bool:
+    """A compute task with no domain, no scan and a static shape: what `rebuild` copies."""
+    return isinstance(task, ComputeTask) and task.domain is None and task.scan is None and all(
+        isinstance(n, int) for n in task.tensor.shape)

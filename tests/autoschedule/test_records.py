@@ -56,3 +56,17 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_garbage_is_named(tmp_path):
     with pytest.raises(pw.ScheduleError, match=r"tune.jsonl:5: not a ptowsp tuning record: field 'workload'"):
         with pytest.warns(RuntimeWarning, match=r"tune.jsonl:3: skipped"):
             records.load(log)
+
+
+def test_best_finds_the_records_of_the_workload_as_the_target_builds_it(tmp_path):
+    """A search tunes what the target's default build runs (a conv blocked, keys transposed): `best`
+    given the user's workload finds those records, and the schedule belongs to the built workload."""
+    wl = pw.zoo.conv2d(1, 8, 6, 6, 32, 3, 1, 1)
+    built = pw.build(wl, "cpu", workers=2).schedule
+    assert built.workload.fingerprint != wl.fingerprint
+    log = tmp_path / "tune.jsonl"
+    records.append(log, [records.TrialRecord.of(built, "cpu", 0, 1e-3)])
+    found = pw.autoschedule.best(log, wl, "cpu")
+    assert found == built and found.workload.fingerprint == built.workload.fingerprint
+    with pytest.raises(pw.ScheduleError, match="holds no successful trial"):
+        pw.autoschedule.best(log, wl, "numpy")

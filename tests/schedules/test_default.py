@@ -8,7 +8,6 @@ import pytest
 import ptowsp as pw
 from ptowsp.backends.cpu.jit import vector_bytes
 from ptowsp.schedules.loopnest import PARALLEL, VECTORIZED
-from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.default import MIN_TASK_WORK, TASKS_PER_WORKER, default_schedule
 from ptowsp.workloads import zoo
 
@@ -85,8 +84,8 @@ def test_extents_the_tiles_do_not_divide_get_no_tail():
 @pytest.mark.parametrize("name", ["transformer_block", "conv2d", "layernorm", "batch_matmul"])
 def test_default_schedule_is_data_and_is_what_build_uses(name):
     wl = getattr(zoo, name)()
-    made_for = block_convolutions(wl, vector_bytes() // 4)  # the cpu's graph pass (a conv is blocked)
-    assert (made_for is wl) == (name != "conv2d")
+    made_for = pw.backends.backend("cpu").default_workload(wl)  # the cpu's graph passes
+    assert (made_for is wl) == (name not in ("conv2d", "transformer_block"))  # blocked; keys transposed
     s = default_schedule(made_for, vector_bytes=vector_bytes(), workers=2)
     assert pw.Schedule.from_json(made_for, s.to_json()) == s
     assert pw.build(wl, "cpu", workers=2).schedule == s

@@ -38,7 +38,7 @@ from ptowsp.te import Expr, Op, const, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.copying import compute_as, copy_task
+from ptowsp.workloads.copying import compute_as, plain, rebuild
 
 
 @dataclass(frozen=True)
@@ -51,31 +51,12 @@ class _Conv:
 def block_convolutions(wl: Workload, lanes: int) -> Workload:
     """`wl` with every convolution it holds blocked by `lanes` output channels; `wl` itself when
     there is none (or the workload has a task this pass does not copy)."""
-    if lanes < 2 or wl.sizes or any(not _plain(wl.task(t)) for t in wl.tasks):
+    if lanes < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
         return wl
     found = {t: c for t in wl.tasks if (c := _convolution(wl, wl.task(t), lanes)) is not None}
     if not found:
         return wl
-    out = Workload(wl.name)
-    for name in wl.inputs:
-        t = wl.tensor(name)
-        out.input(name, t.shape, t.dtype)
-    for name, array in wl.constants.items():
-        out.constant(name, array, wl.tensor(name).dtype)
-    for name in wl.tasks:
-        task = wl.task(name)
-        assert isinstance(task, ComputeTask)
-        if name in found:
-            _blocked(out, task, found[name], lanes)
-        else:
-            copy_task(out, task)
-    out.output(*(out.tensor(n) for n in wl.outputs))
-    return out
-
-
-def _plain(task) -> bool:
-    return isinstance(task, ComputeTask) and task.domain is None and task.scan is None and all(
-        isinstance(n, int) for n in task.tensor.shape)
+    return rebuild(wl, {t: (lambda out, task, c=c: _blocked(out, task, c, lanes)) for t, c in found.items()})
 
 
 def _convolution(wl: Workload, task, lanes: int) -> _Conv | None:
