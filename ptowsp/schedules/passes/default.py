@@ -59,7 +59,7 @@ from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
 TASKS_PER_WORKER = 4
-ROW_GROUP_BYTES = 4 << 20  # a contraction reading more than this is not grouped by blocks of rows
+ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
