@@ -28,6 +28,7 @@ test: $(STAMP)
 fuzz: $(STAMP)
 	$(VPY) -m tests.conformance.fuzz --pairs $(or $(PAIRS),5000)
 	$(VPY) -m tests.conformance.tensorize_fuzz --pairs $(or $(PAIRS),5000)
+	$(VPY) -m tests.conformance.warp_tensorize_fuzz --small --jobs 2 --pairs $(or $(WARP_PAIRS),200)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

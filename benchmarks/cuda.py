@@ -1,10 +1,14 @@
-"""The cuda target on a GPU: a shared-memory matmul against cuBLAS, an elementwise chain against copy bandwidth.
+"""The cuda target on a GPU: matmuls against cuBLAS (float32, and float16 on tensor cores), an elementwise chain.
 
 1. matmul 4096^3 float32 under `shared_memory_matmul` (TVM's schedule: a
    128 x 128 tile per block, 8 x 8 per thread, A and B staged in shared
    memory per k block of 8, accumulators in registers) against
    `torch.matmul` on the same GPU with TF32 off (cuBLAS).  Target: >= 30%.
-2. an elementwise chain (`zoo.elementwise_chain`, 4 steps) over 256M
+2. matmul 4096^3 with float16 inputs and float32 results on the tensor cores:
+   `gemm_f16` calls (warp-wide mma.sync, backends/cuda/mma.py) under a few
+   block / warp tilings (`tensor_core_matmul`), against `torch.matmul` in
+   float16 (cuBLAS, float32 accumulation).  Target: >= 50%.
+3. an elementwise chain (`zoo.elementwise_chain`, 4 steps) over 256M
    float32 under the default schedule and binding, against a device-to-device
    copy of the same bytes.  Target: >= 70% of the copy's bandwidth.
 
@@ -46,6 +50,37 @@ def shared_memory_matmul(wl: pw.Workload, block: int = 128, thread: int = 8, k_b
     return s.cache_write("C", "local")
 
 
+def half_matmul(n: int) -> pw.Workload:
+    """C = A @ B with A and B float16, products summed in float32."""
+    wl = pw.Workload("half_matmul")
+    a, b = wl.input("A", (n, n), "float16"), wl.input("B", (n, n), "float16")
+    r = pw.reduce_axis(n, "r")
+    wl.output(wl.compute("C", (n, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[r, j], "float32"),
+                                                          axis=r)))
+    return wl
+
+
+def tensor_core_matmul(wl: pw.Workload, block: tuple[int, int], warp: tuple[int, int],
+                       k_block: int | None = None) -> pw.Schedule:
+    """A block x block tile of C per CUDA block, a warp tile per warp (threadIdx.y, threadIdx.z), and
+    `gemm_f16` calls (mma.sync): over all of k reading A and B from global memory, or per k block
+    with A and B staged in shared memory."""
+    s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
+    tile = ("i.outer", "j.outer", "i.inner.outer", "j.inner.outer")
+    if k_block:
+        s.split("C", "r", k_block).reorder("C", *tile, "r.outer", "r.inner", "i.inner.inner", "j.inner.inner")
+        s.cache_read("C", "A", "shared", "r.outer").cache_read("C", "B", "shared", "r.outer")
+    else:
+        s.reorder("C", *tile, "r", "i.inner.inner", "j.inner.inner")
+    s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
+    s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
+    return s.tensorize("C", "r.inner" if k_block else "r", "gemm_f16")
+
+
+TENSOR_CORE_TILINGS = [((128, 128), (64, 32), None), ((128, 128), (32, 32), None), ((128, 256), (64, 64), None),
+                       ((64, 64), (32, 32), None), ((128, 128), (64, 32), 32)]
+
+
 def kernel_seconds(prog: pw.Built, inputs: dict, repeat: int) -> float:
     """Median over runs of the summed kernel times (CUDA events) of one run."""
     times = []
@@ -76,7 +111,8 @@ def torch_matmul_seconds(a: np.ndarray, b: np.ndarray, repeat: int) -> float | N
         import torch
     except ImportError:
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products in float32, as ours
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False  # float16 summed in float32
     x, y = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     times = []
     for _ in range(repeat + 1):
@@ -87,6 +123,25 @@ def torch_matmul_seconds(a: np.ndarray, b: np.ndarray, repeat: int) -> float | N
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
     return statistics.median(times[1:])
+
+
+def tensor_core_rows(n: int, repeat: int) -> list[tuple]:
+    """One row per tiling of the float16 matmul, each checked against float64 first."""
+    wl = half_matmul(n)
+    inputs = random_inputs(wl)
+    exact = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
+    peer = torch_matmul_seconds(inputs["A"], inputs["B"], repeat)
+    rows = []
+    for block, warp, k_block in TENSOR_CORE_TILINGS:
+        prog = pw.build(tensor_core_matmul(wl, block, warp, k_block), target="cuda", workers=1)
+        got = prog.run(**inputs)["C"]
+        error = float(np.max(np.abs(got - exact)) / np.max(np.abs(exact)))
+        ours = kernel_seconds(prog, inputs, repeat)
+        staged = f", k blocks of {k_block} in shared" if k_block else ""
+        rows.append((f"matmul {n}^3 f16 mma {block[0]}x{block[1]}/{warp[0]}x{warp[1]}", ours, peer,
+                     "cuBLAS f16 (torch)", 0.50,
+                     f"{2 * n**3 / ours / 1e12:.0f} TFLOP/s{staged}, max rel error {error:.1e}"))
+    return rows
 
 
 def main() -> None:
@@ -119,6 +174,8 @@ def main() -> None:
     rows = [(f"matmul {n}^3 f32", ours, peer, "cuBLAS (torch, TF32 off)", 0.30,
              f"{flops / ours / 1e12:.1f} TFLOP/s, max rel error {error:.1e}")]
 
+    rows.extend(tensor_core_rows(n, args.repeat))
+
     chain = zoo.elementwise_chain((args.elements // 1024, 1024), 4)
     chain_inputs = random_inputs(chain)
     chain_prog = pw.build(chain, target="cuda", workers=1)
@@ -131,11 +188,11 @@ def main() -> None:
     rows.append((f"elementwise chain {args.elements / 2**20:.0f}M f32", ours_chain, copy, "device copy", 0.70,
                  f"{moved / ours_chain / 1e9:.0f} GB/s vs {moved / copy / 1e9:.0f} GB/s"))
 
-    print(f"{'workload':<28} {'ours ms':>9} {'peer ms':>9} {'peer':<26} {'ours/peer speed':>15} {'target':>7}  notes")
+    print(f"{'workload':<40} {'ours ms':>9} {'peer ms':>9} {'peer':<26} {'ours/peer speed':>15} {'target':>7}  notes")
     for name, mine, other, peer_name, target, notes in rows:
         ratio = "-" if other is None else f"{other / mine:.1%}"
         shown = "-" if other is None else f"{other * 1e3:.2f}"
-        print(f"{name:<28} {mine * 1e3:9.2f} {shown:>9} {peer_name:<26} {ratio:>15} {target:>7.0%}  {notes}")
+        print(f"{name:<40} {mine * 1e3:9.2f} {shown:>9} {peer_name:<26} {ratio:>15} {target:>7.0%}  {notes}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ value (the lowering stores the identity before, as for any reduction).
 `implementations` maps a target to how it carries the pattern out:
 
 - `"cpu"`: LLVM IR text defining the function `@<symbol>` (`symbol`: the name with non-identifier
-  characters as `_`), or `BUILTIN` for a micro-kernel the cpu backend generates;
+  characters as `_`), `BUILTIN` for a micro-kernel the cpu backend generates, or `LOOPS`: the
+  target runs the loops the call stands for (no fast path there, the same numbers);
+- `"cuda"`: `BUILTIN` for an instruction the cuda backend emits (`mma.sync` for `gemm_f16` and
+  `gemm_bf16`: a warp-level call, backends/cuda/mma.py), or `LOOPS`;
 - `"aicore"`: the core class its calls run on (`"cube"` or `"vector"`); the numbers come from
   the cpu implementation, the time from the device model of that core class, or, with
   `cycles=` (device cycles of one call), that many cycles per call;
@@ -38,6 +41,7 @@ from ptowsp.workloads.task import ComputeTask
 from ptowsp.workloads.workload import Workload
 
 BUILTIN = "builtin"  # an implementation the target's backend generates (a micro-kernel)
+LOOPS = "loops"  # the target runs the loops a call stands for: no fast path there, the same numbers
 CORE_CLASSES = ("cube", "vector")
 
 
@@ -105,7 +109,7 @@ def intrinsic(name: str, compute: Workload, implementations: Mapping[str, str], 
         raise WorkloadError(f"intrinsic {name!r}: cycles is its cost on aicore, but it has no aicore implementation "
                             "(implementations={..., 'aicore': 'cube' or 'vector'})")
     found = Intrinsic(name, compute, dict(implementations), None if cycles is None else float(cycles))
-    if found.implementations.get("cpu", BUILTIN) != BUILTIN and f"@{found.symbol}(" not in found.implementations["cpu"]:
+    if found.implementations.get("cpu", BUILTIN) not in (BUILTIN, LOOPS) and f"@{found.symbol}(" not in found.implementations["cpu"]:
         raise WorkloadError(f"intrinsic {name!r}: the cpu LLVM IR must define @{found.symbol}(...)")
     _REGISTRY[name] = found
     return found
@@ -148,4 +152,17 @@ def _gemm_i8() -> Intrinsic:
     return Intrinsic("gemm_i8", wl, {"cpu": BUILTIN, "aicore": "cube"})
 
 
-_BUILTINS = {"gemm": _gemm, "gemm_i8": _gemm_i8}
+def _mixed_gemm(name: str, dtype: str) -> Intrinsic:
+    """C[i, j] += sum_r float32(A[i, r]) * float32(B[r, j]), A and B 16-bit floats, C float32, any
+    m x n x k: on cuda the tensor cores' `mma.sync.m16n8k16` (m, n, k multiples of 16, 8 and 16);
+    the aicore cube's fp16 mode; on cpu, which has no 16-bit matrix unit, the loops."""
+    wl = Workload(name)
+    a, b = wl.input("A", ("m", "k"), dtype), wl.input("B", ("k", "n"), dtype)
+    r = reduce_axis(wl.size("k"), "r")
+    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(cast(a[i, r], "float32") * cast(b[r, j], "float32"), r))
+    return Intrinsic(name, wl, {"cuda": BUILTIN, "cpu": LOOPS, "aicore": "cube"})
+
+
+_BUILTINS = {"gemm": _gemm, "gemm_i8": _gemm_i8,
+             "gemm_f16": lambda: _mixed_gemm("gemm_f16", "float16"),
+             "gemm_bf16": lambda: _mixed_gemm("gemm_bf16", "bfloat16")}

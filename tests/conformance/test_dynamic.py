@@ -182,10 +182,11 @@ def test_padded_matches_dynamic(name):
     assert_close(pw.reference(make(name, padded=True), **p), pw.reference(wl, **p), wl.bind(input_sizes(wl, p)), 1e-5)
 
 
-@pytest.mark.parametrize("target", ["numpy", *[t for t in COMPILED if t != "aicore"]])
+@pytest.mark.parametrize("target", ["numpy", *[t for t in COMPILED if t not in ("aicore", "cuda")]])
 @pytest.mark.parametrize("name", CASES)
 def test_one_build_serves_every_binding(name, target):
-    """numpy, cpu (and cuda where present): default and hand schedule, built once, every seed."""
+    """numpy and cpu: default and hand schedule, built once, every seed (aicore and cuda take bound
+    workloads only: below)."""
     wl = make(name)
     builds = [pw.build(wl, target=target), pw.build(CASES[name][4](wl), target=target, workers=2)]
     before = jit.COMPILATIONS
@@ -195,12 +196,18 @@ def test_one_build_serves_every_binding(name, target):
     assert jit.COMPILATIONS == before
 
 
-@pytest.mark.skipif("aicore" not in COMPILED, reason="the aicore target is not registered")
+@pytest.mark.parametrize("target", [t for t in COMPILED if t in ("aicore", "cuda")])
 @pytest.mark.parametrize("name", CASES)
-def test_aicore_per_binding(name):
+def test_per_binding(name, target):
+    """The targets that take bound workloads only: a build per binding, default and hand schedule
+    (cuda refuses a specialized hand schedule, saying so)."""
     for seed, p, bound, expected in bindings(name):
         for s in (bound.schedule(), CASES[name][4](bound)):
-            assert_close(pw.build(s, target="aicore").run(**p), expected, bound, 1e-4, f"seed {seed} under\n{s}")
+            if target == "cuda" and s.variants:
+                with pytest.raises(pw.BuildError, match="specialized .* which the cuda target does not take"):
+                    pw.build(s, target=target)
+                continue
+            assert_close(pw.build(s, target=target).run(**p), expected, bound, 1e-4, f"seed {seed} under\n{s}")
 
 
 def test_varlen_tiles_outside_the_domain_are_never_generated():

@@ -38,6 +38,7 @@ from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
 from ptowsp.te import Expr, Op, sizes
+from ptowsp.workloads.intrinsic import LOOPS, lookup
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
 _FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
@@ -163,7 +164,11 @@ class KernelEmitter(Conversions, DivMod):
 
     def call_intrinsic(self, s: Tensorized) -> None:
         """A call of the intrinsic's implementation for this target (microkernel.py): each operand
-        window's first element, the pattern's extents, then every operand dimension's stride."""
+        window's first element, the pattern's extents, then every operand dimension's stride; or, where
+        the target carries the pattern out as plain loops (LOOPS), the loops the call stands for."""
+        if lookup(s.intrinsic).implementations.get(self.target) == LOOPS:
+            self.stmt(s.body)
+            return
         fn = intrinsic_function(self.module, s, self.target, self.kernel.name)
         strides = []
         for o in s.operands:

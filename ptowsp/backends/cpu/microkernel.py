@@ -17,7 +17,7 @@ from llvmlite import ir
 from ptowsp.backends.cpu.jit import vector_bytes
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import Tensorized
-from ptowsp.workloads.intrinsic import BUILTIN, Intrinsic, lookup
+from ptowsp.workloads.intrinsic import BUILTIN, LOOPS, Intrinsic, lookup
 
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
@@ -53,7 +53,7 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
 def linked_ir(intrinsics: set[str]) -> list[str]:
     """The LLVM IR texts of the declared (not built-in) cpu implementations among `intrinsics`."""
     found = [lookup(name) for name in sorted(intrinsics)]
-    return [i.implementations["cpu"] for i in found if i.implementations.get("cpu", BUILTIN) != BUILTIN]
+    return [i.implementations["cpu"] for i in found if i.implementations.get("cpu", BUILTIN) not in (BUILTIN, LOOPS)]
 
 
 def _gemm(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int, k: int,

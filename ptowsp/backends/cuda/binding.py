@@ -12,7 +12,8 @@ the task stages shared memory (every thread must reach the barrier, so no
 guarded tail); otherwise 256 with a guarded tail.  E <= 256 runs as one
 block of E threads.  A loop another task is computed at, or a cache is
 filled at, cannot be fused away: the run stops before it, and when it is
-the first leading loop it is bound to `blockIdx.x` alone.
+the first leading loop it is bound to `blockIdx.x` alone.  A task that calls a warp-level intrinsic
+(mma.py) has its fused loop bound to `blockIdx.x` alone: its threads on x are the warp's lanes.
 
 The steps are added to the schedule after fusion (`fusion.plan`), so they
 land on the task that owns the kernel's loops; `prog.source(task)` shows them.
@@ -20,6 +21,7 @@ land on the task that owns the kernel's loops; `prog.source(task)` shows them.
 
 from __future__ import annotations
 
+from ptowsp.backends.cuda.mma import is_warp_intrinsic
 from ptowsp.errors import ScheduleError
 from ptowsp.lower.ir import SHARED
 from ptowsp.schedules import Schedule
@@ -71,6 +73,9 @@ def _bind(s: Schedule, task: str) -> None:
     for lp in run[1:]:
         s.fuse(task, loop, lp.name)
         loop, extent = f"{loop}.{lp.name}.fused", extent * lp.extent
+    if task in s.tensorized and is_warp_intrinsic(s.tensorized[task][1]):
+        s.bind(task, loop, "blockIdx.x")
+        return
     if extent <= THREADS_PER_BLOCK:
         s.bind(task, loop, "threadIdx.x")
         return

@@ -9,6 +9,7 @@ one changes what differs on a GPU:
   generic pointer (LLVM infers `ld.shared`/`st.shared` back); other buffers
   are allocas, which LLVM keeps in registers when their indices are constant;
 - a barrier is `bar.sync 0`;
+- a `gemm_f16` / `gemm_bf16` call is warp-wide `mma.sync` (mma.py);
 - loops never become vectors, and nothing calls libm: NVPTX has no libm, so
   exp, log, tanh, sigmoid, erf and pow are computed inline by the cpu
   target's float32 polynomials (float16 goes through float32; bfloat16 is a
@@ -27,9 +28,10 @@ from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.types import MEMORY, REGISTER, is_float
 from ptowsp.backends.cpu.vecmath import VectorMath
+from ptowsp.backends.cuda import mma
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import BuildError
-from ptowsp.lower.ir import SHARED, Allocate, Barrier, For, Stmt
+from ptowsp.lower.ir import SHARED, Allocate, Barrier, For, Stmt, Tensorized
 from ptowsp.te import Expr, Op
 
 I32, I64, F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
@@ -124,6 +126,12 @@ class GpuEmitter(NoLibm, KernelEmitter):
             super().stmt(replace(s, kind="serial"))
         else:
             super().stmt(s)
+
+    def call_intrinsic(self, s: Tensorized) -> None:
+        if mma.is_warp_call(s):
+            mma.emit(self, s)
+        else:
+            super().call_intrinsic(s)
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer

@@ -22,7 +22,7 @@ from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import TaskError
 from ptowsp.lower.interpret import Interpreter, run_instances
 from ptowsp.te import dtypes
-from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
+from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store, Tensorized
 
 
 def _poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -56,6 +56,8 @@ class _Thread(Interpreter):
         elif isinstance(s, Let):
             with self.bound(s, env):
                 yield from self.steps(s.body, env)
+        elif isinstance(s, Tensorized):  # the loops it stands for (spmd.py: on one lane of a warp call)
+            yield from self.steps(s.body, env)
         elif isinstance(s, Store):
             self.run(s, env)
         else:

@@ -17,7 +17,12 @@ thread of a grid of blocks.  The rewrite makes the two agree:
 - a store to global or shared memory outside a loop bound to an axis the
   launch uses runs on index 0 of that axis only, so no two threads repeat a
   read-modify-write of the same element;
-- vectorized loops run as serial loops (a thread has no SIMD lanes).
+- vectorized loops run as serial loops (a thread has no SIMD lanes);
+- a warp-level intrinsic call (mma.py: `mma.sync` for `gemm_f16`) is carried out by the 32
+  lanes of a warp together: the launch has 32 threads on `threadIdx.x`, which no loop of the
+  kernel may bind, the call runs where every lane of the warp reaches it with the same operands,
+  and those live in global or shared memory.  The loops it stands for (what the host emulator
+  runs) run on lane 0, as any store outside the lanes' loops.
 
 Every thread must reach a barrier: a shared buffer under a condition that
 depends on the thread (a thread loop smaller than the launch, a guard of a
@@ -31,14 +36,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ptowsp.backends.cuda.mma import WARP, is_warp_call
 from ptowsp.errors import ScheduleError
 from ptowsp.lower import Kernel
-from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, block, \
-    map_exprs, stmt_exprs, walk_stmts
+from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, \
+    Tensorized, block, map_exprs, stmt_exprs, walk_stmts
 from ptowsp.schedules.loopnest import MAX_THREADS_PER_BLOCK, SERIAL, VECTORIZED
 from ptowsp.schedules.steps import THREAD_AXES
 from ptowsp.te import Expr, Op, const, substitute, walk
@@ -88,6 +94,13 @@ def _launch_extents(kernel: Kernel) -> dict[str, int]:
             visit(c, bound)
 
     visit(kernel.body, {})
+    calls = [n for n in walk_stmts(kernel.body) if is_warp_call(n)]
+    if calls:
+        if "threadIdx.x" in extents:
+            raise ScheduleError(f"task {kernel.name!r}: {calls[0].intrinsic} is a warp-level call whose {WARP} lanes "
+                                "are threadIdx.x, and a loop of the kernel binds threadIdx.x too; bind warps to "
+                                "threadIdx.y and threadIdx.z")
+        extents["threadIdx.x"] = WARP
     threads = math.prod(extents.get(a, 1) for a in LANE_AXES)
     if threads > MAX_THREADS_PER_BLOCK:
         raise ScheduleError(f"task {kernel.name!r}: {threads} threads per block exceed the limit of "
@@ -137,9 +150,26 @@ class _Rewrite:
             return Allocate(s.buffer, self.stmt(s.body, bound, divergent))
         if isinstance(s, Store) and s.buffer.scope in (GLOBAL, SHARED):
             return self.single_writer(s, bound)
+        if is_warp_call(s):
+            return self.warp_call(s, bound, divergent)
         return s.with_children([self.stmt(c, bound, divergent) for c in s.children()])  # lets, local stores
 
-    def single_writer(self, s: Store, bound: frozenset[str]) -> Stmt:
+    def warp_call(self, s: Tensorized, bound: frozenset[str], divergent: str | None) -> Stmt:
+        """A call every lane of a warp reaches with the same operands; one warp per call."""
+        if divergent is not None:
+            raise ScheduleError(f"task {self.kernel.name!r}: the warp-level call {s.intrinsic} runs where threads "
+                                f"disagree ({divergent}); all {WARP} lanes of a warp must reach it: use split "
+                                "factors that divide the extents around it")
+        for o in s.operands:
+            if o.buffer.scope not in (GLOBAL, SHARED):
+                raise ScheduleError(f"task {self.kernel.name!r}: {s.intrinsic} reads and writes its operands "
+                                    f"across a warp, but {o.buffer.name} is {o.buffer.scope} memory, which each "
+                                    "thread holds alone; keep it in global or shared memory (an epilogue fused "
+                                    "into the task keeps its tile in local memory: leave it a kernel of its own)")
+        call = replace(s, body=self.stmt(s.body, bound, divergent))  # what the emulator runs: lane 0
+        return self.single_writer(call, bound | {"threadIdx.x"})
+
+    def single_writer(self, s: Stmt, bound: frozenset[str]) -> Stmt:
         """A store outside some axis' loops runs on index 0 of that axis only."""
         missing = [a for a, n in self.extents.items() if n > 1 and a not in bound]
         if not missing:

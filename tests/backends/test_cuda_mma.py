@@ -1,0 +1,136 @@
+"""Tensor cores on the cuda target: `gemm_f16` / `gemm_bf16` calls as warp-wide mma.sync.
+
+Without a GPU: the fragment layout, the PTX (assembled by ptxas where installed), the host
+emulator against the reference, and the schedules a warp-level call refuses.  With one: the same
+schedules on the hardware."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.backends.cuda import generate
+from ptowsp.backends.cuda.emulate import emulate
+from ptowsp.backends.cuda.mma import fragment
+from tests.conformance.test_conformance import assert_close
+from tests.conformance.warp_tensorize_fuzz import check
+from ptowsp.workloads import random_inputs
+
+GPU = "cuda" in pw.targets()
+
+
+def hgemm(m: int, n: int, k: int, dtype: str = "float16", relu: bool = False) -> pw.Workload:
+    wl = pw.Workload("hgemm")
+    a, b = wl.input("A", (m, k), dtype), wl.input("B", (k, n), dtype)
+    r = pw.reduce_axis(k, "r")
+    c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[r, j], "float32"), axis=r))
+    wl.output(wl.compute("Y", (m, n), lambda i, j: pw.maximum(c[i, j], 0.0)) if relu else c)
+    return wl
+
+
+def warp_schedule(wl: pw.Workload, block=(32, 16), warp=(16, 8), intrinsic="gemm_f16") -> pw.Schedule:
+    """A block tile per CUDA block, a warp tile per warp (threadIdx.y, threadIdx.z), one call over all of k."""
+    s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
+    s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r", "i.inner.inner", "j.inner.inner")
+    s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
+    s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
+    return s.tensorize("C", "r", intrinsic)
+
+
+def test_the_lanes_hold_every_element_of_each_operand_once():
+    for operand, (rows, cols) in {"A": (16, 16), "B": (16, 8), "C": (16, 8)}.items():
+        held = [e for lane in range(32) for e in fragment(lane, operand)]
+        assert sorted(held) == [(r, c) for r in range(rows) for c in range(cols)], operand
+    assert fragment(5, "A")[:2] == [(1, 2), (1, 3)]  # lane 5: group 1, quad 1; a pair of columns per register
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_ptx_has_one_mma_per_block_and_step_and_assembles(dtype, tmp_path):
+    intrinsic = {"float16": "gemm_f16", "bfloat16": "gemm_bf16"}[dtype]
+    code = generate(warp_schedule(hgemm(32, 16, 16, dtype), intrinsic=intrinsic))
+    kernel = code.kernels["C"]
+    assert kernel.threads == (32, 2, 2) and kernel.blocks == (1, 1, 1)
+    ptx = code.source("C", "ptx")
+    kind = "f16" if dtype == "float16" else "bf16"
+    assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32") == 1
+    assert ptx.count("bar.warp.sync") == 2
+    if shutil.which("ptxas"):
+        (tmp_path / "k.ptx").write_text(code.ptx)
+        done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_emulated_warp_calls_match_the_reference(dtype):
+    intrinsic = {"float16": "gemm_f16", "bfloat16": "gemm_bf16"}[dtype]
+    wl = hgemm(32, 16, 32, dtype)
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)
+    s = warp_schedule(wl, warp=(16, 8), intrinsic=intrinsic)
+    assert_close(emulate(generate(s), inputs), expected, wl, 1e-4)
+    for target in ("cpu", "aicore"):  # no tensor cores there: the loops the call stands for
+        assert_close(pw.build(s, target=target).run(**inputs), expected, wl, 1e-4, target)
+
+
+@pytest.mark.parametrize("pair", range(3))
+def test_random_warp_tensorized_schedules(pair):
+    """A few pairs of `python -m tests.conformance.warp_tensorize_fuzz` (small sizes: the emulator is slow)."""
+    _, problem, schedule = check(1, pair, small=True)
+    assert problem is None, f"{problem}\n{schedule}"
+
+
+def test_a_loop_bound_to_the_lanes_is_refused():
+    s = hgemm(32, 16, 16).schedule().tile("C", i=16, j=8).reorder("C", "i.outer", "j.outer", "r", "i.inner",
+                                                                    "j.inner")
+    s.bind("C", "i.outer", "threadIdx.x").tensorize("C", "r", "gemm_f16")
+    with pytest.raises(pw.ScheduleError, match="warp-level call whose 32 lanes are threadIdx.x"):
+        generate(s)
+
+
+def test_operands_a_thread_holds_alone_are_refused():
+    s = warp_schedule(hgemm(32, 16, 16)).cache_read("C", "A", "local", "j.inner.outer")
+    with pytest.raises(pw.ScheduleError, match="A.local is local memory, which each thread holds alone"):
+        generate(s)
+
+
+def test_a_call_that_is_not_whole_instructions_is_refused():
+    s = hgemm(32, 12, 16).schedule().tile("C", i=16, j=12).reorder("C", "i.outer", "j.outer", "r", "i.inner",
+                                                                     "j.inner")
+    with pytest.raises(pw.BuildError, match=r"gemm_f16<16x12x16> on cuda runs mma.sync m16n8k16"):
+        generate(s.tensorize("C", "r", "gemm_f16"))
+
+
+def test_an_epilogue_fused_into_a_warp_call_is_refused():
+    wl = hgemm(32, 16, 16, relu=True)
+    with pytest.raises(pw.ScheduleError, match="leave it a kernel of its own"):
+        generate(warp_schedule(wl).fuse_by_category())
+
+
+def test_gemm_has_no_cuda_implementation():
+    s = pw.zoo.matmul(16, 16, 16).schedule().tile("C", i=16, j=16).split("C", "k", 16)
+    s.reorder("C", "i.outer", "j.outer", "k.outer", "k.inner", "i.inner", "j.inner").tensorize("C", "k.inner", "gemm")
+    with pytest.raises(pw.BuildError, match="intrinsic 'gemm' has no cuda implementation"):
+        generate(s)
+
+
+@pytest.mark.skipif(not GPU, reason="no GPU: the cuda target is not registered on this machine")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_warp_calls_on_the_gpu(dtype):
+    intrinsic = {"float16": "gemm_f16", "bfloat16": "gemm_bf16"}[dtype]
+    wl = hgemm(256, 128, 512, dtype)
+    inputs = random_inputs(wl)
+    got = pw.build(warp_schedule(wl, block=(64, 64), warp=(32, 32), intrinsic=intrinsic), target="cuda").run(**inputs)
+    assert_close(got, pw.reference(wl, **inputs), wl, 1e-4)
+
+
+@pytest.mark.skipif(not GPU, reason="no GPU: the cuda target is not registered on this machine")
+def test_random_warp_tensorized_schedules_on_the_gpu():
+    for pair in range(40):
+        _, problem, schedule = check(random.Random(pair).randrange(100), pair)
+        assert problem is None, f"{problem}\n{schedule}"
