@@ -110,6 +110,8 @@ class Conversions:
         if is_float(dst):
             return (self.b.uitofp if src == "bool" or is_unsigned(src) else self.b.sitofp)(x, d)
         if is_float(src):
+            if src == "float16":  # widened first (exactly): LLVM's half -> i16 saturating conversion gave
+                x = self.b.fpext(x, like(x, F32))  # -32768 for a scalar NaN on x86, where the rule says 0
             name = "llvm.fptoui.sat" if is_unsigned(dst) else "llvm.fptosi.sat"
             return self.b.call(declare(self.module, name, [d, x.type], ir.FunctionType(d, [x.type])), [x])
         if src == "bool" or REGISTER[dst].width > s.width:
