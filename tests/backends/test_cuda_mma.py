@@ -17,9 +17,9 @@ import ptowsp as pw
 from ptowsp.backends.cuda import generate
 from ptowsp.backends.cuda.emulate import emulate
 from ptowsp.backends.cuda.mma import fragment
+from ptowsp.workloads import random_inputs
 from tests.conformance.test_conformance import assert_close
 from tests.conformance.warp_tensorize_fuzz import check
-from ptowsp.workloads import random_inputs
 
 GPU = "cuda" in pw.targets()
 
