@@ -171,7 +171,7 @@ class ModelSearchResult:
             curve.plot([x], [speed], "o", color="tab:red",
                        label=f"measured end to end: {milliseconds(self.tuned_seconds)} tuned, "
                              f"{milliseconds(self.default_seconds)} default ({speed:.2f}x)")
-        curve.set_xlim(0, max(1, self.trials) + 0.5)
+        curve.set_xlim(0, max(1, self.trials) * 1.04 + 0.5)  # room for the end-to-end point at the last trial
         curve.set_xlabel("trials (schedules measured, all tasks)")
         curve.set_ylabel("speed relative to the default schedule")
         curve.set_ylim(bottom=0, top=max(1.2, curve.get_ylim()[1] * 1.05))
@@ -242,11 +242,14 @@ class ModelTuner:
             tuner.start(start_from_default=True)
             self.history += tuner.history  # resumed from the log
         self.fixed = _fixed_cost(runner)
-        for n, tuner in enumerate(self.tuners):  # warm-up: the default of every task not in the log
-            if self.trials() < num_trials and tuner.trials() == 0:
+        self._replay()
+        missing = [n for n, tuner in enumerate(self.tuners) if tuner.trials() == 0]
+        for n in missing:  # warm-up: the default of every task not in the log
+            if self.trials() < num_trials:
                 self._step(n, 1, runner, num_trials)
-        self.warmup = self.trials()
-        self._estimate()
+        if missing or self.warmup is None:
+            self.warmup = self.trials()
+            self._estimate()
         while self.trials() < num_trials:
             n = self._pick()
             if n is None:
@@ -302,6 +305,28 @@ class ModelTuner:
         total = sum(task.weight * (self._time(n) or 0.0) for n, task in enumerate(self.tasks))
         if total > 0:
             self.estimates.append((self.trials(), total))
+
+    def _replay(self) -> None:
+        """A resumed search's warm-up and estimates, from its log's records in the order they were
+        measured, so its curve starts where the interrupted search's did."""
+        order = sorted((r.at, n) for n, tuner in enumerate(self.tuners) for r in tuner.history)
+        best: list[float | None] = [None] * len(self.tasks)
+        seen = [0] * len(self.tasks)
+        keys: list[set[str]] = [set() for _ in self.tasks]  # a trial is a new schedule; a re-measurement is not
+        for _, n in order:
+            keys[n].add(self.tuners[n].keys[seen[n]])
+            seen[n] += 1
+            best[n] = best_cost(self.tuners[n].history[:seen[n]])
+            count = sum(map(len, keys))
+            if self.warmup is None and all(seen):
+                self.warmup = count
+            if self.warmup is not None:
+                total = sum(task.weight * in_model(b, self.fixed) for task, b in zip(self.tasks, best, strict=True)
+                            if b is not None)
+                if total > 0 and self.estimates and self.estimates[-1][0] == count:
+                    self.estimates[-1] = (count, total)  # a re-measurement: the same trial, a new median
+                elif total > 0:
+                    self.estimates.append((count, total))
 
     def _draw(self, num_trials: int) -> None:
         estimate = milliseconds(self.estimates[-1][1]) if self.estimates else "-"

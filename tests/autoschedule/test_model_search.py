@@ -118,6 +118,11 @@ def test_a_model_search_resumes_and_another_model_reuses_the_records(tmp_path):
     other = _search(_model(seed=1), log, num_trials=44)  # other weights, the same tasks: nothing new to measure
     assert other.trials == 44
     assert all(t.search.resumed == len(t.search.history) for t in other.tasks)
+    # its curve is the log's, replayed in the order the trials were measured: the same warm-up, one
+    # point per trial after it (re-measurements of a finalist are no new trials)
+    assert other.warmup == again.warmup == len(other.tasks)
+    assert [n for n, _ in other.estimates] == list(range(other.warmup, 45))
+    assert other.estimates[-1][1] <= other.estimates[0][1]
 
 
 def test_the_budget_goes_where_the_expected_gain_is_largest():
