@@ -77,8 +77,8 @@ def tensor_core_matmul(wl: pw.Workload, block: tuple[int, int], warp: tuple[int,
     return s.tensorize("C", "r.inner" if k_block else "r", "gemm_f16")
 
 
-TENSOR_CORE_TILINGS = [((128, 128), (64, 32), None), ((128, 128), (32, 32), None), ((128, 256), (64, 64), None),
-                       ((64, 64), (32, 32), None), ((128, 128), (64, 32), 32)]
+TENSOR_CORE_TILINGS = [((128, 256), (64, 64), None), ((128, 128), (64, 32), 32), ((128, 128), (64, 32), 64),
+                       ((128, 256), (64, 64), 32), ((128, 128), (64, 64), 32), ((256, 128), (64, 64), 32)]
 
 
 def kernel_seconds(prog: pw.Built, inputs: dict, repeat: int) -> float:

@@ -16,7 +16,10 @@ import pytest
 import ptowsp as pw
 from ptowsp.backends.cuda import generate
 from ptowsp.backends.cuda.emulate import emulate
-from ptowsp.backends.cuda.mma import fragment
+from ptowsp.backends.cuda.accumulators import WarpAccumulators
+from ptowsp.backends.cuda.mma import divisible, fragment
+from ptowsp.lower.ir import walk_stmts
+from ptowsp.te import Expr, Op, const
 from ptowsp.workloads import random_inputs
 from tests.conformance.test_conformance import assert_close
 from tests.conformance.warp_tensorize_fuzz import check
@@ -85,6 +88,54 @@ def test_random_warp_tensorized_schedules(pair):
     assert problem is None, f"{problem}\n{schedule}"
 
 
+def staged_schedule(wl: pw.Workload, block=(32, 32), warp=(16, 16), k_block=16, bind_warps=True) -> pw.Schedule:
+    """k blocks of A and B staged in shared memory, a gemm_f16 call per block."""
+    s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
+    s.split("C", "r", k_block).reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r.outer",
+                                       "r.inner", "i.inner.inner", "j.inner.inner")
+    s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
+    if bind_warps:
+        s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
+    s.cache_read("C", "A", "shared", "r.outer").cache_read("C", "B", "shared", "r.outer")
+    return s.tensorize("C", "r.inner", "gemm_f16")
+
+
+def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registers(tmp_path):
+    wl = hgemm(32, 32, 64)
+    code = generate(staged_schedule(wl))
+    held = [n for n in walk_stmts(code.kernels["C"].body) if isinstance(n, WarpAccumulators)]
+    assert len(held) == 1 and held[0].body.var == "r.outer"  # C in registers across the k blocks
+    ptx = code.source("C", "ptx")
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 1  # A: one 16 x 16 block
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 1  # B: two 16 x 8 blocks
+    assert "ld.global.nc.v4" in ptx  # the fills move 16 bytes at a time
+    inputs = random_inputs(wl)
+    assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
+    if shutil.which("ptxas"):
+        (tmp_path / "k.ptx").write_text(code.ptx)
+        done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
+def test_accumulators_stay_in_memory_where_the_window_moves_with_the_loop():
+    wl = hgemm(32, 32, 32)
+    code = generate(staged_schedule(wl, bind_warps=False))  # the warps' loops run serially around the call
+    assert not any(isinstance(n, WarpAccumulators) and n.body.var.startswith("i.")
+                   for n in walk_stmts(code.kernels["C"].body))
+    inputs = random_inputs(wl)
+    assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
+
+
+def test_divisibility_is_proved_only_where_it_holds():
+    x, y = (Expr(Op.VAR, "int64", (), (name, 16)) for name in "xy")
+    assert divisible(x * 64 + y * 8 + const(16, "int64"), 8)
+    assert divisible((x * 4 + y * 2) * 4, 8)
+    assert not divisible(x * 64 + y, 8)
+    assert not divisible(x * 4 + const(8, "int64"), 8)
+    assert not divisible(x // 2 * 8 + const(1, "int64"), 8)
+
+
 def test_a_loop_bound_to_the_lanes_is_refused():
     s = hgemm(32, 16, 16).schedule().tile("C", i=16, j=8).reorder("C", "i.outer", "j.outer", "r", "i.inner",
                                                                     "j.inner")
@@ -127,6 +178,15 @@ def test_warp_calls_on_the_gpu(dtype):
     inputs = random_inputs(wl)
     got = pw.build(warp_schedule(wl, block=(64, 64), warp=(32, 32), intrinsic=intrinsic), target="cuda").run(**inputs)
     assert_close(got, pw.reference(wl, **inputs), wl, 1e-4)
+
+
+@pytest.mark.skipif(not GPU, reason="no GPU: the cuda target is not registered on this machine")
+def test_staged_warp_calls_on_the_gpu():
+    wl = hgemm(256, 128, 512)
+    inputs = random_inputs(wl)
+    for warp, k_block in (((32, 32), 32), ((32, 8), 16), ((16, 16), 64)):
+        got = pw.build(staged_schedule(wl, (64, 64), warp, k_block), target="cuda").run(**inputs)
+        assert_close(got, pw.reference(wl, **inputs), wl, 1e-4, f"{warp} {k_block}")
 
 
 @pytest.mark.skipif(not GPU, reason="no GPU: the cuda target is not registered on this machine")

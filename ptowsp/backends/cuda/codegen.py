@@ -29,12 +29,14 @@ from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.types import MEMORY, REGISTER, is_float
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.backends.cuda import mma
+from ptowsp.backends.cuda.accumulators import WarpAccumulators
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import SHARED, Allocate, Barrier, For, Stmt, Tensorized
 from ptowsp.te import Expr, Op
 
 I32, I64, F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+DEVICE_ALIGNMENT = 256  # what cuMemAlloc guarantees for every buffer
 _SREG = {**{axis: f"llvm.nvvm.read.ptx.sreg.ctaid.{axis[-1]}" for axis in BLOCK_AXES},
          **{axis: f"llvm.nvvm.read.ptx.sreg.tid.{axis[-1]}" for axis in LANE_AXES}}
 _MATH = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", Op.ERF: "erf"}
@@ -112,6 +114,9 @@ class GpuEmitter(NoLibm, KernelEmitter):
         super().__init__(module, kernel, symbol)  # type: ignore[arg-type]  # the same fields a Kernel has
         self.fn.calling_convention = "ptx_kernel"
         self.symbol = symbol
+        self.accumulators: dict[int, ir.Value] = {}  # warp call -> its accumulators, where a loop holds them
+        for arg in self.fn.args[:len(kernel.inputs) + len(kernel.outputs)]:
+            arg.attributes.align = DEVICE_ALIGNMENT  # device memory starts aligned: vector loads are legal
         entry = ir.IRBuilder(self.entry)
         for axis, register in _SREG.items():
             read = entry.call(ir.Function(module, ir.FunctionType(I32, []), register)
@@ -119,7 +124,9 @@ class GpuEmitter(NoLibm, KernelEmitter):
             self.env[axis] = entry.zext(read, I64, name=axis)
 
     def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Barrier):
+        if isinstance(s, WarpAccumulators):
+            mma.hold(self, s.call, s.body)
+        elif isinstance(s, Barrier):
             barrier = declare(self.module, "llvm.nvvm.barrier0", [], ir.FunctionType(ir.VoidType(), []))
             self.b.call(barrier, [])
         elif isinstance(s, For) and s.kind not in ("serial", "unrolled"):

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ptowsp.backends.cuda import CudaCode
+from ptowsp.backends.cuda.accumulators import WarpAccumulators
 from ptowsp.backends.cuda.spmd import BLOCK_AXES, LANE_AXES, GpuKernel
 from ptowsp.errors import TaskError
 from ptowsp.lower.interpret import Interpreter, run_instances
@@ -56,7 +57,7 @@ class _Thread(Interpreter):
         elif isinstance(s, Let):
             with self.bound(s, env):
                 yield from self.steps(s.body, env)
-        elif isinstance(s, Tensorized):  # the loops it stands for (spmd.py: on one lane of a warp call)
+        elif isinstance(s, (Tensorized, WarpAccumulators)):  # the loops a call stands for (one lane's)
             yield from self.steps(s.body, env)
         elif isinstance(s, Store):
             self.run(s, env)

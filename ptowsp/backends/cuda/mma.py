@@ -5,7 +5,11 @@ out by the 32 lanes of a warp together, TVM's warp-level intrinsics: every lane 
 with the same operand windows, holds a fragment of each operand in registers, and one
 `mma.sync.aligned.m16n8k16` multiplies a 16 x 16 block of A by a 16 x 8 block of B into a 16 x 8
 block of C.  The call covers its m x n x k by (m / 16) x (n / 8) such blocks, their accumulators
-kept in registers across the k loop: C is read once and written once per call.
+kept in registers across the k loop: C is read once and written once per call, or once per loop
+around the call where that loop holds them (accumulators.py: k blocks staged in shared memory).
+An operand in shared memory whose rows hold 8 elements side by side at 16-byte boundaries is read
+by `ldmatrix` (four 8 x 8 blocks per instruction, transposed for B); any other window one 16-bit
+element at a time.
 
 The lanes are `threadIdx.x`: a kernel that calls one launches 32 threads on x, no loop of it may
 bind `threadIdx.x` (warps are `threadIdx.y` and `threadIdx.z`), and every other axis the launch
@@ -24,12 +28,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 from llvmlite import ir
 
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.errors import BuildError
-from ptowsp.lower.ir import Operand, Stmt, Tensorized
+from ptowsp.lower.ir import SHARED, Operand, Stmt, Tensorized
+from ptowsp.te import Expr, Op
 from ptowsp.workloads.intrinsic import BUILTIN, lookup
 
 SHAPE = (16, 8, 16)  # m, n, k of one mma.sync
@@ -64,92 +70,199 @@ def fragment(lane: int, operand: str) -> list[tuple[int, int]]:
 def _strides(o: Operand) -> tuple[int, int]:
     """Element strides of the window's two pattern dimensions in its buffer."""
     shape = o.buffer.shape
-    return tuple(functools.reduce(lambda x, y: x * y, shape[d + 1:], 1) for d in o.dims)  # type: ignore[return-value]
+    return tuple(math.prod(shape[d + 1:]) for d in o.dims)  # type: ignore[return-value]
+
+
+def divisible(e: Expr, d: int) -> bool:
+    """e is a multiple of d whatever its variables hold (a conservative proof: False when unsure)."""
+    if d == 1:
+        return True
+    if e.op is Op.CONST:
+        return int(e.arg) % d == 0
+    if e.op in (Op.ADD, Op.SUB):
+        return all(divisible(x, d) for x in e.src)
+    if e.op is Op.MUL:
+        a, b = e.src
+        for x, y in ((a, b), (b, a)):
+            if x.op is Op.CONST and divisible(y, d // math.gcd(int(x.arg), d)):
+                return True
+        return divisible(a, d) or divisible(b, d)
+    return False
+
+
+def rows_by_ldmatrix(o: Operand) -> bool:
+    """`ldmatrix` can read the window's 8 x 8 blocks: in shared memory, 8 elements (16 bytes) of a
+    row side by side, every row starting at a multiple of 8 elements of the (16-byte aligned) buffer."""
+    if o.buffer.scope != SHARED:
+        return False
+    rows, columns = _strides(o)
+    shape = o.buffer.shape
+    return columns == 1 and rows % 8 == 0 and all(
+        divisible(index, 8 // math.gcd(math.prod(shape[d + 1:]), 8)) for d, index in enumerate(o.base))
 
 
 @functools.cache
-def _mma_asm(ptx_type: str) -> ir.InlineAsm:
-    fn_type = ir.FunctionType(ir.LiteralStructType([F32] * 4), [I32] * 6 + [F32] * 4)
-    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 "
-            "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
-    return ir.InlineAsm(fn_type, text, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", side_effect=False)
+def _asm(text: str, outputs: tuple[ir.Type, ...], inputs: tuple[ir.Type, ...], constraints: str) -> ir.InlineAsm:
+    result = outputs[0] if len(outputs) == 1 else ir.LiteralStructType(list(outputs))
+    return ir.InlineAsm(ir.FunctionType(result, list(inputs)), text, constraints, side_effect=False)
+
+
+def _mma(ptx_type: str) -> ir.InlineAsm:
+    return _asm(f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 "
+                "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                (F32,) * 4, (I32,) * 6 + (F32,) * 4, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+
+
+def _ldmatrix(count: int, transposed: bool) -> ir.InlineAsm:
+    registers = ",".join(f"${r}" for r in range(count))
+    return _asm(f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if transposed else ''}.shared.b16 "
+                f"{{{registers}}}, [${count}];", (I32,) * count, (I32,), ",".join(["=r"] * count + ["r"]))
+
+
+class _Lane:
+    """One lane's view of a call: where its fragment elements are, how it loads and stores them."""
+
+    def __init__(self, em, call: Tensorized):
+        m, n, k = call.extents
+        if m % SHAPE[0] or n % SHAPE[1] or k % SHAPE[2]:
+            raise BuildError(f"task {em.kernel.name!r}: {call.intrinsic}<{m}x{n}x{k}> on cuda runs mma.sync "
+                             f"m16n8k16, so m, n and k must be multiples of 16, 8 and 16; tile the loops "
+                             "the call replaces by such sizes")
+        self.em, self.b, self.call = em, em.b, call
+        self.blocks = list(itertools.product(range(m // SHAPE[0]), range(n // SHAPE[1])))
+        self.steps = k // SHAPE[2]
+        b = self.b
+        lane = em.env["threadIdx.x"]
+        self.group, self.quad2 = b.lshr(lane, self.i64(2)), b.shl(b.and_(lane, self.i64(3)), self.i64(1))
+        self.row16, self.half = b.and_(lane, self.i64(15)), b.shl(b.lshr(lane, self.i64(4)), self.i64(3))
+        out = call.operands[0]
+        (c0, c1) = _strides(out)
+        self.c_lane = self.pointer(out, F32, self.group, self.quad2)
+        self.c_offsets = [(16 * i + r) * c0 + (8 * j + c) * c1 for i, j in self.blocks for r, c in C_ELEMENTS]
+
+    def i64(self, value: int) -> ir.Constant:
+        return ir.Constant(I64, value)
+
+    def pointer(self, o: Operand, etype: ir.Type, rows: ir.Value, cols: ir.Value) -> ir.Value:
+        """The window's base + rows * (row stride) + cols * (column stride)."""
+        b, (s0, s1) = self.b, _strides(o)
+        offset = b.add(b.mul(rows, self.i64(s0)), b.mul(cols, self.i64(s1)))
+        return b.gep(self.em.address(o.buffer, o.base, None), [offset], source_etype=etype)
+
+    def at(self, pointer: ir.Value, etype: ir.Type, offset: int | ir.Value) -> ir.Value:
+        return self.b.gep(pointer, [self.i64(offset) if isinstance(offset, int) else offset], source_etype=etype)
+
+    def load_c(self) -> list[ir.Value]:
+        return [self.b.load(self.at(self.c_lane, F32, o), typ=F32) for o in self.c_offsets]
+
+    def store_c(self, values: list[ir.Value]) -> None:
+        for o, value in zip(self.c_offsets, values, strict=True):
+            self.b.store(value, self.at(self.c_lane, F32, o))
+
+    def warp_sync(self) -> None:
+        sync = declare(self.em.module, "llvm.nvvm.bar.warp.sync", [], ir.FunctionType(ir.VoidType(), [I32]))
+        self.b.call(sync, [ir.Constant(I32, -1)])
+
+    def fragments(self, step: ir.Value) -> tuple[list[list[ir.Value]], list[list[ir.Value]]]:
+        """The A registers of each block row and the B registers of each block column at k step `step`."""
+        _, a_win, b_win = self.call.operands
+        m_blocks = 1 + max(i for i, _ in self.blocks)
+        n_blocks = 1 + max(j for _, j in self.blocks)
+        return self.a_fragments(a_win, step, m_blocks), self.b_fragments(b_win, step, n_blocks)
+
+    def a_fragments(self, o: Operand, step: ir.Value, m_blocks: int) -> list[list[ir.Value]]:
+        b, (s0, s1) = self.b, _strides(o)
+        k = b.mul(step, self.i64(16 * s1))
+        if rows_by_ldmatrix(o):  # lanes 0-15 name rows 0-15 at column 0, lanes 16-31 at column 8
+            rows = self.pointer(o, I16, self.row16, self.half)
+            return [self.ldmatrix(self.at(rows, I16, b.add(k, self.i64(16 * i * s0))), 4, False)
+                    for i in range(m_blocks)]
+        lane = self.pointer(o, I16, self.group, self.quad2)
+        return [[self.pair(lane, k, (16 * i + r0) * s0 + c0 * s1, (16 * i + r1) * s0 + c1 * s1)
+                 for (r0, c0), (r1, c1) in zip(A_ELEMENTS[::2], A_ELEMENTS[1::2], strict=True)]
+                for i in range(m_blocks)]
+
+    def b_fragments(self, o: Operand, step: ir.Value, n_blocks: int) -> list[list[ir.Value]]:
+        b, (s0, s1) = self.b, _strides(o)
+        k = b.mul(step, self.i64(16 * s0))
+        if rows_by_ldmatrix(o):  # B's rows are k: transposed, lanes 0-15 name k 0-15 of a block column,
+            rows = self.pointer(o, I16, self.row16, self.half)  # lanes 16-31 those of the next
+            registers = []
+            for j in range(0, n_blocks, 2):
+                count = 4 if j + 1 < n_blocks else 2
+                loaded = self.ldmatrix(self.at(rows, I16, b.add(k, self.i64(8 * j * s1))), count, True)
+                registers += [loaded[:2], loaded[2:]] if count == 4 else [loaded]
+            return registers
+        lane = self.pointer(o, I16, self.quad2, self.group)
+        return [[self.pair(lane, k, r0 * s0 + (8 * j + c0) * s1, r1 * s0 + (8 * j + c1) * s1)
+                 for (r0, c0), (r1, c1) in zip(B_ELEMENTS[::2], B_ELEMENTS[1::2], strict=True)]
+                for j in range(n_blocks)]
+
+    def pair(self, lane: ir.Value, k: ir.Value, first: int, second: int) -> ir.Value:
+        """Two 16-bit elements in one 32-bit register, the first in the low half."""
+        b = self.b
+        low, high = (b.zext(b.load(self.at(lane, I16, b.add(k, self.i64(o))), typ=I16), I32) for o in (first, second))
+        return b.or_(low, b.shl(high, ir.Constant(I32, 16)))
+
+    def ldmatrix(self, pointer: ir.Value, count: int, transposed: bool) -> list[ir.Value]:
+        b = self.b
+        shared = b.ptrtoint(b.addrspacecast(pointer, ir.PointerType(addrspace=3)), I32)
+        loaded = b.call(_ldmatrix(count, transposed), [shared])
+        return [b.extract_value(loaded, r) for r in range(count)]
+
+    def multiply(self, accumulators: list[ir.Value]) -> list[ir.Value]:
+        """The k loop: every block's accumulators updated at each step; the last values."""
+        b, em = self.b, self.em
+        before = b.block
+        loop, done = em.fn.append_basic_block("mma.k"), em.fn.append_basic_block("mma.done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        step = b.phi(I64, name="mma.step")
+        phis = [b.phi(F32) for _ in accumulators]
+        for phi, value in zip(phis, accumulators, strict=True):
+            phi.add_incoming(value, before)
+        a_regs, b_regs = self.fragments(step)
+        mma, new = _mma(_PTX_TYPES[self.call.intrinsic]), []
+        for block, (i, j) in enumerate(self.blocks):
+            result = b.call(mma, [*a_regs[i], *b_regs[j], *phis[4 * block:4 * block + 4]])
+            new += [b.extract_value(result, e) for e in range(4)]
+        following = b.add(step, self.i64(1))
+        step.add_incoming(self.i64(0), before)
+        step.add_incoming(following, loop)
+        for phi, value in zip(phis, new, strict=True):
+            phi.add_incoming(value, loop)
+        b.cbranch(b.icmp_signed("<", following, self.i64(self.steps)), loop, done)
+        b.position_at_end(done)
+        return new
 
 
 def emit(em, call: Tensorized) -> None:
-    """The call as mma.sync instructions, emitted by the GpuEmitter `em` at its builder."""
-    m, n, k = call.extents
-    if m % SHAPE[0] or n % SHAPE[1] or k % SHAPE[2]:
-        raise BuildError(f"task {em.kernel.name!r}: {call.intrinsic}<{m}x{n}x{k}> on cuda runs mma.sync "
-                         f"m16n8k16, so m, n and k must be multiples of 16, 8 and 16; tile the loops "
-                         "the call replaces by such sizes")
-    b = em.b
-    out, a_win, b_win = call.operands
-    (c0, c1), (a0, a1), (b0, b1) = _strides(out), _strides(a_win), _strides(b_win)
-    lane = em.env["threadIdx.x"]
-    group, quad2 = b.lshr(lane, ir.Constant(I64, 2)), b.shl(b.and_(lane, ir.Constant(I64, 3)), ir.Constant(I64, 1))
+    """The call as mma.sync instructions, emitted by the GpuEmitter `em` at its builder.  Where a loop
+    around it holds its accumulators (`hold`), they are read from and written to those registers."""
+    lane = _Lane(em, call)
+    held = em.accumulators.get(id(call))
+    if held is None:
+        lane.warp_sync()  # the lane that zeroed C wrote before anyone reads it
+        lane.store_c(lane.multiply(lane.load_c()))
+        lane.warp_sync()  # C is whole before one lane reads it on
+        return
+    values = [em.b.load(em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32), typ=F32)
+              for e in range(len(lane.c_offsets))]
+    for e, value in enumerate(lane.multiply(values)):
+        em.b.store(value, em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32))
 
-    def lane_pointer(window: Operand, etype: ir.Type, rows: ir.Value, cols: ir.Value, s0: int, s1: int):
-        """This lane's first element of the window: its base + rows * s0 + cols * s1."""
-        return b.gep(em.address(window.buffer, window.base, None),
-                     [b.add(b.mul(rows, ir.Constant(I64, s0)), b.mul(cols, ir.Constant(I64, s1)))],
-                     source_etype=etype)
 
-    def element(pointer: ir.Value, etype: ir.Type, offset: int | ir.Value) -> ir.Value:
-        index = ir.Constant(I64, offset) if isinstance(offset, int) else offset
-        return b.gep(pointer, [index], source_etype=etype)
-
-    c_lane = lane_pointer(out, F32, group, quad2, c0, c1)
-    a_lane = lane_pointer(a_win, I16, group, quad2, a0, a1)
-    b_lane = lane_pointer(b_win, I16, quad2, group, b0, b1)
-    blocks_m, blocks_n = m // SHAPE[0], n // SHAPE[1]
-    tiles = list(itertools.product(range(blocks_m), range(blocks_n)))
-    warp_sync = declare(em.module, "llvm.nvvm.bar.warp.sync", [], ir.FunctionType(ir.VoidType(), [I32]))
-    b.call(warp_sync, [ir.Constant(I32, -1)])  # the lane that zeroed C wrote before anyone reads it
-    c_offsets = {(i, j): [(16 * i + r) * c0 + (8 * j + c) * c1 for r, c in C_ELEMENTS] for i, j in tiles}
-    acc = {t: [b.load(element(c_lane, F32, o), typ=F32) for o in c_offsets[t]] for t in tiles}
-
-    steps = k // SHAPE[2]
-    before = b.block
-    loop = em.fn.append_basic_block("mma.k")
-    done = em.fn.append_basic_block("mma.done")
-    b.branch(loop)
-    b.position_at_end(loop)
-    step = b.phi(I64, name="mma.step")
-    step.add_incoming(ir.Constant(I64, 0), before)
-    phis = {t: [b.phi(F32) for _ in range(4)] for t in tiles}
-    for t in tiles:
-        for phi, value in zip(phis[t], acc[t], strict=True):
-            phi.add_incoming(value, before)
-    k_a, k_b = b.mul(step, ir.Constant(I64, 16 * a1)), b.mul(step, ir.Constant(I64, 16 * b0))
-
-    def pair(load, first: int, second: int) -> ir.Value:
-        """Two 16-bit elements in one 32-bit register, the first in the low half."""
-        lo, hi = (b.zext(load(o), I32) for o in (first, second))
-        return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
-
-    def a_load(o: int) -> ir.Value:
-        return b.load(element(a_lane, I16, b.add(k_a, ir.Constant(I64, o))), typ=I16)
-
-    def b_load(o: int) -> ir.Value:
-        return b.load(element(b_lane, I16, b.add(k_b, ir.Constant(I64, o))), typ=I16)
-
-    a_offsets = [[(16 * i + r) * a0 + c * a1 for r, c in A_ELEMENTS] for i in range(blocks_m)]
-    b_offsets = [[r * b0 + (8 * j + c) * b1 for r, c in B_ELEMENTS] for j in range(blocks_n)]
-    a_regs = [[pair(a_load, *o[2 * v:2 * v + 2]) for v in range(4)] for o in a_offsets]
-    b_regs = [[pair(b_load, *o[2 * v:2 * v + 2]) for v in range(2)] for o in b_offsets]
-    mma = _mma_asm(_PTX_TYPES[call.intrinsic])
-    new = {}
-    for i, j in tiles:
-        result = b.call(mma, [*a_regs[i], *b_regs[j], *phis[(i, j)]])
-        new[(i, j)] = [b.extract_value(result, e) for e in range(4)]
-    following = b.add(step, ir.Constant(I64, 1))
-    step.add_incoming(following, loop)
-    for t in tiles:
-        for phi, value in zip(phis[t], new[t], strict=True):
-            phi.add_incoming(value, loop)
-    b.cbranch(b.icmp_signed("<", following, ir.Constant(I64, steps)), loop, done)
-    b.position_at_end(done)
-    for t in tiles:
-        for o, value in zip(c_offsets[t], new[t], strict=True):
-            b.store(value, element(c_lane, F32, o))
-    b.call(warp_sync, [ir.Constant(I32, -1)])  # C is whole before one lane reads it on
+def hold(em, call: Tensorized, body) -> None:
+    """Emit `body` (a loop around `call`) with the call's accumulators in registers: loaded from C
+    before it, stored to C after it (accumulators.py)."""
+    lane = _Lane(em, call)
+    held = ir.IRBuilder(em.entry).alloca(F32, size=ir.Constant(I64, len(lane.c_offsets)), name="mma.acc")
+    lane.warp_sync()  # the lane that zeroed C wrote before anyone reads it
+    for e, value in enumerate(lane.load_c()):
+        em.b.store(value, em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32))
+    em.accumulators[id(call)] = held
+    em.stmt(body)
+    del em.accumulators[id(call)]
+    lane.store_c([em.b.load(em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32), typ=F32)
+                  for e in range(len(lane.c_offsets))])
+    lane.warp_sync()  # C is whole before one lane reads it on
