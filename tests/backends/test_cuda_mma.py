@@ -106,9 +106,10 @@ def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registe
     held = [n for n in walk_stmts(code.kernels["C"].body) if isinstance(n, WarpAccumulators)]
     assert len(held) == 1 and held[0].body.var == "r.outer"  # C in registers across the k blocks
     ptx = code.source("C", "ptx")
-    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 1  # A: one 16 x 16 block
-    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 1  # B: two 16 x 8 blocks
-    assert "ld.global.nc.v4" in ptx  # the fills move 16 bytes at a time
+    # per k block (4 of 16, the loop unrolled): A's 16 x 16 block and B's two 16 x 8 blocks, 2 mma.sync
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 4
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4
+    assert ptx.count("mma.sync") == 8
     inputs = random_inputs(wl)
     assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
     if shutil.which("ptxas"):
@@ -116,6 +117,17 @@ def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registe
         done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+def test_every_k_block_reads_its_own_shared_fragments():
+    """Found on an H100: LLVM took `ldmatrix` for a pure function of its address and, with the k-block
+    loop unrolled, reused the first block's fragments for the second (the buffer is refilled in
+    between).  It reads memory now: one ldmatrix of A and one of B per mma.sync here."""
+    wl = hgemm(16, 8, 32)
+    ptx = generate(staged_schedule(wl, block=(16, 8), warp=(16, 8), k_block=16)).ptx
+    assert ptx.count("mma.sync") == 2  # the k-block loop of two, unrolled
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared") == 2
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x2.trans.shared") == 2
 
 
 def test_accumulators_stay_in_memory_where_the_window_moves_with_the_loop():

@@ -102,9 +102,14 @@ def rows_by_ldmatrix(o: Operand) -> bool:
 
 
 @functools.cache
-def _asm(text: str, outputs: tuple[ir.Type, ...], inputs: tuple[ir.Type, ...], constraints: str) -> ir.InlineAsm:
+def _asm(text: str, outputs: tuple[ir.Type, ...], inputs: tuple[ir.Type, ...], constraints: str,
+         reads_memory: bool = False) -> ir.InlineAsm:
+    """Inline PTX.  One that reads memory is volatile and clobbers memory: to LLVM an asm statement
+    is otherwise a pure function of its operands, and an `ldmatrix` of the same shared address in
+    the next k block (refilled in between) was merged with the first (found on an H100)."""
     result = outputs[0] if len(outputs) == 1 else ir.LiteralStructType(list(outputs))
-    return ir.InlineAsm(ir.FunctionType(result, list(inputs)), text, constraints, side_effect=False)
+    clobbers = ",~{memory}" if reads_memory else ""
+    return ir.InlineAsm(ir.FunctionType(result, list(inputs)), text, constraints + clobbers, side_effect=reads_memory)
 
 
 def _mma(ptx_type: str) -> ir.InlineAsm:
@@ -116,7 +121,7 @@ def _mma(ptx_type: str) -> ir.InlineAsm:
 def _ldmatrix(count: int, transposed: bool) -> ir.InlineAsm:
     registers = ",".join(f"${r}" for r in range(count))
     return _asm(f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if transposed else ''}.shared.b16 "
-                f"{{{registers}}}, [${count}];", (I32,) * count, (I32,), ",".join(["=r"] * count + ["r"]))
+                f"{{{registers}}}, [${count}];", (I32,) * count, (I32,), ",".join(["=r"] * count + ["r"]), True)
 
 
 class _Lane:

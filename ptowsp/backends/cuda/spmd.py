@@ -10,9 +10,7 @@ thread of a grid of blocks.  The rewrite makes the two agree:
 - a `shared` buffer belongs to the block.  Its fill (the copy a cache_read
   stages, placement.py) is shared out among all threads of the block, TVM's
   cooperative fetching: the copy's iterations are numbered, thread t takes
-  t, t + T, t + 2T, ... (runs of 16 bytes along the innermost loop where it
-  divides into them, single elements otherwise), and a barrier follows
-  before anyone reads it.
+  t, t + T, t + 2T, ..., and a barrier follows before anyone reads it.
   A second barrier after the readers keeps the next fill (the next
   iteration of the anchor loop) from overwriting what a slow thread still
   reads;
@@ -48,14 +46,13 @@ from ptowsp.errors import ScheduleError
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import GLOBAL, SHARED, Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, \
     Tensorized, block, map_exprs, stmt_exprs, walk_stmts
-from ptowsp.schedules.loopnest import MAX_THREADS_PER_BLOCK, SERIAL, UNROLLED, VECTORIZED
+from ptowsp.schedules.loopnest import MAX_THREADS_PER_BLOCK, SERIAL, VECTORIZED
 from ptowsp.schedules.steps import THREAD_AXES
 from ptowsp.te import Expr, Op, const, substitute, walk
 
 BLOCK_AXES = THREAD_AXES[:3]
 LANE_AXES = THREAD_AXES[3:]
 MAX_STATIC_SHARED_BYTES = 48 * 1024  # what a block may declare statically on every CUDA GPU
-FILL_BYTES = 16  # a thread's run of a cooperative fill: one 16-byte vector load and store
 _MAX_BLOCKS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 
 
@@ -204,32 +201,25 @@ class _Rewrite:
         return Allocate(buf, block(cooperative, Barrier(), rest, *(() if _ends_with_barrier(rest) else (Barrier(),))))
 
     def cooperative(self, loops: list[For], store: Store) -> Stmt:
-        """The fill's iterations dealt out to the block's threads in turn: runs of 16 bytes along the
-        innermost loop when it divides into them (so LLVM can make each run one vector load and one
-        vector store), else single elements."""
-        width = FILL_BYTES // np.dtype(store.buffer.dtype).itemsize
-        width = width if loops and width > 1 and loops[-1].extent % width == 0 else 1
-        total = math.prod(lp.extent for lp in loops) // width
+        """The fill's iterations dealt out to the block's threads in turn: thread t copies elements
+        t, t + T, ... (neighbouring threads read neighbouring elements and write neighbouring banks;
+        runs of 16 bytes per thread were tried and measured slower: docs/performance.md)."""
+        total = math.prod(lp.extent for lp in loops)
         count = math.prod(n for _, n in self.threads)
         linear: Expr = const(0, "int64")
         for position, (axis, n) in enumerate(reversed(self.threads)):  # threadIdx.x varies fastest
             linear = axis_var(axis, n) if position == 0 else linear * n + axis_var(axis, n)
-        name = store.buffer.name
-        run = Expr(Op.VAR, "int64", (), (f"{name}.chunk", -(-total // count))) * count + linear
+        chunk = f"{store.buffer.name}.chunk"
+        element = Expr(Op.VAR, "int64", (), (chunk, -(-total // count))) * count + linear
         values, stride = {}, 1
-        for position, lp in enumerate(reversed(loops)):
-            extent = lp.extent // width if position == 0 else lp.extent
-            values[lp.var] = (run // stride) % extent if stride > 1 else run % extent
-            if position == 0 and width > 1:
-                values[lp.var] = values[lp.var] * width + Expr(Op.VAR, "int64", (), (f"{name}.lane", width))
-            stride *= extent
+        for lp in reversed(loops):
+            values[lp.var] = (element // stride) % lp.extent if stride > 1 else element % lp.extent
+            stride *= lp.extent
         body: Stmt = map_exprs(store, lambda e: substitute(
             e, lambda n: values.get(n.arg[0]) if n.op is Op.VAR else None))
-        if width > 1:
-            body = For(f"{name}.lane", width, UNROLLED, body)
         if total % count:
-            body = IfThen(run < total, body)
-        return For(f"{name}.chunk", -(-total // count), SERIAL, body)
+            body = IfThen(element < total, body)
+        return For(chunk, -(-total // count), SERIAL, body)
 
 
 def _starts_with_fill(s: Stmt) -> bool:
