@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ptowsp.backends.cuda.mma import is_warp_call
-from ptowsp.lower.ir import Allocate, Block, For, Stmt, Tensorized, stmt_exprs, walk_stmts
+from ptowsp.lower.ir import Allocate, Block, For, Stmt, Store, Tensorized, stmt_exprs, walk_stmts
 from ptowsp.te import Op, walk
 
 
@@ -53,12 +53,10 @@ def _path_to_call(s: Stmt, bound: frozenset[str]) -> tuple[Tensorized, frozenset
     return None
 
 
-def _touches(s: Stmt, buffer: str, call: Tensorized) -> bool:
-    """Some statement under s other than `call` reads or writes `buffer`."""
+def _touches(s: Stmt, buffer: str) -> bool:
+    """Some statement under s reads or writes `buffer`."""
     for node in walk_stmts(s):
-        if node is call:
-            continue
-        if getattr(node, "buffer", None) is not None and node.buffer.name == buffer and not isinstance(node, Allocate):
+        if isinstance(node, Store) and node.buffer.name == buffer:
             return True
         if isinstance(node, Tensorized) and any(o.buffer.name == buffer for o in node.operands):
             return True
@@ -78,7 +76,7 @@ def _holds(loop: For) -> Tensorized | None:
     out = call.operands[0]
     if any(n.op is Op.VAR and n.arg[0] in bound for e in out.base for n in walk(e)):
         return None
-    if _touches(_without(loop, call), out.buffer.name, call):
+    if _touches(_without(loop, call), out.buffer.name):
         return None
     return call
 
