@@ -50,16 +50,6 @@ def shared_memory_matmul(wl: pw.Workload, block: int = 128, thread: int = 8, k_b
     return s.cache_write("C", "local")
 
 
-def half_matmul(n: int) -> pw.Workload:
-    """C = A @ B with A and B float16, products summed in float32."""
-    wl = pw.Workload("half_matmul")
-    a, b = wl.input("A", (n, n), "float16"), wl.input("B", (n, n), "float16")
-    r = pw.reduce_axis(n, "r")
-    wl.output(wl.compute("C", (n, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[r, j], "float32"),
-                                                          axis=r)))
-    return wl
-
-
 def tensor_core_matmul(wl: pw.Workload, block: tuple[int, int], warp: tuple[int, int],
                        k_block: int | None = None) -> pw.Schedule:
     """A block x block tile of C per CUDA block, a warp tile per warp (threadIdx.y, threadIdx.z), and
@@ -68,13 +58,13 @@ def tensor_core_matmul(wl: pw.Workload, block: tuple[int, int], warp: tuple[int,
     s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
     tile = ("i.outer", "j.outer", "i.inner.outer", "j.inner.outer")
     if k_block:
-        s.split("C", "r", k_block).reorder("C", *tile, "r.outer", "r.inner", "i.inner.inner", "j.inner.inner")
-        s.cache_read("C", "A", "shared", "r.outer").cache_read("C", "B", "shared", "r.outer")
+        s.split("C", "k", k_block).reorder("C", *tile, "k.outer", "k.inner", "i.inner.inner", "j.inner.inner")
+        s.cache_read("C", "A", "shared", "k.outer").cache_read("C", "B", "shared", "k.outer")
     else:
-        s.reorder("C", *tile, "r", "i.inner.inner", "j.inner.inner")
+        s.reorder("C", *tile, "k", "i.inner.inner", "j.inner.inner")
     s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
     s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
-    return s.tensorize("C", "r.inner" if k_block else "r", "gemm_f16")
+    return s.tensorize("C", "k.inner" if k_block else "k", "gemm_f16")
 
 
 TENSOR_CORE_TILINGS = [((128, 256), (64, 64), None), ((128, 128), (64, 32), 32), ((128, 128), (64, 32), 64),
@@ -127,7 +117,7 @@ def torch_matmul_seconds(a: np.ndarray, b: np.ndarray, repeat: int) -> float | N
 
 def tensor_core_rows(n: int, repeat: int) -> list[tuple]:
     """One row per tiling of the float16 matmul, each checked against float64 first."""
-    wl = half_matmul(n)
+    wl = zoo.matmul(n, n, n, "float16", accumulate="float32")
     inputs = random_inputs(wl)
     exact = inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
     peer = torch_matmul_seconds(inputs["A"], inputs["B"], repeat)

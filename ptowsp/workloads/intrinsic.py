@@ -131,36 +131,37 @@ def lookup(name: str) -> Intrinsic:
     return _REGISTRY[name]
 
 
-def _gemm() -> Intrinsic:
-    """C[i, j] += sum_r A[i, r] * B[r, j] in float32, any m x n x k: the cpu's register-tile
-    micro-kernel (backends/cpu/microkernel.py) and the aicore cube."""
-    wl = Workload("gemm")
-    a, b = wl.input("A", ("m", "k")), wl.input("B", ("k", "n"))
-    r = reduce_axis(wl.size("k"), "r")
-    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(a[i, r] * b[r, j], r))
-    return Intrinsic("gemm", wl, {"cpu": BUILTIN, "aicore": "cube"})
-
-
-def _gemm_i8() -> Intrinsic:
-    """C[i, j] += sum_r int32(A[i, r]) * int32(B[r, j]), A and B int8, C int32, any m x n x k: on cpu
-    VNNI's `vpdpbusd` where the host has it (backends/cpu/microkernel.py), else scalar code; the
-    aicore cube's int8 mode."""
-    wl = Workload("gemm_i8")
-    a, b = wl.input("A", ("m", "k"), "int8"), wl.input("B", ("k", "n"), "int8")
-    r = reduce_axis(wl.size("k"), "r")
-    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(cast(a[i, r], "int32") * cast(b[r, j], "int32"), r))
-    return Intrinsic("gemm_i8", wl, {"cpu": BUILTIN, "aicore": "cube"})
-
-
-def _mixed_gemm(name: str, dtype: str) -> Intrinsic:
-    """C[i, j] += sum_r float32(A[i, r]) * float32(B[r, j]), A and B 16-bit floats, C float32, any
-    m x n x k: on cuda the tensor cores' `mma.sync.m16n8k16` (m, n, k multiples of 16, 8 and 16);
-    the aicore cube's fp16 mode; on cpu, which has no 16-bit matrix unit, the loops."""
+def _contraction(name: str, dtype: str, accumulate: str | None, implementations: dict[str, str]) -> Intrinsic:
+    """C[i, j] += sum_r A[i, r] * B[r, j] over any m x n x k, A and B of `dtype`, each cast to
+    `accumulate` first when it is given (C then holds that dtype)."""
     wl = Workload(name)
     a, b = wl.input("A", ("m", "k"), dtype), wl.input("B", ("k", "n"), dtype)
     r = reduce_axis(wl.size("k"), "r")
-    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(cast(a[i, r], "float32") * cast(b[r, j], "float32"), r))
-    return Intrinsic(name, wl, {"cuda": BUILTIN, "cpu": LOOPS, "aicore": "cube"})
+
+    def widened(x: Expr) -> Expr:
+        return x if accumulate is None else cast(x, accumulate)
+
+    wl.compute("C", ("m", "n"), lambda i, j: reduce_sum(widened(a[i, r]) * widened(b[r, j]), r))
+    return Intrinsic(name, wl, implementations)
+
+
+def _gemm() -> Intrinsic:
+    """float32, any m x n x k: the cpu's register-tile micro-kernel (backends/cpu/microkernel.py)
+    and the aicore cube."""
+    return _contraction("gemm", "float32", None, {"cpu": BUILTIN, "aicore": "cube"})
+
+
+def _gemm_i8() -> Intrinsic:
+    """A and B int8, summed in int32: on cpu VNNI's `vpdpbusd` where the host has it
+    (backends/cpu/microkernel.py), else scalar code; the aicore cube's int8 mode."""
+    return _contraction("gemm_i8", "int8", "int32", {"cpu": BUILTIN, "aicore": "cube"})
+
+
+def _mixed_gemm(name: str, dtype: str) -> Intrinsic:
+    """A and B 16-bit floats, summed in float32: on cuda the tensor cores' `mma.sync.m16n8k16` (m, n, k
+    multiples of 16, 8 and 16); the aicore cube's fp16 mode; on cpu, which has no 16-bit matrix unit,
+    the loops."""
+    return _contraction(name, dtype, "float32", {"cuda": BUILTIN, "cpu": LOOPS, "aicore": "cube"})
 
 
 _BUILTINS = {"gemm": _gemm, "gemm_i8": _gemm_i8,

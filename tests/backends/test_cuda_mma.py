@@ -21,6 +21,7 @@ from ptowsp.backends.cuda.mma import divisible, fragment
 from ptowsp.lower.ir import walk_stmts
 from ptowsp.te import Expr, Op, const
 from ptowsp.workloads import random_inputs
+from ptowsp.workloads.zoo import layers
 from tests.conformance.test_conformance import assert_close
 from tests.conformance.warp_tensorize_fuzz import check
 
@@ -30,8 +31,7 @@ GPU = "cuda" in pw.targets()
 def hgemm(m: int, n: int, k: int, dtype: str = "float16", relu: bool = False) -> pw.Workload:
     wl = pw.Workload("hgemm")
     a, b = wl.input("A", (m, k), dtype), wl.input("B", (k, n), dtype)
-    r = pw.reduce_axis(k, "r")
-    c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[r, j], "float32"), axis=r))
+    c = layers.matmul(wl, "C", a, b, accumulate="float32")
     wl.output(wl.compute("Y", (m, n), lambda i, j: pw.maximum(c[i, j], 0.0)) if relu else c)
     return wl
 
@@ -39,10 +39,10 @@ def hgemm(m: int, n: int, k: int, dtype: str = "float16", relu: bool = False) ->
 def warp_schedule(wl: pw.Workload, block=(32, 16), warp=(16, 8), intrinsic="gemm_f16") -> pw.Schedule:
     """A block tile per CUDA block, a warp tile per warp (threadIdx.y, threadIdx.z), one call over all of k."""
     s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
-    s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r", "i.inner.inner", "j.inner.inner")
+    s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k", "i.inner.inner", "j.inner.inner")
     s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
     s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
-    return s.tensorize("C", "r", intrinsic)
+    return s.tensorize("C", "k", intrinsic)
 
 
 def test_the_lanes_hold_every_element_of_each_operand_once():
@@ -91,20 +91,20 @@ def test_random_warp_tensorized_schedules(pair):
 def staged_schedule(wl: pw.Workload, block=(32, 32), warp=(16, 16), k_block=16, bind_warps=True) -> pw.Schedule:
     """k blocks of A and B staged in shared memory, a gemm_f16 call per block."""
     s = wl.schedule().tile("C", i=block[0], j=block[1]).split("C", "i.inner", warp[0]).split("C", "j.inner", warp[1])
-    s.split("C", "r", k_block).reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r.outer",
-                                       "r.inner", "i.inner.inner", "j.inner.inner")
+    s.split("C", "k", k_block).reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k.outer",
+                                       "k.inner", "i.inner.inner", "j.inner.inner")
     s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
     if bind_warps:
         s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
-    s.cache_read("C", "A", "shared", "r.outer").cache_read("C", "B", "shared", "r.outer")
-    return s.tensorize("C", "r.inner", "gemm_f16")
+    s.cache_read("C", "A", "shared", "k.outer").cache_read("C", "B", "shared", "k.outer")
+    return s.tensorize("C", "k.inner", "gemm_f16")
 
 
 def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registers(tmp_path):
     wl = hgemm(32, 32, 64)
     code = generate(staged_schedule(wl))
     held = [n for n in walk_stmts(code.kernels["C"].body) if isinstance(n, WarpAccumulators)]
-    assert len(held) == 1 and held[0].body.var == "r.outer"  # C in registers across the k blocks
+    assert len(held) == 1 and held[0].body.var == "k.outer"  # C in registers across the k blocks
     ptx = code.source("C", "ptx")
     # per k block (4 of 16, the loop unrolled): A's 16 x 16 block and B's two 16 x 8 blocks, 2 mma.sync
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 4
@@ -149,9 +149,9 @@ def test_divisibility_is_proved_only_where_it_holds():
 
 
 def test_a_loop_bound_to_the_lanes_is_refused():
-    s = hgemm(32, 16, 16).schedule().tile("C", i=16, j=8).reorder("C", "i.outer", "j.outer", "r", "i.inner",
+    s = hgemm(32, 16, 16).schedule().tile("C", i=16, j=8).reorder("C", "i.outer", "j.outer", "k", "i.inner",
                                                                     "j.inner")
-    s.bind("C", "i.outer", "threadIdx.x").tensorize("C", "r", "gemm_f16")
+    s.bind("C", "i.outer", "threadIdx.x").tensorize("C", "k", "gemm_f16")
     with pytest.raises(pw.ScheduleError, match="warp-level call whose 32 lanes are threadIdx.x"):
         generate(s)
 
@@ -163,10 +163,10 @@ def test_operands_a_thread_holds_alone_are_refused():
 
 
 def test_a_call_that_is_not_whole_instructions_is_refused():
-    s = hgemm(32, 12, 16).schedule().tile("C", i=16, j=12).reorder("C", "i.outer", "j.outer", "r", "i.inner",
+    s = hgemm(32, 12, 16).schedule().tile("C", i=16, j=12).reorder("C", "i.outer", "j.outer", "k", "i.inner",
                                                                      "j.inner")
     with pytest.raises(pw.BuildError, match=r"gemm_f16<16x12x16> on cuda runs mma.sync m16n8k16"):
-        generate(s.tensorize("C", "r", "gemm_f16"))
+        generate(s.tensorize("C", "k", "gemm_f16"))
 
 
 def test_an_epilogue_fused_into_a_warp_call_is_refused():

@@ -25,6 +25,7 @@ import ml_dtypes
 import numpy as np
 
 import ptowsp as pw
+from ptowsp.workloads.zoo import layers
 
 INTRINSICS = {"float16": "gemm_f16", "bfloat16": "gemm_bf16"}
 
@@ -43,8 +44,7 @@ def draw(rng: random.Random, small: bool = False):
     epilogue = rng.random() < 0.25
     wl = pw.Workload(f"warp_fuzz_{dtype}")
     a, b = wl.input("A", (m, k), dtype), wl.input("B", (k, n), dtype)
-    r = pw.reduce_axis(k, "r")
-    c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[r, j], "float32"), axis=r))
+    c = layers.matmul(wl, "C", a, b, accumulate="float32")
     wl.output(wl.compute("Y", (m, n), lambda i, j: pw.maximum(c[i, j], 0.0)) if epilogue else c)
     data = np.random.default_rng(rng.randrange(2**32))
     element = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
@@ -61,18 +61,18 @@ def draw(rng: random.Random, small: bool = False):
     k_block = rng.choice(multiples(k, 16, 64))
     staged = k_block < k and rng.random() < 0.6
     if k_block < k:
-        s.split("C", "r", k_block)
-        s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r.outer", "r.inner", *inner)
+        s.split("C", "k", k_block)
+        s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k.outer", "k.inner", *inner)
     else:
-        s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "r", *inner)
+        s.reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k", *inner)
     s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
     warps = [("i.inner.outer", "threadIdx.y"), ("j.inner.outer", "threadIdx.z")]
     for loop, axis in warps:
         if rng.random() < 0.75:
             s.bind("C", loop, axis)
     if staged:
-        s.cache_read("C", "A", "shared", "r.outer").cache_read("C", "B", "shared", "r.outer")
-    s.tensorize("C", "r.inner" if k_block < k else "r", INTRINSICS[dtype])
+        s.cache_read("C", "A", "shared", "k.outer").cache_read("C", "B", "shared", "k.outer")
+    s.tensorize("C", "k.inner" if k_block < k else "k", INTRINSICS[dtype])
     return wl, s, {"A": x, "B": y}, expected
 
 

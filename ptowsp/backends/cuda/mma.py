@@ -134,7 +134,8 @@ class _Lane:
                              f"m16n8k16, so m, n and k must be multiples of 16, 8 and 16; tile the loops "
                              "the call replaces by such sizes")
         self.em, self.b, self.call = em, em.b, call
-        self.blocks = list(itertools.product(range(m // SHAPE[0]), range(n // SHAPE[1])))
+        self.m_blocks, self.n_blocks = m // SHAPE[0], n // SHAPE[1]
+        self.blocks = list(itertools.product(range(self.m_blocks), range(self.n_blocks)))
         self.steps = k // SHAPE[2]
         b = self.b
         lane = em.env["threadIdx.x"]
@@ -164,6 +165,15 @@ class _Lane:
         for o, value in zip(self.c_offsets, values, strict=True):
             self.b.store(value, self.at(self.c_lane, F32, o))
 
+    def load_held(self, held: ir.Value) -> list[ir.Value]:
+        """The accumulators from the registers a loop holds them in (an alloca LLVM promotes)."""
+        b = self.b
+        return [b.load(b.gep(held, [self.i64(e)], source_etype=F32), typ=F32) for e in range(len(self.c_offsets))]
+
+    def store_held(self, held: ir.Value, values: list[ir.Value]) -> None:
+        for e, value in enumerate(values):
+            self.b.store(value, self.b.gep(held, [self.i64(e)], source_etype=F32))
+
     def warp_sync(self) -> None:
         sync = declare(self.em.module, "llvm.nvvm.bar.warp.sync", [], ir.FunctionType(ir.VoidType(), [I32]))
         self.b.call(sync, [ir.Constant(I32, -1)])
@@ -171,9 +181,7 @@ class _Lane:
     def fragments(self, step: ir.Value) -> tuple[list[list[ir.Value]], list[list[ir.Value]]]:
         """The A registers of each block row and the B registers of each block column at k step `step`."""
         _, a_win, b_win = self.call.operands
-        m_blocks = 1 + max(i for i, _ in self.blocks)
-        n_blocks = 1 + max(j for _, j in self.blocks)
-        return self.a_fragments(a_win, step, m_blocks), self.b_fragments(b_win, step, n_blocks)
+        return self.a_fragments(a_win, step, self.m_blocks), self.b_fragments(b_win, step, self.n_blocks)
 
     def a_fragments(self, o: Operand, step: ir.Value, m_blocks: int) -> list[list[ir.Value]]:
         b, (s0, s1) = self.b, _strides(o)
@@ -251,10 +259,7 @@ def emit(em, call: Tensorized) -> None:
         lane.store_c(lane.multiply(lane.load_c()))
         lane.warp_sync()  # C is whole before one lane reads it on
         return
-    values = [em.b.load(em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32), typ=F32)
-              for e in range(len(lane.c_offsets))]
-    for e, value in enumerate(lane.multiply(values)):
-        em.b.store(value, em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32))
+    lane.store_held(held, lane.multiply(lane.load_held(held)))
 
 
 def hold(em, call: Tensorized, body) -> None:
@@ -263,11 +268,9 @@ def hold(em, call: Tensorized, body) -> None:
     lane = _Lane(em, call)
     held = ir.IRBuilder(em.entry).alloca(F32, size=ir.Constant(I64, len(lane.c_offsets)), name="mma.acc")
     lane.warp_sync()  # the lane that zeroed C wrote before anyone reads it
-    for e, value in enumerate(lane.load_c()):
-        em.b.store(value, em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32))
+    lane.store_held(held, lane.load_c())
     em.accumulators[id(call)] = held
     em.stmt(body)
     del em.accumulators[id(call)]
-    lane.store_c([em.b.load(em.b.gep(held, [ir.Constant(I64, e)], source_etype=F32), typ=F32)
-                  for e in range(len(lane.c_offsets))])
+    lane.store_c(lane.load_held(held))
     lane.warp_sync()  # C is whole before one lane reads it on

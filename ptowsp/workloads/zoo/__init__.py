@@ -26,11 +26,13 @@ __all__ = [
 ]
 
 
-def matmul(m: int = 256, n: int = 256, k: int = 256, dtype: str = "float32") -> Workload:
-    """C[i, j] = sum(A[i, k] * B[k, j], k), A: (m, k), B: (k, n)."""
+def matmul(m: int = 256, n: int = 256, k: int = 256, dtype: str = "float32",
+           accumulate: str | None = None) -> Workload:
+    """C[i, j] = sum(A[i, k] * B[k, j], k), A: (m, k), B: (k, n); with `accumulate`, the products of
+    A and B cast to that dtype (float16 inputs, float32 results)."""
     wl = Workload("matmul")
     a, b = wl.input("A", (m, k), dtype), wl.input("B", (k, n), dtype)
-    wl.output(layers.matmul(wl, "C", a, b))
+    wl.output(layers.matmul(wl, "C", a, b, accumulate))
     return wl
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ptowsp.errors import ShapeError
-from ptowsp.te import Expr, Tensor, erf, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, where
+from ptowsp.te import Expr, Tensor, cast, erf, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, where
 from ptowsp.workloads.workload import Workload
 
 
@@ -19,12 +19,15 @@ def _need(cond: bool, message: str) -> None:
         raise ShapeError(message)
 
 
-def matmul(wl: Workload, name: str, a: Tensor, b: Tensor) -> Tensor:
-    """name[i, j] = sum(a[i, k] * b[k, j], k)."""
+def matmul(wl: Workload, name: str, a: Tensor, b: Tensor, accumulate: str | None = None) -> Tensor:
+    """name[i, j] = sum(a[i, k] * b[k, j], k); with `accumulate`, each operand is cast to that dtype
+    first (float16 inputs summed in float32, int8 in int32: the tensor cores' and VNNI's contractions)."""
     (m, ka), (kb, n) = a.shape, b.shape
     _need(ka == kb, f"matmul {name}: {a.name} is {a.shape} but {b.name} is {b.shape}; inner sizes differ")
     k = reduce_axis(ka, "k")
-    return wl.compute(name, (m, n), lambda i, j: reduce_sum(a[i, k] * b[k, j], k))
+    if accumulate is None:
+        return wl.compute(name, (m, n), lambda i, j: reduce_sum(a[i, k] * b[k, j], k))
+    return wl.compute(name, (m, n), lambda i, j: reduce_sum(cast(a[i, k], accumulate) * cast(b[k, j], accumulate), k))
 
 
 def bias_add(wl: Workload, name: str, x: Tensor, bias: Tensor) -> Tensor:
