@@ -16,7 +16,7 @@ from ptowsp.autoschedule.tasks import extract, kernel_groups
 from ptowsp.autoschedule.tuner import CONFIRM, Tuner
 from ptowsp.backends import backend
 from ptowsp.errors import ScheduleError
-from ptowsp.runtime.executor import worker_classes
+from ptowsp.runtime.scheduler import worker_classes
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import Workload
 

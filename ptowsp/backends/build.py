@@ -12,7 +12,7 @@ from ptowsp.errors import BuildError, InputError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, Trace
 from ptowsp.runtime.dispatch import Policy, TaskTimes
-from ptowsp.runtime.executor import DEFAULT_WINDOW
+from ptowsp.runtime.scheduler import DEFAULT_WINDOW
 from ptowsp.runtime.watchdog import check_timeout
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import default_schedule

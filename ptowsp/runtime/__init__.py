@@ -6,7 +6,8 @@ It imports nothing of te, workloads, schedules or lower: a backend hands it a
 
 from ptowsp.runtime import csp, dispatch
 from ptowsp.runtime.device import DeviceCosts, execute_device
-from ptowsp.runtime.executor import Launcher, Options, execute, worker_classes
+from ptowsp.runtime.executor import execute
+from ptowsp.runtime.scheduler import Launcher, Options, worker_classes
 from ptowsp.runtime.table import Instance, RegionIndex, TaskTable
 from ptowsp.runtime.trace import Event, Summary, Trace, Wait
 

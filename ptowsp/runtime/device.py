@@ -51,8 +51,9 @@ from typing import Protocol
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import Channel, DepQueue, Process, now, sleep, sleep_until
 from ptowsp.runtime.engines import DeviceEngine
+from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.dispatch import TaskTimes, placer
-from ptowsp.runtime.executor import Launcher, Options, Scheduler
+from ptowsp.runtime.scheduler import Launcher, Options, Scheduler
 from ptowsp.runtime.idle import Readiness
 from ptowsp.runtime.stops import describe, raise_failure
 from ptowsp.runtime.table import TaskTable
@@ -88,33 +89,17 @@ class DeviceCosts(Protocol):
     def store(self, i: int, block: int, now: float) -> float: ...
 
 
-class _Doorbell:
-    """A token queue that holds at most one token: "look again".  Ringing it wakes the process that
-    waits on it, or leaves one token for its next wait; rings in between add nothing."""
-
-    def __init__(self, name: str):
-        self.tokens = DepQueue(name)
-        self.rung = False
-
-    def ring(self) -> None:
-        if not self.rung:
-            self.rung = True
-            self.tokens.push_dep()
-
-    async def wait(self) -> None:
-        await self.tokens.pop_dep()
-        self.rung = False
-
-
 class _Bells:
     """Stands in for a worker's condition variable: a ready task rings every scheduler."""
 
-    def __init__(self, bells: list[_Doorbell]):
+    def __init__(self, bells: list[Doorbell]):
         self.bells = bells
 
     def notify(self) -> None:
         for bell in self.bells:
             bell.ring()
+
+    close = notify  # a scheduler looks again and sees the end
 
 
 @dataclass
@@ -183,14 +168,14 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     """Run every instance of `table` once on the device clock; the Trace is in device seconds."""
     cores = [_Core(k, Channel(math.inf, f"inbox{k}"), Channel(math.inf, f"completions{k}"))
              for k in range(len(options.workers))]
-    bells = [_Doorbell(f"scheduler{s}") for s in range(costs.schedulers)]
+    bells = [Doorbell(f"scheduler{s}") for s in range(costs.schedulers)]
     heft = getattr(options.policy, "policy", options.policy) == "heft"
     times = _modelled_times(table, costs) if heft else None
     sched = _CountingScheduler(table, options, placer(options.policy, times, options.workers), now,
-                               wakeup=lambda: _Bells(bells))
+                               wakeup=lambda index: _Bells(bells))
     for w in sched.workers:
         w.idle = True  # every placement rings the schedulers (and the last completion, all of them)
-    record, window_bell = _Recorder(), _Doorbell("task window")
+    record, window_bell = _Recorder(), Doorbell("task window")
     window_waits: list[tuple[float, float]] = []
     notices: list[deque] = [deque() for _ in range(costs.schedulers)]
     n = len(table.instances)

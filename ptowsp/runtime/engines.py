@@ -32,6 +32,7 @@ from `run` once every process has ended.
 from __future__ import annotations
 
 import abc
+import contextlib
 import heapq
 import os
 import itertools
@@ -149,6 +150,28 @@ class Engine(abc.ABC):
             self.ready(proc)
         elif state == RUNNING:
             proc.state = WOKEN  # between its park and its yield: the thread running it resumes it
+
+    def discard(self, proc: Proc) -> bool:
+        """End `proc` without running it again, if it is parked on a primitive: its coroutine is
+        closed on the calling thread (GeneratorExit at its wait; its `finally` blocks run here).
+        For a waiter whose next wake-up would only tell it to return, when waking it would cost a
+        thread wake-up.  False (nothing done) if it is not parked: it ends on its own."""
+        with self.lock:
+            if proc.state != PARKED or proc.withdraw is None:
+                return False
+            waiters, entry = proc.withdraw
+            for k, other in enumerate(waiters):
+                if other is entry:
+                    del waiters[k]
+                    break
+            proc.waits_on = proc.withdraw = proc.since = None
+            self.parked -= 1
+            proc.state = RUNNING
+        try:
+            proc.coro.close()
+        finally:
+            self._end(proc, None, None)
+        return True
 
     def sleep_until(self, proc: Proc, when: float) -> None:
         heapq.heappush(self.sleepers, (when, next(self.order), proc))
@@ -319,10 +342,9 @@ class RealEngine(Engine):
         self.origin = time.perf_counter()
         self.shared: deque[Proc] = deque()
         self.own: list[deque[Proc]] = [deque() for _ in range(threads)]
-        self.wakeups = [threading.Condition(self.lock) for _ in range(threads)]
+        # made when first needed: a Condition costs 1.5 us, and a short run often never waits
+        self.wakeups: list[threading.Condition | None] = [None] * threads
         self.idle = [False] * threads
-        self.returned = [False] * threads
-        self.finished = threading.Condition(self.lock)
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -331,14 +353,14 @@ class RealEngine(Engine):
         if proc.pin is not None:
             self.own[proc.pin].append(proc)
             if self.idle[proc.pin]:
-                self.wakeups[proc.pin].notify()
+                self.wakeups[proc.pin].notify()  # type: ignore[union-attr]  # made before idle was set
             return
         self.shared.append(proc)
         me = getattr(this_thread, "thread", None)
         for k, idle in enumerate(self.idle):  # another thread may run it while this one goes on
             if idle and k != me:
                 self.idle[k] = False
-                self.wakeups[k].notify()
+                self.wakeups[k].notify()  # type: ignore[union-attr]
                 break
 
     def stop(self, reason: BaseException) -> None:
@@ -347,11 +369,12 @@ class RealEngine(Engine):
 
     def ended(self, proc: Proc) -> None:
         if not self.live:
-            for k in range(len(self.own)):
-                self.wakeups[k].notify()
+            for wakeup in self.wakeups:
+                if wakeup is not None:
+                    wakeup.notify()
 
     def _next(self, k: int) -> Proc | None:
-        """Under the lock: the next process thread k runs (its own first), waking due sleepers."""
+        """Under the lock: the next process thread k runs (an unpinned one first), waking due sleepers."""
         sleepers = self.sleepers
         if sleepers and sleepers[0][0] <= self.now():
             while sleepers and sleepers[0][0] <= self.now():
@@ -361,7 +384,7 @@ class RealEngine(Engine):
                 elif self.live and self.failure is None:  # the run's deadline has come
                     self.timed_out = True
                     self.fail(RunTimeout("deadline"))
-        queue = self.own[k] if self.own[k] else self.shared
+        queue = self.shared if self.shared else self.own[k]  # a pinned process that yields lets others go first
         if not queue:
             return None
         proc = queue.popleft()
@@ -370,7 +393,7 @@ class RealEngine(Engine):
 
     def serve(self, k: int) -> None:
         """Thread k's loop: run processes until none is live."""
-        lock, wakeup, perf = self.lock, self.wakeups[k], time.perf_counter
+        lock, perf = self.lock, time.perf_counter
         this_thread.thread = k
         while True:
             with lock:
@@ -385,6 +408,9 @@ class RealEngine(Engine):
             if proc is None:
                 with lock:
                     while self.live and (proc := self._next(k)) is None:
+                        wakeup = self.wakeups[k]
+                        if wakeup is None:
+                            wakeup = self.wakeups[k] = threading.Condition(lock)
                         self.idle[k] = True
                         due = self.sleepers[0][0] - self.now() if self.sleepers else None
                         wakeup.wait(due)
@@ -396,31 +422,22 @@ class RealEngine(Engine):
     def run(self, specs, deadline: float | None = None) -> None:
         """Run every process on this thread and the pool's; RunTimeout after `deadline` wall seconds."""
         helpers = len(self.own) - 1
-        with pool().threads(helpers) as threads, pinned():
+        # pinning keeps two of the run's threads off one CPU; alone, the caller needs none (and the
+        # two affinity calls cost ~15 us on this VM: a third of a one-task run)
+        alone = contextlib.nullcontext(())
+        with pool().threads(helpers) if helpers else alone as threads, pinned() if helpers else alone:
             with self.lock:
                 self.start(specs)
                 if deadline is not None:
                     heapq.heappush(self.sleepers, (deadline, -1, _ALARM))
             for k, thread in enumerate(threads, start=1):
-                thread.start(lambda k=k: self._helper(k))
+                thread.start(lambda k=k: self.serve(k))
             try:
-                self.serve(0)
+                self.serve(0)  # returns once no process is live
             except BaseException as e:  # noqa: BLE001 - Ctrl-C in the caller's thread between steps
                 with self.lock:
                     self.fail(e)
                 self.serve(0)
-            finally:
-                with self.lock:
-                    while not all(self.returned[1:]):
-                        self.finished.wait()
-
-    def _helper(self, k: int) -> None:
-        try:
-            self.serve(k)
-        finally:
-            with self.lock:
-                self.returned[k] = True
-                self.finished.notify()
 
 
 _ALARM = Proc(-1, "alarm", None, None, None)  # type: ignore[arg-type]

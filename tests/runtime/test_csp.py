@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import trio
 
 import ptowsp as pw
 from ptowsp import csp
+from ptowsp.runtime.engines import current
 
 
 def double_buffer(tiles: int, load_s: float, compute_s: float, buffers: int):
@@ -249,6 +251,34 @@ def test_an_error_cancels_a_blocked_peer_and_runs_its_cleanup(clock):
         csp.run([fails, blocked], clock=clock)
     assert cleaned == [True]
     assert channel.statistics().waiting_receivers == 0  # the cancelled receiver left the channel
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_a_parked_process_discarded_ends_where_it_waits_without_running_again(clock):
+    """Engine.discard (the executor ends idle workers this way when the run is over): the waiter's
+    cleanup runs on the discarding thread, it leaves the queue it waited on, and the run ends with
+    no deadlock; a process that is not parked is left alone."""
+    tokens, seen = csp.DepQueue("never"), {}
+
+    async def waiter():
+        seen["waiter"] = current()
+        try:
+            await tokens.pop_dep()
+            seen["woken"] = True  # never: discarding does not resume it
+        finally:
+            seen["cleanup on"] = threading.current_thread()
+
+    async def discarder():
+        await csp.sleep(0.01)
+        engine, me = current()
+        assert not engine.discard(me)  # running: not parked
+        seen["discarded"] = engine.discard(seen["waiter"][1])
+        seen["discarder on"] = threading.current_thread()
+
+    results = csp.run([waiter, discarder], clock=clock)
+    assert results == [None, None] and seen["discarded"] and "woken" not in seen
+    assert seen["cleanup on"] is seen["discarder on"]
+    assert tokens.statistics().waiting == 0
 
 
 @pytest.mark.parametrize("clock", CLOCKS)

@@ -12,6 +12,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.runtime import Instance, Options, TaskTable, execute
+from ptowsp.runtime.engines import RealEngine, current
 
 
 class Launch:
@@ -198,6 +199,27 @@ def test_the_task_window_bounds_admission():
     assert window["waits"] > 0  # the orchestrator blocked on a full window
     assert any(w.kind == "window" for w in trace.waits)
     assert len(trace.events) == 60
+
+
+def test_workers_are_csp_processes_each_pinned_to_one_thread():
+    """The executor is a run of pw.csp processes on the real engine: task code runs inside worker
+    processes, worker 0 on the caller's thread and each other worker on one thread of its own."""
+    table = TaskTable(tiles("T", 300))  # more than one admission batch: the orchestrator process admits the rest
+    seen = set()
+
+    def where(inst):
+        engine, proc = current()
+        seen.add((isinstance(engine, RealEngine), proc.name, threading.current_thread()))
+
+    trace = run(table, Launch(table, {"T": 0.0002}, action=where), window=64)
+    assert {real for real, _, _ in seen} == {True}
+    threads = {}
+    for _, name, thread in seen:
+        threads.setdefault(name, set()).add(thread)
+    assert set(threads) == {"worker0", "worker1"}
+    assert threads["worker0"] == {threading.current_thread()} and len(threads["worker1"]) == 1
+    assert threads["worker1"] != threads["worker0"]
+    assert trace.statistics["window"]["waits"] > 0 and len(trace.events) == 300
 
 
 def test_a_failing_task_raises_task_error_and_stops_every_thread():
