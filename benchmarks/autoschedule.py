@@ -38,7 +38,7 @@ from cpu_kernels import matmul_case, softmax_case  # noqa: E402
 from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
-from ptowsp.autoschedule.measure import Runner  # noqa: E402
+from ptowsp.autoschedule.measure import Runner, one_by_one  # noqa: E402
 from ptowsp.workloads import matches, random_inputs  # noqa: E402
 
 WORKERS = 2
@@ -116,6 +116,9 @@ class _Seat:
 
     def measure(self, schedule):
         return self.table.measure(self.n, schedule)
+
+    def measure_batch(self, schedules):
+        return one_by_one(self.measure, schedules)  # each trial takes its turn
 
 
 def _play(table: TakeTurns, n: int, wl, label: str, seed: int, trials: int, log: Path | None, results: dict):

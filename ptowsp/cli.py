@@ -4,7 +4,8 @@
     ptowsp bench WORKLOAD               the default schedule beside plain numpy, timed side by side
     ptowsp trace WORKLOAD --out DIR     trace.json, gantt.png and summary.txt of a warm run
     ptowsp tune  WORKLOAD --log FILE    the AutoScheduler, resuming from and appending to FILE (an
-                                        .onnx model: kernel by kernel, then timed beside onnxruntime)
+                                        .onnx model: kernel by kernel, then timed beside onnxruntime;
+                                        --cluster ADDRESS: measured on a dask cluster's workers)
     ptowsp run   WORKLOAD               run once checked, then time warm runs (beside onnxruntime
                                         for an .onnx model, when it is installed)
     ptowsp --version
@@ -22,6 +23,7 @@ ptowsp error is printed as one line (`ptowsp trace: error: ScheduleError:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import sys
@@ -127,8 +129,18 @@ def _workload(what: str, args: argparse.Namespace) -> pw.Workload:
 def tune_command(args: argparse.Namespace) -> int:
     chosen = _chosen(args.what, args.command)
     wl = _workload(args.what, args)
-    res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
-                                  workers=args.workers, progress=True)
+    resources = _resources(args.resources) if args.resources else None
+    if resources and not args.cluster:
+        raise CommandError("ptowsp tune: --resources choose workers of a cluster: give --cluster ADDRESS too")
+    cluster = contextlib.nullcontext() if not args.cluster else \
+        pw.autoschedule.DaskRunner(args.cluster, resources, target=args.target, workers=args.workers)
+    with cluster as runner:  # with --cluster, the search runs here and the trials on the cluster's workers
+        res = pw.AutoScheduler.search(wl, args.target, num_trials=args.trials, log_file=args.log, seed=args.seed,
+                                      workers=args.workers, progress=True, runner=runner)
+        if runner is not None:
+            stats = runner.statistics()
+            print(f"measured on the dask cluster at {runner.address}: {stats.trials} measurements on "
+                  f"{len(stats.by_worker)} workers, {stats.retried} tried again on another worker")
     if isinstance(res, ModelSearchResult):  # a model tuned kernel by kernel
         print(f"{res}; {res.wall_seconds:.1f} s")
         print(res.table())
@@ -150,6 +162,19 @@ def tune_command(args: argparse.Namespace) -> int:
         _side_by_side({f"ptowsp default ({args.target})": default, f"ptowsp tuned ({args.target})": tuned},
                       chosen, inputs, args)
     return 0
+
+
+def _resources(text: str) -> dict[str, float]:
+    """`--resources "cpu-avx512=1 other=2"` (as `dask worker --resources` takes them; commas work too)."""
+    resources = {}
+    for item in text.replace(",", " ").split():
+        name, _, amount = item.partition("=")
+        try:
+            resources[name] = float(amount)
+        except ValueError:
+            raise CommandError(f"ptowsp tune: --resources {text!r}: expected NAME=N pairs, e.g. "
+                               "\"cpu-avx512=1\"") from None
+    return resources
 
 
 def trace_command(args: argparse.Namespace) -> int:
@@ -315,6 +340,12 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--plot", default=None, help="write the tuning curve (best time vs trial) to this PNG")
     tune.add_argument("--runs", type=_positive, default=10,
                       help="an .onnx model: timed runs per block of the default, tuned and onnxruntime")
+    tune.add_argument("--cluster", default=None, metavar="ADDRESS",
+                      help="measure on the workers of the dask cluster whose scheduler is at ADDRESS "
+                           "(pip install 'ptowsp[distributed]'; docs/autoschedule.md)")
+    tune.add_argument("--resources", default=None, metavar='"NAME=N ..."',
+                      help="with --cluster: use only workers offering these dask resources (dask worker "
+                           '--resources "cpu-avx512=1")')
     return top
 
 

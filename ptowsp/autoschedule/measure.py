@@ -10,6 +10,9 @@ BuildError before the first trial, not a run of failed trials.  The parent
 waits on a pipe with a deadline: past it the worker is killed and the
 trial recorded as a timeout; a worker that dies (segfault, abort) is
 recorded as a crash.  Either way a fresh worker takes the next trial.
+A search hands a runner a batch (`measure_batch`): a Runner measures it one
+by one; a DaskRunner (dask_runner.py) all at once on a cluster's workers,
+each of which measures with a Runner of its own.
 
 The timing is the target's real clock: the fastest of at least `repeat`
 runs and MIN_TIME seconds after the checking run, cut short when runs are
@@ -28,9 +31,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Protocol
 
 import cloudpickle
 import numpy as np
@@ -46,6 +50,47 @@ class Measurement:
     seconds: float | None  # fastest run time; None when the trial failed
     error: str | None = None
     elapsed: float = 0.0  # wall time the trial took, build and IPC included
+
+    @property
+    def lost(self) -> bool:
+        """The measuring process died or hung (see Runner.measure): the machine may be at fault rather
+        than the candidate, so a runner with other machines tries it once more elsewhere."""
+        return self.error is not None and self.error.startswith(("crash:", "timeout:"))
+
+
+class Measurer(Protocol):
+    """What a search measures with: a `Runner` here, or a `DaskRunner` on a cluster (dask_runner.py)."""
+
+    target: str
+
+    def measure(self, schedule: Schedule) -> Measurement: ...
+
+    def measure_batch(self, schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement]]:
+        """Each schedule's index and measurement, in the order they complete; each index once."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def one_by_one(measure: Callable[[Schedule], Measurement],
+               schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement]]:
+    """`measure_batch` for a runner that measures one schedule at a time, in order."""
+    for n, schedule in enumerate(schedules):
+        yield n, measure(schedule)
+
+
+def arrivals(runner: Measurer, schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement, float]]:
+    """`runner.measure_batch(schedules)` with the seconds the caller waited for each result: the
+    runner's share of the search's wall time (on a cluster, trials overlap: their own times add up
+    to more than that)."""
+    results = runner.measure_batch(schedules)
+    while True:
+        start = time.perf_counter()
+        item = next(results, None)
+        waited = time.perf_counter() - start
+        if item is None:
+            return
+        yield item[0], item[1], waited
 
 
 MIN_TIME = 0.3  # seconds of timed runs per trial, at least (by default)
@@ -121,13 +166,14 @@ class Runner:
     A runner measures a schedule of any workload: the worker sets each workload up once (random
     inputs, the reference's outputs) and keeps the last KEPT_WORKLOADS of them, so a whole-model
     search's tuning tasks share one worker.  `wl` is the first workload, set up before the first
-    measurement.  `timeout` bounds a whole trial (build, check, timing); `evaluate` replaces the
-    timing function (it runs in the worker process, sent with cloudpickle like the workload: tests
-    use it to crash or hang on purpose).  BuildError here when the workload cannot be sent to the
+    measurement (None: the first one measured; a cluster's worker makes its Runner so).  `timeout`
+    bounds a whole trial (build, check, timing); `evaluate` replaces the timing function (it runs in
+    the worker process, sent with cloudpickle like the workload: tests use it to crash or hang on
+    purpose).  BuildError here when the workload cannot be sent to the
     worker, and from `measure` when the worker cannot set a workload up.
     """
 
-    def __init__(self, wl: Workload, target: str = "cpu", *, workers: int = 2, repeat: int = 5,
+    def __init__(self, wl: Workload | None, target: str = "cpu", *, workers: int = 2, repeat: int = 5,
                  min_time: float = MIN_TIME, budget: float = 2.0, timeout: float = 60.0,
                  evaluate: Evaluate = time_program):
         self.workload, self.target, self.workers = wl, target, workers
@@ -135,7 +181,8 @@ class Runner:
         self.timeout, self.evaluate = timeout, evaluate
         self._setups: dict[str, bytes] = {}  # fingerprint -> the SETUP request
         self._ready: dict[str, None] = {}  # workloads the worker keeps, oldest first (its own order)
-        self._setup(wl)
+        if wl is not None:
+            self._setup(wl)
         self._process: subprocess.Popen | None = None
         self._requests: Connection | None = None
         self._conn: Connection | None = None
@@ -143,7 +190,7 @@ class Runner:
 
     def _setup(self, wl: Workload) -> bytes:
         if wl.fingerprint not in self._setups:
-            self._setups[wl.fingerprint] = SETUP + _serialize(
+            self._setups[wl.fingerprint] = SETUP + serialize(
                 wl, (wl, self.target, self.workers, self.timing, self.evaluate), self.evaluate)
         return self._setups[wl.fingerprint]
 
@@ -209,6 +256,10 @@ class Runner:
         self.restarts += 1
         return Measurement(None, error, time.perf_counter() - start)
 
+    def measure_batch(self, schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement]]:
+        """One by one, in order: one machine, one measurement at a time."""
+        return one_by_one(self.measure, schedules)
+
     def _stop(self) -> None:
         if self._process is not None:
             self._process.kill()
@@ -228,7 +279,7 @@ class Runner:
         self.close()
 
 
-def _serialize(wl: Workload, setup: tuple, evaluate: Evaluate) -> bytes:
+def serialize(wl: Workload, setup: object, evaluate: Evaluate) -> bytes:
     """The worker's set-up as bytes (cloudpickle: lambdas and closures travel by value); BuildError
     naming what cannot travel: an opaque task's function, the evaluate function, or the workload."""
     try:

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ptowsp.autoschedule import records
-from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.measure import Measurer
 from ptowsp.autoschedule.result import SearchResult, best_cost, milliseconds
-from ptowsp.autoschedule.tuner import Tuner
+from ptowsp.autoschedule.tuner import Tuner, measure_logged
 from ptowsp.autoschedule.space import Space, generate
 from ptowsp.autoschedule.tasks import TuningTask
 from ptowsp.schedules import Schedule
@@ -210,7 +210,8 @@ class ModelSearchResult:
 
 
 class ModelTuner:
-    """Tunes a model's tasks with one runner, batch by batch where the expected gain is largest."""
+    """Tunes a model's tasks with one runner (one machine's, or a cluster's: dask_runner.py), batch by
+    batch where the expected gain is largest."""
 
     def __init__(self, model: Workload, target: str, tasks: list[TuningTask], *, workers: int, vector_bytes: int,
                  seed: int, cost_model: str, batch: int, epsilon: float, log_file, warm_start, progress: bool):
@@ -236,7 +237,7 @@ class ModelTuner:
     def trials(self) -> int:
         return sum(t.trials() for t in self.tuners)
 
-    def run(self, num_trials: int, runner: Runner, confirm: int) -> ModelSearchResult:
+    def run(self, num_trials: int, runner: Measurer, confirm: int) -> ModelSearchResult:
         started = time.perf_counter()
         for tuner in self.tuners:
             tuner.start(start_from_default=True)
@@ -266,7 +267,7 @@ class ModelTuner:
         return self._result(results, runner, started)
 
     # -- allocation -----------------------------------------------------------------------------------
-    def _step(self, n: int, count: int, runner: Runner, num_trials: int) -> None:
+    def _step(self, n: int, count: int, runner: Measurer, num_trials: int) -> None:
         tuner = self.tuners[n]
         shared = [self.priors[n]] + [t.observations() for m, t in enumerate(self.tuners) if m != n]
         tuner.prior = tuple([x for part in shared for x in part[i]] for i in range(3))
@@ -342,21 +343,21 @@ class ModelTuner:
                 point.update(result.task.model_knobs(result.search.best_record.knobs))
         return generate(self.model, point, vector_bytes=self.vector_bytes, workers=self.workers)[0]
 
-    def _result(self, results: list[TaskResult], runner: Runner, started: float) -> ModelSearchResult:
+    def _result(self, results: list[TaskResult], runner: Measurer, started: float) -> ModelSearchResult:
         tuned = self.schedule(results)
         default = generate(self.model, {}, vector_bytes=self.vector_bytes, workers=self.workers)[0]
         times: dict[str, list[float]] = {"default": [], "tuned": []}
         measuring = sum(t.search.measure_seconds for t in results)
-        for _ in range(END_TO_END):
-            for which, schedule in (("default", default), ("tuned", tuned)):
-                m = runner.measure(schedule)
-                measuring += m.elapsed
-                record = records.TrialRecord.of(schedule, self.target, len(self.history), m.seconds, m.error)
-                self.history.append(record)
-                if self.log_file:
-                    records.append(self.log_file, [record])
-                if m.seconds is not None:
-                    times[which].append(m.seconds)
+        runs = [("default", default), ("tuned", tuned)] * END_TO_END  # alternating (on one machine)
+        first = len(self.history)
+        made, waited = measure_logged(
+            runner, [schedule for _, schedule in runs],
+            lambda n, m: records.TrialRecord.of(runs[n][1], self.target, first + n, m.seconds, m.error), self.log_file)
+        measuring += waited
+        self.history += made
+        for (which, _), r in zip(runs, made, strict=True):
+            if r.seconds is not None:
+                times[which].append(r.seconds)
         medians = {k: statistics.median(v) if v else None for k, v in times.items()}
         chosen = "tuned"
         if medians["tuned"] is None or (medians["default"] is not None and medians["default"] < medians["tuned"]):
@@ -374,7 +375,7 @@ def in_model(seconds: float, fixed: float) -> float:
     return max(seconds - fixed, 0.1 * seconds)
 
 
-def _fixed_cost(runner: Runner) -> float:
+def _fixed_cost(runner: Measurer) -> float:
     """A run's fixed cost on the runner's target: the time of a one-element workload (0 if it fails)."""
     wl = Workload("fixed_cost")
     x = wl.input("x", (1,))

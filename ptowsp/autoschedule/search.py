@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.measure import Measurer, Runner
 from ptowsp.autoschedule.model_search import SPLIT_KERNELS, ModelSearchResult, ModelTuner
 from ptowsp.autoschedule.result import SearchResult
 from ptowsp.autoschedule.space import Space
@@ -29,7 +29,7 @@ class AutoScheduler:
                log_file: str | Path | None = None, seed: int = 0, *, workers: int | None = None,
                space: Mapping[str, Sequence[Any]] | Space | None = None, batch: int = 8, epsilon: float = 0.2,
                start_from_default: bool = True, warm_start: str | Path | None = None, confirm: int = CONFIRM,
-               runner: Runner | None = None, progress: bool | None = None, timeout: float = 60.0,
+               runner: Measurer | None = None, progress: bool | None = None, timeout: float = 60.0,
                split: bool | None = None) -> SearchResult | ModelSearchResult:
         """Tune `wl` on `target` for `num_trials` measured trials (those already in `log_file` count;
         fewer when the space has fewer distinct schedules).  What is tuned is the workload the
@@ -40,7 +40,9 @@ class AutoScheduler:
         space: a Space, or {knob or glob pattern: choices} narrowing or extending the default one.
         warm_start: a log whose records of other workloads pre-train the model.
         confirm: how many of the best schedules are measured again at the end (0: none).
-        runner: a measure.Runner to use (its target must match; it measures any workload).
+        runner: what measures: a measure.Runner (one worker process here) or a DaskRunner (the workers
+        of a dask cluster); its target must match, it measures any workload, and the search leaves it
+        open.  None: a Runner of the search's own, closed at the end.
         split: tune kernel by kernel (model_search.py: a ModelSearchResult), or the workload as one
         space; None splits a workload whose default schedule has more than SPLIT_KERNELS kernels.
         """
@@ -52,6 +54,8 @@ class AutoScheduler:
         if num_trials < 1 or batch < 1 or not 0.0 <= epsilon <= 1.0:
             raise ScheduleError(f"need num_trials >= 1, batch >= 1 and 0 <= epsilon <= 1; got "
                                 f"num_trials={num_trials}, batch={batch}, epsilon={epsilon}")
+        if runner is not None and runner.target != target:
+            raise ScheduleError(f"the runner measures on {runner.target!r}, not {target!r}")
         n_workers = len(worker_classes(workers))
         wl = backend(target).default_workload(wl)
         vector_bytes = backend(target).vector_bytes
@@ -80,8 +84,6 @@ class AutoScheduler:
             space = Space(wl, vector_bytes=vector_bytes, workers=n_workers, overrides=space)
         own_runner = runner is None
         runner = runner or Runner(wl, target, workers=n_workers, timeout=timeout)
-        if runner.target != target:
-            raise ScheduleError(f"the runner measures on {runner.target!r}, not {target!r}")
         tuner = Tuner(wl, target, space, n_workers, seed, cost_model, batch, epsilon, log_file, warm_start,
                        sys.stderr.isatty() if progress is None else progress)
         try:

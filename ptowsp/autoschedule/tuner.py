@@ -11,8 +11,9 @@ Each round (Ansor / TVM's SA explorer, on this project's space):
    already picked) and a novelty term (knobs differing from the nearest
    point measured: a neighbour of a measured point mostly re-measures the
    noise around it), and an `epsilon` share of uniformly random points;
-4. measure the batch in the isolated worker process (measure.py),
-   appending every trial to the log as it finishes.
+4. measure the batch with the runner: in the isolated worker process
+   (measure.py), or spread over a dask cluster (dask_runner.py), appending
+   every trial to the log as its result arrives.
 
 At the end the three best schedules are measured twice more, at different
 moments, and the result is the best by the median of its measurements: on
@@ -31,7 +32,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ import numpy as np
 from ptowsp.autoschedule import records
 from ptowsp.autoschedule.cost_model import CostModel
 from ptowsp.autoschedule.features import FEATURE_NAMES, FEATURE_SET, program_features
-from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.measure import Measurement, Measurer, arrivals
 from ptowsp.autoschedule.result import SearchResult, best_cost, milliseconds
 from ptowsp.autoschedule.space import Point, Space, key
 from ptowsp.lower import lower_program
@@ -136,7 +137,7 @@ class Tuner:
             if r.knobs is not None:
                 self.points[k] = dict(r.knobs)
 
-    def run(self, num_trials: int, runner: Runner, start_from_default: bool, confirm: int) -> SearchResult:
+    def run(self, num_trials: int, runner: Measurer, start_from_default: bool, confirm: int) -> SearchResult:
         self.start(start_from_default)
         while self.trials() < num_trials:
             if not self.step(min(self.batch, num_trials - self.trials()), runner, num_trials):
@@ -150,15 +151,14 @@ class Tuner:
         self.resumed = len(self.history)
         self.first = start_from_default and self.resumed == 0
 
-    def step(self, count: int, runner: Runner, num_trials: int) -> int:
+    def step(self, count: int, runner: Measurer, num_trials: int) -> int:
         """Measure one batch of up to `count` new schedules; how many (0: the space is exhausted)."""
         chosen = self._next_batch(count, self.first)
         self.first = False
-        for point in chosen:
-            self._measure(self.candidates.key(point), point, runner, num_trials)
+        self._measure([(self.candidates.key(point), point) for point in chosen], runner, num_trials)
         return len(chosen)
 
-    def finish(self, runner: Runner, num_trials: int, confirm: int) -> SearchResult:
+    def finish(self, runner: Measurer, num_trials: int, confirm: int) -> SearchResult:
         """Measure the finalists again; the result."""
         self._confirm(runner, num_trials, confirm)
         wall = time.perf_counter() - self.started
@@ -178,7 +178,7 @@ class Tuner:
     def trials(self) -> int:
         return len(set(self.keys))
 
-    def _confirm(self, runner: Runner, num_trials: int, count: int) -> None:
+    def _confirm(self, runner: Measurer, num_trials: int, count: int) -> None:
         """Measure the `count` best schedules again until each has CONFIRM_TIMES measurements, at
         different moments: on a noisy machine the lowest of many measurements is often a lucky one,
         and the result is chosen by the median of each schedule's measurements."""
@@ -189,26 +189,33 @@ class Tuner:
         finalists = sorted(measured, key=lambda k: statistics.median(measured[k]))[:count]
         done = {k: len(measured[k]) for k in finalists}  # a failed re-measurement counts: not retried
         for _ in range(CONFIRM_TIMES - 1):  # round-robin over the finalists: each at other moments
-            for k in finalists:
-                if done[k] < CONFIRM_TIMES:
-                    done[k] += 1
-                    self._measure(k, self.points.get(k), runner, num_trials)
+            again = [k for k in finalists if done[k] < CONFIRM_TIMES]
+            for k in again:
+                done[k] += 1
+            self._measure([(k, self.points.get(k)) for k in again], runner, num_trials)
 
-    def _measure(self, k: str, point: Point | None, runner: Runner, num_trials: int) -> None:
-        schedule = self.candidates.schedule(k)
-        m = runner.measure(schedule)
-        self.measuring += m.elapsed
-        record = records.TrialRecord.of(schedule, self.target, len(self.history), m.seconds, m.error,
-                                        knobs=point, features=self.candidates.features(k),
-                                        feature_set=FEATURE_SET)
-        self.history.append(record)
-        self.keys.append(k)
-        if point is not None:
-            self.points[k] = point
-        if self.log_file:
-            records.append(self.log_file, [record])
-        if self.progress:
-            _draw(self.wl.name, self.target, self.trials(), num_trials, self.history)
+    def _measure(self, batch: list[tuple[str, Point | None]], runner: Measurer, num_trials: int) -> None:
+        """Measure a batch of (key, point), logging each trial as its result arrives."""
+        first = len(self.history)
+
+        def record(n: int, m: Measurement) -> records.TrialRecord:
+            k, point = batch[n]
+            return records.TrialRecord.of(self.candidates.schedule(k), self.target, first + n, m.seconds, m.error,
+                                          knobs=point, features=self.candidates.features(k),
+                                          feature_set=FEATURE_SET)
+
+        def draw(arrived: dict[int, records.TrialRecord]) -> None:
+            done = len(set(self.keys) | {batch[n][0] for n in arrived})
+            _draw(self.wl.name, self.target, done, num_trials, self.history + list(arrived.values()))
+
+        made, waited = measure_logged(runner, [self.candidates.schedule(k) for k, _ in batch], record,
+                                      self.log_file, draw if self.progress else None)
+        self.measuring += waited
+        for r, (k, point) in zip(made, batch, strict=True):
+            self.history.append(r)
+            self.keys.append(k)
+            if point is not None:
+                self.points[k] = point
 
     # -- choosing a batch ---------------------------------------------------------------------------
     def _next_batch(self, count: int, first: bool) -> list[Point]:
@@ -286,6 +293,26 @@ class Tuner:
             if self.candidates.key(point) not in taken:
                 return point
         return None
+
+
+def measure_logged(runner: Measurer, schedules: Sequence[Schedule],
+                   record: Callable[[int, Measurement], records.TrialRecord], log_file: str | Path | None,
+                   arrived: Callable[[dict[int, records.TrialRecord]], None] | None = None,
+                   ) -> tuple[list[records.TrialRecord], float]:
+    """Measure `schedules`; `record(n, m)` makes the nth one's record, appended to the log as soon as its
+    result arrives (an interrupted search loses no finished trial) and passed to `arrived` with those
+    before it.  The records in the schedules' order (the search that follows then does not depend on
+    which worker of a cluster finished first), and the seconds spent waiting for them."""
+    made: dict[int, records.TrialRecord] = {}
+    waited = 0.0
+    for n, m, wait in arrivals(runner, schedules):
+        waited += wait
+        made[n] = record(n, m)
+        if log_file:
+            records.append(log_file, [made[n]])
+        if arrived is not None:
+            arrived(made)
+    return [made[n] for n in range(len(schedules))], waited
 
 
 def _distance(a: Point, b: Point) -> float:

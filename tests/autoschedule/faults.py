@@ -4,8 +4,11 @@ imports them by name)."""
 from __future__ import annotations
 
 import ctypes
+import os
+import signal
 import time
 import zlib
+from pathlib import Path
 
 
 def crash_or_hang(built, inputs, repeat, min_time, budget) -> float:
@@ -31,3 +34,24 @@ def noisy_cost(built, inputs, repeat, min_time, budget) -> float:
     another figure, as on a shared machine, so its median differs from its first measurement."""
     _calls[0] += 1
     return made_up_cost(built, inputs, repeat, min_time, budget) * (1.0, 1.5, 0.8)[_calls[0] % 3]
+
+
+def kill_worker_once(built, inputs, repeat, min_time, budget, *, marker: str) -> float:
+    """The made-up cost; but the first call of all (no `marker` file yet) kills the dask worker that
+    started this measuring process (its parent), as a machine lost mid-trial, and exits."""
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getppid()))
+        os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(1)
+    return made_up_cost(built, inputs, repeat, min_time, budget)
+
+
+def crash_on_first_worker(built, inputs, repeat, min_time, budget, *, marker: str) -> float:
+    """Segfault when the schedule prefetches 1 (on every worker); when it prefetches 2, segfault on the
+    first dask worker that tries it (noted in `marker`) and measure on any other; else the made-up cost."""
+    depth = built.schedule.prefetch_depth
+    if depth == 2 and not os.path.exists(marker):
+        Path(marker).write_text(str(os.getppid()))
+    if depth == 1 or (depth == 2 and Path(marker).read_text() == str(os.getppid())):
+        ctypes.string_at(0)  # SIGSEGV
+    return made_up_cost(built, inputs, repeat, min_time, budget)

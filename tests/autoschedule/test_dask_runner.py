@@ -1,0 +1,176 @@
+"""Tuning on a dask cluster (a 2-worker LocalCluster, one per process): the same search as on one
+machine, no record lost to a dead worker or a lost try, trials only on workers with the resources
+asked, resume from the log, whole-model tuning, and `ptowsp tune --cluster`."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import pytest
+from distributed import Client, LocalCluster
+
+import ptowsp as pw
+from ptowsp.autoschedule import records
+from ptowsp.autoschedule.dask_runner import DaskRunner
+from ptowsp.autoschedule.measure import Runner
+from ptowsp.autoschedule.space import Space
+from ptowsp.cli import main
+from ptowsp.workloads import zoo
+from tests.autoschedule.faults import (
+    crash_on_first_worker,
+    kill_worker_once,
+    made_up_cost,
+)
+
+
+def _matmul():
+    return zoo.matmul(32, 32, 64)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster, set_as_default=False) as c:
+        c.wait_for_workers(2, timeout=60)  # a worker killed by an earlier test is back
+        yield c
+
+
+def _search(runner, log=None, num_trials=10, seed=3, **options):
+    return pw.AutoScheduler.search(_matmul(), "cpu", num_trials=num_trials, seed=seed, runner=runner, batch=4,
+                                   workers=2, log_file=log, **options)
+
+
+@pytest.fixture(scope="module")
+def local():
+    """The search on one machine, with the made-up (deterministic) cost."""
+    with Runner(_matmul(), "cpu", workers=2, evaluate=made_up_cost) as runner:
+        return _search(runner)
+
+
+def test_a_cluster_search_makes_the_choices_of_a_local_one(client, local, tmp_path):
+    log = tmp_path / "tune.jsonl"
+    with DaskRunner(client, workers=2, evaluate=made_up_cost) as runner:
+        res = _search(runner, log)
+        stats = runner.statistics()
+    assert [r.steps for r in res.history] == [r.steps for r in local.history]
+    assert res.schedule == local.schedule and res.best_seconds == local.best_seconds
+    assert len(stats.by_worker) == 2 and sum(stats.by_worker.values()) == len(res.history) == stats.trials
+    assert stats.retried == 0 and stats.worker_seconds > 0
+    logged = records.load(log)  # in the order results arrived; each trial once, numbered in batch order
+    assert sorted(r.trial for r in logged) == list(range(len(res.history)))
+    assert sorted(logged, key=lambda r: r.trial) == res.history
+
+
+def test_a_worker_killed_mid_search_loses_no_record(client, local, tmp_path):
+    log, marker = tmp_path / "tune.jsonl", tmp_path / "killed"
+    evaluate = functools.partial(kill_worker_once, marker=str(marker))
+    with DaskRunner(client, workers=2, evaluate=evaluate) as runner:
+        res = _search(runner, log)
+    assert marker.exists()  # a worker was killed during its trial; the scheduler moved the trial
+    assert all(r.seconds is not None for r in res.history)
+    assert [r.steps for r in res.history] == [r.steps for r in local.history]
+    assert len(records.load(log)) == len(res.history)
+
+
+def test_a_lost_try_is_tried_once_more_on_another_worker(client, tmp_path):
+    wl = _matmul()
+    space = Space(wl, vector_bytes=32, workers=2)
+    only_prefetch = {name: [k.default] for name, k in space.knobs.items() if name != "prefetch"}
+    evaluate = functools.partial(crash_on_first_worker, marker=str(tmp_path / "first"))
+    log = tmp_path / "tune.jsonl"
+    with DaskRunner(client, workers=2, evaluate=evaluate) as runner:
+        res = _search(runner, log, num_trials=3, confirm=0, space={**only_prefetch, "prefetch": [0, 1, 2]})
+        stats = runner.statistics()
+    errors = {r.knobs["prefetch"]: r.error for r in res.history}
+    assert errors[0] is None and errors[2] is None  # prefetch 2 crashed on one worker, measured on the other
+    assert errors[1].startswith("crash: the measuring process died (signal SIGSEGV) (on a second worker")
+    assert stats.retried == 2 and stats.failed_twice == 1 and stats.attempts == 5
+    assert [r.error for r in records.load(log)].count(None) == 2
+
+
+def test_resources_route_trials_only_to_matching_workers(client):
+    tagged = min(client.scheduler_info()["workers"])
+
+    async def tag(dask_worker):
+        await dask_worker.set_resources(**{"cpu-avx512": 1})
+
+    client.run(tag, workers=[tagged])
+    with DaskRunner(client, {"cpu-avx512": 1}, workers=2, evaluate=made_up_cost) as runner:
+        _search(runner, num_trials=6)
+        assert set(runner.statistics().by_worker) == {tagged}
+    with (DaskRunner(client, {"gpu-h100": 1}, evaluate=made_up_cost, wait_for_workers=0) as runner,
+          pytest.raises(pw.BuildError, match=r"no worker .* offers the resources \{'gpu-h100': 1\}.*cpu-avx512")):
+        _search(runner)
+
+
+def test_a_cluster_search_resumes_from_its_log(client, tmp_path):
+    log = tmp_path / "tune.jsonl"
+    with DaskRunner(client, workers=2, evaluate=made_up_cost) as runner:
+        first = _search(runner, log, num_trials=5, seed=0)
+        again = _search(runner, log, num_trials=9, seed=1)
+    assert again.resumed == len(first.history)
+    assert len(again.history) - again.confirmations == 9  # 5 from the log, 4 new
+    assert len({records.steps_key(r) for r in again.history}) == 9  # nothing from the log measured again
+    assert len(records.load(log)) == len(again.history)
+    assert pw.autoschedule.best(log, _matmul(), "cpu") == again.schedule
+
+
+def test_a_whole_model_is_tuned_across_the_cluster_as_on_one_machine(client):
+    model = zoo.transformer_block(seq=16, d_model=32, heads=2, d_ff=64)
+
+    def tune(runner):
+        return pw.AutoScheduler.search(model, "cpu", num_trials=18, seed=0, runner=runner, batch=3, confirm=1,
+                                       split=True, workers=2)
+
+    with Runner(model, "cpu", workers=2, evaluate=made_up_cost) as runner:
+        alone = tune(runner)
+    with DaskRunner(client, workers=2, evaluate=made_up_cost) as runner:
+        spread = tune(runner)
+        assert len(runner.statistics().by_worker) == 2
+    assert [t.trials for t in spread.tasks] == [t.trials for t in alone.tasks]  # the same allocation
+    assert spread.estimates == alone.estimates and spread.schedule == alone.schedule
+    assert spread.best_seconds == alone.best_seconds
+
+
+SCRIPT = """
+import numpy as np
+import ptowsp as pw
+from ptowsp.workloads import zoo
+pw.build(zoo.matmul(32, 32, 64), "cpu").run(A=np.ones((32, 64), np.float32), B=np.ones((64, 32), np.float32))
+"""
+
+
+def test_the_tune_command_measures_on_the_cluster(cluster, tmp_path, capsys):
+    script, log = tmp_path / "small.py", tmp_path / "tune.jsonl"
+    script.write_text(SCRIPT)
+    args = ["tune", str(script), "--trials", "3", "--log", str(log), "--workers", "2", "--cluster",
+            cluster.scheduler_address]
+    assert main([*args, "--resources", "bogus"]) == 2
+    assert "--resources 'bogus'" in capsys.readouterr().err
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"measured on the dask cluster at {cluster.scheduler_address}" in out
+    assert len({records.steps_key(r) for r in records.load(log)}) == 3
+
+
+def test_unreachable_scheduler_and_missing_package_are_build_errors(monkeypatch):
+    with pytest.raises(pw.BuildError, match="cannot reach the dask scheduler at 'tcp://127.0.0.1:9'"):
+        DaskRunner("tcp://127.0.0.1:9", connect_timeout=0.5)
+    with pytest.raises(pw.BuildError, match="a scheduler address"):
+        DaskRunner(8786)
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    with pytest.raises(pw.BuildError, match=r"pip install 'ptowsp\[distributed\]'"):
+        DaskRunner("tcp://127.0.0.1:9")
+
+
+def test_importing_ptowsp_does_not_import_distributed():
+    code = ("import sys, ptowsp as pw; assert 'distributed' not in sys.modules; "
+            "assert pw.autoschedule.DaskRunner; assert 'distributed' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, check=False).returncode == 0
