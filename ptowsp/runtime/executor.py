@@ -59,6 +59,7 @@ from ptowsp.runtime.csp import DepQueue, sleep
 from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.engines import Proc, RealEngine, current
+from ptowsp.runtime.idle import parked_causes
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
@@ -285,7 +286,15 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
         trace.waits.extend(Wait(w.index, "dependency", "ready queue", s - origin, e - origin) for s, e in w.waits)
         trace.statistics.update({t.name: t.statistics() for t in w.tokens.values()})
     row = len(sched.workers)
-    trace.waits.extend(Wait(row, "window", "task window", s - origin, e - origin) for s, e in sched.window_waits)
+    window_waits = [(s - origin, e - origin) for s, e in sched.window_waits]
+    trace.waits.extend(Wait(row, "window", "task window", s, e) for s, e in window_waits)
+    generating, at = [], 0.0  # the orchestrator admitting instances: until all were in, but for its window waits
+    for start, end in window_waits:
+        generating.append((at, start))
+        at = end
+    generating.append((at, (sched.admitted if sched.admitted is not None else origin + trace.duration) - origin))
+    parked = {w.index: [(s - origin, e - origin) for s, e in w.waits] for w in sched.workers}
+    trace.statistics["idle"] = parked_causes(trace.events, parked, len(sched.workers), trace.duration, generating)
     trace.deps = Edges(sched.preds, list(sched.done))
     trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(sched.window_waits)}
     trace.statistics["skipped"] = sched.skipped

@@ -1,4 +1,4 @@
-"""Why cores sat idle: the PTO runtime's scheduler-overhead analysis, on the device clock.
+"""Why cores sat idle: the PTO runtime's scheduler-overhead analysis, on both clocks.
 
 The device executor samples, at every change, how many ready tasks wait in
 the schedulers' queues per core class and whether the orchestrator is still
@@ -11,6 +11,13 @@ or store of its own) is then charged to one cause:
   instances: the core waited for the task generator;
 - **dependencies**: nothing was ready and everything was generated: the core
   waited for running producers (or for the run's last tasks to end).
+
+The real clock cannot afford a sample per change (a microsecond per task),
+so `parked_causes` works from what its run records anyway: the stretches a
+worker was parked on its doorbell (nothing ready for it) and when the
+orchestrator was generating.  Parked while generating is starvation, parked
+otherwise dependencies, and idle but not parked is dispatch: the runtime's
+own work between two tasks (the scheduler's code, the launcher, a wake-up).
 """
 
 from __future__ import annotations
@@ -82,3 +89,43 @@ def _idle(busy: list[tuple[float, float]], makespan: float) -> list[tuple[float,
     if at < makespan:
         gaps.append((at, makespan))
     return gaps
+
+
+Spans = list[tuple[float, float]]
+
+
+def parked_causes(events: Sequence[Event], parked: dict[int, Spans], rows: int, makespan: float,
+                  generating: Spans) -> dict[str, float]:
+    """Core-seconds of idle time per cause on the real clock: `parked` holds each worker row's parked
+    stretches, `generating` the stretches the orchestrator was admitting instances (both sorted)."""
+    totals = dict.fromkeys(CAUSES, 0.0)
+    busy: dict[int, Spans] = {}
+    for e in events:
+        if e.worker < rows:
+            busy.setdefault(e.worker, []).append((e.start, e.end))
+    for row in range(rows):
+        gaps = _idle(busy.get(row, []), makespan)
+        waiting = _intersect(gaps, sorted(parked.get(row, [])))
+        starving = _length(_intersect(waiting, generating))
+        totals["starvation"] += starving
+        totals["dependencies"] += _length(waiting) - starving
+        totals["dispatch"] += _length(gaps) - _length(waiting)
+    return totals
+
+
+def _intersect(xs: Spans, ys: Spans) -> Spans:
+    """Where two sorted lists of disjoint (start, end) stretches overlap."""
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        start, end = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if start < end:
+            out.append((start, end))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _length(spans: Spans) -> float:
+    return sum(end - start for start, end in spans)

@@ -131,6 +131,7 @@ class Scheduler:
         self.peak = 0  # most instances in the window at once
         self.full_since: float | None = None  # when the orchestrator found the window full
         self.window_waits: list[tuple[float, float]] = []
+        self.admitted: float | None = None  # when the orchestrator had admitted every instance
         self.eligible = self._eligibility()
 
     def _eligibility(self) -> dict[str | None, list[int]]:
@@ -160,6 +161,8 @@ class Scheduler:
         for i in range(self.next, stop):
             self.admit(i)
         self.next = stop
+        if stop == n:
+            self.admitted = self.clock()
         if self.free == 0 and stop < n:
             self.full_since = self.clock()
 

@@ -222,6 +222,19 @@ def test_workers_are_csp_processes_each_pinned_to_one_thread():
     assert trace.statistics["window"]["waits"] > 0 and len(trace.events) == 300
 
 
+def test_idle_worker_time_is_charged_to_a_cause_on_the_real_clock():
+    """A chain keeps one of two workers parked on its doorbell: that is waiting for dependencies.
+    Every idle instant of every worker gets exactly one cause, and the summary prints them."""
+    table = TaskTable(tiles("A", 1) + tiles("B", 1, reads="A") + tiles("C", 1, reads="B"))
+    trace = run(table, Launch(table, {"A": 0.01, "B": 0.01, "C": 0.01}))
+    causes = trace.statistics["idle"]
+    assert set(causes) == {"dependencies", "dispatch", "starvation"}
+    busy = sum(e.end - e.start for e in trace.events)
+    assert sum(causes.values()) == pytest.approx(2 * trace.duration - busy, rel=1e-6)
+    assert causes["dependencies"] > 0.02  # the other worker waited through about two of the three tasks
+    assert "dependencies" in str(trace.summary())
+
+
 def test_a_failing_task_raises_task_error_and_stops_every_thread():
     table = TaskTable(tiles("T", 200))
 
