@@ -10,6 +10,7 @@ import pytest
 import ptowsp as pw
 from ptowsp.autoschedule.space import Space
 from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.passes.tiles import VECTOR_TILE, WIDE_VECTOR_TILE
 from ptowsp.workloads import zoo
 from tests.conformance.catalogue import random_inputs
 
@@ -80,8 +81,10 @@ def test_a_blocked_convolution_s_register_tile_can_hold_several_channel_blocks(b
     cpu = pw.backends.backend("cpu")
     wl = cpu.default_workload(zoo.conv2d(1, 8, 6, 6, 64, 3, 1, 1))
     space = Space(wl, vector_bytes=cpu.vector_bytes, workers=2)
-    assert space.knobs["Y_blocked.tile_blocks"].choices == (1, 2, 4)
-    assert space.knobs["Y_blocked.tile_blocks"].default == 1
+    knob, rows = space.knobs["Y_blocked.tile_blocks"], space.knobs["Y_blocked.tile_rows"].default
+    assert knob.choices == (1, 2, 4)
+    cap = WIDE_VECTOR_TILE if cpu.vector_bytes >= 64 else VECTOR_TILE  # accumulators the registers hold
+    assert knob.default == max(b for b in knob.choices if b * rows <= cap)  # as many blocks as fit beside the rows
     s = space.schedule({"Y_blocked.tile_blocks": blocks})
     loops = s.loops("Y_blocked")
     if blocks > 1:  # the blocks' loop is inside the reductions, unrolled beside the rows

@@ -38,7 +38,7 @@ def test_a_convolution_becomes_pad_packed_weights_blocked_contraction_and_unpack
     assert blocked.tasks == ["Y_pad", "Y_weights", "Y_blocked", "Y"]
     assert blocked.inputs == wl.inputs and blocked.outputs == wl.outputs
     assert blocked.tensor("Y_pad").shape == (1, 4, 10, 10)
-    assert blocked.tensor("Y_weights").shape == (2, 4, 3, 3, 8)
+    assert blocked.tensor("Y_weights").shape == (2, 3, 3, 4, 8)  # [ob, r, s, c, ol]: the channel loop walks lines
     assert blocked.tensor("Y_blocked").shape == (1, 2, 8, 8, 8)
     assert blocked.category("Y_blocked") is pw.Category.COMPLEX_OUT_FUSABLE
     assert "where" not in str(blocked.task("Y_blocked").body)  # the padding guard is gone from the contraction
