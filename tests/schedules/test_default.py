@@ -8,7 +8,7 @@ import pytest
 import ptowsp as pw
 from ptowsp.backends.cpu.jit import vector_bytes
 from ptowsp.schedules.loopnest import PARALLEL, VECTORIZED
-from ptowsp.schedules.passes.default import MIN_TASK_WORK, TASKS_PER_WORKER, default_schedule
+from ptowsp.schedules.passes.default import MIN_TASK_WORK, TASKS_PER_WORKER, TERMS_PER_ELEMENT, default_schedule
 from ptowsp.workloads import zoo
 
 
@@ -21,7 +21,9 @@ def test_softmax_runs_as_one_task_per_row_block():
     s = default_schedule(wl, vector_bytes=32, workers=2)
     # max, exp and sum are computed per row inside Y: one kernel, no stored intermediate
     assert s.compute_at_locations == {t: ("Y", "i.inner") for t in ("Y_max", "Y_exp", "Y_sum")}
-    assert _annotated(s, "Y", PARALLEL) == ["i.outer"] and s.nest("Y").loop("i.outer").extent == 2 * TASKS_PER_WORKER
+    # the rows' sums are 256 terms per element: a task per MIN_TASK_WORK of them, at most a few per worker
+    tasks = min(256 * 256 * 256 // TERMS_PER_ELEMENT // MIN_TASK_WORK, 2 * TASKS_PER_WORKER)
+    assert _annotated(s, "Y", PARALLEL) == ["i.outer"] and s.nest("Y").loop("i.outer").extent == tasks == 4
     assert _annotated(s, "Y_sum", VECTORIZED) == ["k.inner.inner"]  # vector partial sums (8 float32 lanes)
     assert s.nest("Y_sum").loop("k.inner.inner").extent == 8
     assert pw.build(s, "cpu").program.order == ("Y",)
@@ -50,14 +52,17 @@ def test_epilogues_and_injective_chains_fuse():
     assert pw.build(unfused, "cpu").program.order == tuple(wl.tasks)
 
 
-def test_attention_becomes_one_task_per_head():
+def test_attention_runs_whole_heads_per_task():
     wl = zoo.attention()  # 2 x 4 heads of 64 x 64 scores
     s = default_schedule(wl, vector_bytes=32, workers=2)
     assert set(s.compute_at_locations) == {"S", "M", "E", "Z", "P"}
     assert {c for c, _ in s.compute_at_locations.values()} == {"O"}
-    assert s.compute_at_locations["S"][1] == "h"  # the contraction at the grid loop: a whole head at once
+    grid = _annotated(s, "O", PARALLEL)
+    assert grid[0] == "b" and grid[-1].startswith("h")
+    assert s.compute_at_locations["S"][1] == grid[-1]  # the contraction at the grid loop: whole heads at once
     prog = pw.build(s, "cpu")
-    assert prog.program.order == ("O",) and len(prog.program.instances) == 8
+    extents = [s.nest("O").loop(name).extent for name in grid]
+    assert prog.program.order == ("O",) and len(prog.program.instances) == extents[0] * extents[1] < 8
 
 
 def test_tiny_work_makes_one_task_and_large_work_at_most_a_few_per_worker():
