@@ -13,7 +13,9 @@ each nest under `loop` that stores the task's values is matched against the intr
    pattern's size, "k", is bound by its first pairing).
 3. With the pairing, `f` must be the pattern's body node for node: the same operations, dtypes
    and constants, and each load a read of one operand at `base + pattern index`, the base free
-   of the region's loops and each pattern dimension on its own buffer dimension, in order.
+   of the region's loops and each pattern dimension on its own buffer dimension, in any order:
+   a transposed operand (Q @ K.T reads K[j, k] where the pattern reads B[k, j]) is a window
+   whose dimensions' strides the implementation is given (`Operand.dims`).
 
 A nest that does not match is a ScheduleError saying what differs.  A match becomes a
 `Tensorized` statement holding the operand windows and, as its body, the loops it replaces.
@@ -279,25 +281,19 @@ def _window(buffer: Buffer, indices: tuple[Expr, ...], p_indices: tuple[Expr, ..
                                              and n.arg[0] in loops else None)))
     p_loops = {name: 1 for name, _ in mapping.values()}
     dims: list[int] = []
-    start = 0
     for p_index in p_indices:
         p_form = {k: v for k, v in (_linear(p_index, p_loops) or {}).items() if v}
-        if not p_form:  # an axis of extent 1 here: the first dimension that does not move holds it
-            while start < len(moves) and moves[start]:
-                start += 1
-            if start == len(moves):
+        # the buffer dimension this pattern dimension runs along, in any order (a transposed operand,
+        # B[j, k] for the pattern's B[k, j], is a window whose strides the implementation is given);
+        # an axis of extent 1 here takes the first dimension left that does not move
+        found = next((d for d, move in enumerate(moves) if d not in dims and move == p_form), None)
+        if found is None:
+            if not p_form:
                 raise NoMatch(f"{buffer.name} has no dimension left for the pattern's [{p_index}] of one element")
-            dims.append(start)
-            start += 1
-            continue
-        while start < len(moves) and not moves[start]:
-            start += 1
-        if start == len(moves) or moves[start] != p_form:
             raise NoMatch(f"{buffer.name} is accessed at [{', '.join(map(str, indices))}], not as the pattern's "
-                          f"window [{', '.join(map(str, p_indices))}]")
-        dims.append(start)
-        start += 1
-    if any(moves[start:]):
+                          f"window [{', '.join(map(str, p_indices))}] (in any order of its dimensions)")
+        dims.append(found)
+    if any(move for d, move in enumerate(moves) if d not in dims):
         raise NoMatch(f"{buffer.name} is accessed at [{', '.join(map(str, indices))}]: more of its dimensions "
                       "move than the pattern's")
     return Operand(buffer, tuple(base), tuple(dims))

@@ -45,6 +45,15 @@ def warp_schedule(wl: pw.Workload, block=(32, 16), warp=(16, 8), intrinsic="gemm
     return s.tensorize("C", "k", intrinsic)
 
 
+def assert_assembles(code, tmp_path) -> None:
+    """ptxas (where installed) accepts the PTX for the H100's sm_90."""
+    if shutil.which("ptxas"):
+        (tmp_path / "k.ptx").write_text(code.ptx)
+        done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
 def test_the_lanes_hold_every_element_of_each_operand_once():
     for operand, (rows, cols) in {"A": (16, 16), "B": (16, 8), "C": (16, 8)}.items():
         held = [e for lane in range(32) for e in fragment(lane, operand)]
@@ -62,11 +71,7 @@ def test_the_ptx_has_one_mma_per_block_and_step_and_assembles(dtype, tmp_path):
     kind = "f16" if dtype == "float16" else "bf16"
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32") == 1
     assert ptx.count("bar.warp.sync") == 2
-    if shutil.which("ptxas"):
-        (tmp_path / "k.ptx").write_text(code.ptx)
-        done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
+    assert_assembles(code, tmp_path)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -112,11 +117,32 @@ def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registe
     assert ptx.count("mma.sync") == 8
     inputs = random_inputs(wl)
     assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
-    if shutil.which("ptxas"):
-        (tmp_path / "k.ptx").write_text(code.ptx)
-        done = subprocess.run(["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
+    assert_assembles(code, tmp_path)
+
+
+def test_a_transposed_b_is_read_element_by_element_where_ldmatrix_needs_rows(tmp_path):
+    """B stored [n, k] (attention's K): its staged window runs along k with stride 1, not along n, so
+    `ldmatrix` (16-byte rows of the pattern's columns) reads A only; the lanes load B's elements by
+    the window's strides.  Emulated against the reference, and assembled (not run: no GPU here)."""
+    wl = pw.Workload("a_kt")
+    a, kt = wl.input("A", (16, 32), "float16"), wl.input("K", (16, 32), "float16")
+    r = pw.reduce_axis(32, "k")
+    wl.output(wl.compute("C", (16, 16), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(kt[j, r], "float32"),
+                                                            axis=r)))
+    s = wl.schedule().tile("C", i=16, j=16).split("C", "i.inner", 16).split("C", "j.inner", 16)
+    s.split("C", "k", 16).reorder("C", "i.outer", "j.outer", "i.inner.outer", "j.inner.outer", "k.outer", "k.inner",
+                                  "i.inner.inner", "j.inner.inner")
+    s.bind("C", "i.outer", "blockIdx.y").bind("C", "j.outer", "blockIdx.x")
+    s.bind("C", "i.inner.outer", "threadIdx.y").bind("C", "j.inner.outer", "threadIdx.z")
+    s.cache_read("C", "A", "shared", "k.outer").cache_read("C", "K", "shared", "k.outer").tensorize("C", "k.inner",
+                                                                                                     "gemm_f16")
+    code = generate(s)
+    ptx = code.source("C", "ptx")
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2  # A's 16 x 16 block, one per k block
+    assert ".trans" not in ptx and ptx.count("mma.sync") == 4  # two k blocks x two 16 x 8 halves of n
+    inputs = random_inputs(wl)
+    assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)
+    assert_assembles(code, tmp_path)
 
 
 def test_every_k_block_reads_its_own_shared_fragments():

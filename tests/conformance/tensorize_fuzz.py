@@ -31,15 +31,17 @@ def divisors(n: int, limit: int) -> list[int]:
 
 def draw(rng: random.Random):
     """(workload, schedule, inputs, expected, intrinsic)."""
-    kind = rng.choice(["gemm", "gemm", "gemm_i8", "batch", "epilogue"])
+    kind = rng.choice(["gemm", "gemm", "gemm_i8", "batch", "epilogue", "transposed"])
     m, n, k = rng.choice([4, 8, 12, 16, 24]), rng.choice([16, 32, 48, 64]), rng.choice([8, 12, 16, 30, 32, 64])
     data = np.random.default_rng(rng.randrange(2**32))
     wl = pw.Workload(f"fuzz_{kind}")
     dtype = "int8" if kind == "gemm_i8" else "float32"
     batch = (rng.choice([2, 3]),) if kind == "batch" else ()
-    a, b = wl.input("A", (*batch, m, k), dtype), wl.input("B", (*batch, k, n), dtype)
+    a, b = wl.input("A", (*batch, m, k), dtype), wl.input("B", (*batch, *((n, k) if kind == "transposed" else (k, n))), dtype)
     r = pw.reduce_axis(k, "r")
-    if kind == "gemm_i8":
+    if kind == "transposed":  # B stored [n, k]: the pattern's B window in the other order of its dimensions
+        c = wl.compute("C", (m, n), lambda i, j: pw.sum(a[i, r] * b[j, r], axis=r))
+    elif kind == "gemm_i8":
         c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "int32") * pw.cast(b[r, j], "int32"), axis=r))
     elif batch:
         c = wl.compute("C", (*batch, m, n), lambda q, i, j: pw.sum(a[q, i, r] * b[q, r, j], axis=r))
@@ -52,7 +54,7 @@ def draw(rng: random.Random):
         expected = x.astype(np.int64) @ y.astype(np.int64)
     else:
         x, y = (data.standard_normal(t.shape, dtype=np.float32) for t in (a, b))
-        expected = np.matmul(x.astype(np.float64), y.astype(np.float64))
+        expected = np.matmul(x.astype(np.float64), (y.T if kind == "transposed" else y).astype(np.float64))
         expected = np.maximum(expected, 0.0) if kind == "epilogue" else expected
     rows, cols, block = rng.choice(divisors(m, 8)), rng.choice(divisors(n, 64)), rng.choice(divisors(k, 64))
     s = wl.schedule().tile("C", i=rows, j=cols).split("C", "r", block)

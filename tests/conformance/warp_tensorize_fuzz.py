@@ -43,13 +43,19 @@ def draw(rng: random.Random, small: bool = False):
         m, n, k = rng.choice([16, 32, 48, 64]), rng.choice([8, 16, 24, 32, 64]), rng.choice([16, 32, 48, 64])
     epilogue = rng.random() < 0.25
     wl = pw.Workload(f"warp_fuzz_{dtype}")
-    a, b = wl.input("A", (m, k), dtype), wl.input("B", (k, n), dtype)
-    c = layers.matmul(wl, "C", a, b, accumulate="float32")
+    transposed = rng.random() < 0.3  # B stored [n, k]: ldmatrix cannot read it, the lanes load elements
+    a, b = wl.input("A", (m, k), dtype), wl.input("B", (n, k) if transposed else (k, n), dtype)
+    if transposed:
+        r = pw.reduce_axis(k, "k")
+        c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(b[j, r], "float32"),
+                                                        axis=r))
+    else:
+        c = layers.matmul(wl, "C", a, b, accumulate="float32")
     wl.output(wl.compute("Y", (m, n), lambda i, j: pw.maximum(c[i, j], 0.0)) if epilogue else c)
     data = np.random.default_rng(rng.randrange(2**32))
     element = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
     x, y = (data.standard_normal(t.shape).astype(np.float32).astype(element) for t in (a, b))
-    expected = x.astype(np.float64) @ y.astype(np.float64)
+    expected = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
     expected = np.maximum(expected, 0.0) if epilogue else expected
 
     warp_m, warp_n = rng.choice(multiples(m, 16, 32)), rng.choice(multiples(n, 8, 32))

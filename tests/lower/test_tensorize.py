@@ -34,6 +34,35 @@ def test_the_builtin_gemm_computes_the_matmul(target):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def transposed_b(m: int = 32, n: int = 64, k: int = 48, dtype: str = "float32") -> pw.Workload:
+    """C = A @ K.T with K stored [n, k] (attention's Q @ K.T, a dense layer's [out, in] weights)."""
+    wl = pw.Workload("a_kt")
+    a, kt = wl.input("A", (m, k), dtype), wl.input("K", (n, k), dtype)
+    r = pw.reduce_axis(k, "k")
+    wl.output(wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "float32") * pw.cast(kt[j, r], "float32"),
+                                                          axis=r) if dtype != "float32" else
+                         pw.sum(a[i, r] * kt[j, r], axis=r)))
+    return wl
+
+
+@pytest.mark.parametrize("target", ["numpy", *COMPILED])
+@pytest.mark.parametrize("dtype, intrinsic", [("float32", "gemm"), ("float16", "gemm_f16")])
+def test_a_transposed_operand_is_a_window_in_another_order_of_its_dimensions(target, dtype, intrinsic):
+    """K[j, k] where the pattern reads B[k, j]: the window's pattern dimensions run along K's
+    dimensions 1 and 0, and the implementation walks it by their strides."""
+    wl = transposed_b(32, 64, 48, dtype)
+    s = wl.schedule().tile("C", i=16, j=32).split("C", "k", 16)
+    s.reorder("C", "i.outer", "j.outer", "k.outer", "k.inner", "i.inner", "j.inner").tensorize("C", "k.inner", intrinsic)
+    (call,) = set(calls(wl, s))
+    out, a, b = call.operands
+    assert (a.buffer.name, a.dims) == ("A", (0, 1)) and (b.buffer.name, b.dims) == ("K", (1, 0))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((32, 48)).astype(dtype)
+    kt = rng.standard_normal((64, 48)).astype(dtype)
+    got = pw.build(s, target=target).run(A=x, K=kt)["C"]
+    np.testing.assert_allclose(got, x.astype(np.float32) @ kt.astype(np.float32).T, rtol=1e-3, atol=1e-3)
+
+
 def test_the_match_undoes_splits_inside_the_region_and_binds_sizes():
     wl = pw.zoo.matmul(32, 64, 48)
     s = wl.schedule().tile("C", i=4, j=32).split("C", "j.inner", 8).split("C", "k", 16)
