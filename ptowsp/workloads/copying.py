@@ -39,6 +39,24 @@ def copy_task(out: Workload, task: ComputeTask, name: str | None = None,
                       lambda *_: retarget(out, body, rename))
 
 
+def copy_replacing(out: Workload, task: ComputeTask, old: Expr, new: Expr) -> None:
+    """`task` defined again in `out` with the load `old` (that very node of its body) read as `new`,
+    every other load reading `out`'s tensor of the same name: a graph pass's rewritten operand."""
+    inputs = {t.name: out.tensor(t.name) for t in task.inputs}
+
+    def body(*_: Expr) -> Expr:
+        def replace(e: Expr) -> Expr | None:
+            if e is old:
+                return new
+            if e.op is Op.LOAD:
+                return Expr(Op.LOAD, e.dtype, tuple(substitute(i, replace) for i in e.src), inputs[e.arg.name])
+            return None
+
+        return substitute(task.body, replace)
+
+    compute_as(out, task.name, task.tensor.shape, task.loop_names, body)
+
+
 def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask], None]]) -> Workload:
     """A copy of `wl` (plain compute tasks only) in which each task named in `rewrite` is defined by
     `rewrite[name](out, task)` instead (which must define a task of that name, and may add others

@@ -42,13 +42,19 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     i, j = spatial[-2], spatial[-1]
     body = s.workload.task(task).body
     panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
+    # B stored as panels already (passes/panels.py): the tile's columns are one panel
+    stored = {w for n in walk(body) if n.op is Op.LOAD and (w := _panel_width(n, k.name, j.name)) is not None}
     rows_fit = [r for r in (1, 2, 4, 6, 8) if i.extent % r == 0]
     vectors_fit = [v for v in (1, 2, 3, 4) if j.extent % (v * lanes) == 0]
-    if not panels or REGISTER_ROWS not in rows_fit or 2 not in vectors_fit:
+    if stored:
+        (width,) = stored
+        vectors_fit = [width // lanes] if width % lanes == 0 and width // lanes in vectors_fit else []
+    if not (panels or stored) or REGISTER_ROWS not in rows_fit or not vectors_fit or (2 not in vectors_fit
+                                                                                     and not stored):
         return None
     wide = lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 and WIDE_REGISTER_ROWS in rows_fit
     rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide else REGISTER_ROWS)
-    vectors = choose(f"{task}.tile_vectors", vectors_fit, 2)
+    vectors = choose(f"{task}.tile_vectors", vectors_fit, vectors_fit[0] if stored else 2)
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
     divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
     near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
@@ -69,7 +75,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     if int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
         s.tensorize(task, f"{k.name}.inner", "gemm_i8")
     panel_loop = f"{k.name}.outer"
-    packable = panels[0] in {t.name for t in s.workload.task(task).inputs}
+    packable = not stored and panels[0] in {t.name for t in s.workload.task(task).inputs}
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     return f"{i.name}.outer", panel_loop
@@ -175,6 +181,18 @@ def int8_dot(body: Expr) -> bool:
     if body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "int32" or body.src[0].op is not Op.MUL:
         return False
     return all(x.op is Op.CAST and x.src[0].op is Op.LOAD and x.src[0].dtype == "int8" for x in body.src[0].src)
+
+
+def _panel_width(load: Expr, k: str, j: str) -> int | None:
+    """W of a load `P[.., j // W, k, j % W]`: B stored as panels of W columns (passes/panels.py)."""
+    if len(load.src) < 3:
+        return None
+    block, row, lane = load.src[-3:]
+    if row.op is not Op.RVAR or row.arg[0] != k or block.op is not Op.FLOORDIV or lane.op is not Op.MOD:
+        return None
+    widths = {x.src[1].arg for x in (block, lane) if x.src[0].op is Op.VAR and x.src[0].arg[0] == j
+              and x.src[1].op is Op.CONST}
+    return widths.pop() if len(widths) == 1 and block.src[1].arg == lane.src[1].arg else None
 
 
 def _indexes(load: Expr, k: str, j: str, i: str) -> bool:

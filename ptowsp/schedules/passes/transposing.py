@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ptowsp.te import Expr, Op, substitute, walk
 from ptowsp.te.dtypes import INDEX_DTYPE
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.copying import compute_as, plain, rebuild
+from ptowsp.workloads.copying import compute_as, copy_replacing, plain, rebuild
 
 
 @dataclass(frozen=True)
@@ -97,20 +97,7 @@ def _rewrite(out: Workload, task: ComputeTask, op: _Operand) -> None:
     rvar = Expr(Op.RVAR, INDEX_DTYPE, (), (d, d_extent))
     at = tuple(Expr(Op.VAR, INDEX_DTYPE, (), (n, e)) for n, e in op.free) + (
         rvar, Expr(Op.VAR, INDEX_DTYPE, (), op.lane))
-    new_load = copy[at]
-    inputs = {t.name: out.tensor(t.name) for t in task.inputs}
-
-    def body(*_: Expr) -> Expr:
-        def replace(e: Expr) -> Expr | None:
-            if e is op.load:
-                return new_load
-            if e.op is Op.LOAD:
-                return Expr(Op.LOAD, e.dtype, tuple(substitute(i, replace) for i in e.src), inputs[e.arg.name])
-            return None
-
-        return substitute(task.body, replace)
-
-    compute_as(out, task.name, task.tensor.shape, task.loop_names, body)
+    copy_replacing(out, task, op.load, copy[at])
 
 
 def _unit_stride(index: Expr, d: str) -> bool:
