@@ -331,7 +331,7 @@ class DeviceEngine(Engine):
                 raise AssertionError("csp device engine: live processes, none runnable or asleep")
 
 
-SPIN = 2e-4  # seconds an idle thread polls for work before it sleeps (a wake-up costs 0.05-0.1 ms here)
+SPIN = 5e-5  # seconds an idle thread polls for work before it sleeps (a wake-up costs 0.05-0.1 ms here)
 
 
 class RealEngine(Engine):

@@ -59,7 +59,7 @@ from ptowsp.runtime.csp import DepQueue, sleep
 from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.engines import Proc, RealEngine, current
-from ptowsp.runtime.idle import parked_causes
+from ptowsp.runtime.idle import ParkedCauses
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
@@ -294,7 +294,7 @@ def _fill_trace(trace: Trace, sched: Scheduler, origin: float) -> None:
         at = end
     generating.append((at, (sched.admitted if sched.admitted is not None else origin + trace.duration) - origin))
     parked = {w.index: [(s - origin, e - origin) for s, e in w.waits] for w in sched.workers}
-    trace.statistics["idle"] = parked_causes(trace.events, parked, len(sched.workers), trace.duration, generating)
+    trace.statistics["idle"] = ParkedCauses(trace.events, parked, len(sched.workers), trace.duration, generating)
     trace.deps = Edges(sched.preds, list(sched.done))
     trace.statistics["window"] = {"capacity": sched.window, "peak": sched.peak, "waits": len(sched.window_waits)}
     trace.statistics["skipped"] = sched.skipped

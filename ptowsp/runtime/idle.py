@@ -22,7 +22,7 @@ own work between two tasks (the scheduler's code, the launcher, a wake-up).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -92,6 +92,33 @@ def _idle(busy: list[tuple[float, float]], makespan: float) -> list[tuple[float,
 
 
 Spans = list[tuple[float, float]]
+
+
+class ParkedCauses(Mapping):
+    """`parked_causes` of a real-clock run, worked out when first read (the summary, a test): a run
+    should not pay ~20 us of Python for an analysis nobody may ask for."""
+
+    def __init__(self, events: Sequence[Event], parked: dict[int, Spans], rows: int, makespan: float,
+                 generating: Spans):
+        self._arguments: tuple | None = (events, parked, rows, makespan, generating)
+        self._totals: dict[str, float] = {}
+
+    def _worked_out(self) -> dict[str, float]:
+        if self._arguments is not None:
+            self._totals, self._arguments = parked_causes(*self._arguments), None
+        return self._totals
+
+    def __getitem__(self, cause: str) -> float:
+        return self._worked_out()[cause]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._worked_out())
+
+    def __len__(self) -> int:
+        return len(self._worked_out())
+
+    def __repr__(self) -> str:
+        return repr(self._worked_out())
 
 
 def parked_causes(events: Sequence[Event], parked: dict[int, Spans], rows: int, makespan: float,
