@@ -159,11 +159,7 @@ class Engine(abc.ABC):
         with self.lock:
             if proc.state != PARKED or proc.withdraw is None:
                 return False
-            waiters, entry = proc.withdraw
-            for k, other in enumerate(waiters):
-                if other is entry:
-                    del waiters[k]
-                    break
+            self._withdraw(proc)
             proc.waits_on = proc.withdraw = proc.since = None
             self.parked -= 1
             proc.state = RUNNING
@@ -195,14 +191,19 @@ class Engine(abc.ABC):
             if p.state != DONE and not p.cancelled:
                 p.cancelled = True
                 if p.state in (PARKED, WOKEN) or p.waits_on is not None:
-                    if p.withdraw is not None:
-                        waiters, entry = p.withdraw
-                        for k, other in enumerate(waiters):
-                            if other is entry:
-                                del waiters[k]
-                                break
+                    self._withdraw(p)
                     self._unsleep(p)
                     self.wake(p, error=Cancelled())
+
+    @staticmethod
+    def _withdraw(proc: Proc) -> None:
+        """Take proc off the waiters of the primitive it is parked on (if it is)."""
+        if proc.withdraw is not None:
+            waiters, entry = proc.withdraw
+            for k, other in enumerate(waiters):
+                if other is entry:
+                    del waiters[k]
+                    break
 
     def _unsleep(self, proc: Proc) -> None:
         kept = [s for s in self.sleepers if s[2] is not proc]

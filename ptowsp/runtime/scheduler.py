@@ -101,13 +101,12 @@ class Scheduler:
     """Window, dependency counts and ready queues: every method runs under `lock`."""
 
     def __init__(self, table: TaskTable, options: Options, placer: Placer, clock: Callable[[], float],
-                 wakeup: Callable[[int], Bell] | None = None):
+                 wakeup: Callable[[int], Bell]):
         self.instances, self.preds = table.instances, table.predecessors
         self.skip = table.skip  # instances whose work turns out empty once their inputs exist
         self.skipped = 0
         self.clock = clock
         self.lock = threading.Lock()
-        wakeup = wakeup or (lambda index: Doorbell(f"ready@worker{index}"))  # the clocks pass their own
         self.workers = [Worker(i, c, wakeup(i)) for i, c in enumerate(options.workers)]
         self.window_bell: Doorbell | None = None  # rung when a quarter of a full window has retired
         self.placer = placer

@@ -57,6 +57,18 @@ def copy_replacing(out: Workload, task: ComputeTask, old: Expr, new: Expr) -> No
     compute_as(out, task.name, task.tensor.shape, task.loop_names, body)
 
 
+def names_in(wl: Workload) -> set[str]:
+    """Every tensor name `wl` has: its tasks', inputs' and constants'."""
+    return set(wl.tasks) | set(wl.inputs) | set(wl.constants)
+
+
+def fresh_name(name: str, taken) -> str:
+    """`name`, with underscores added until it is not in `taken` (a pass's new task beside the user's)."""
+    while name in taken:
+        name += "_"
+    return name
+
+
 def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask], None]]) -> Workload:
     """A copy of `wl` (plain compute tasks only) in which each task named in `rewrite` is defined by
     `rewrite[name](out, task)` instead (which must define a task of that name, and may add others

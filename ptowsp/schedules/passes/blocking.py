@@ -42,7 +42,7 @@ from ptowsp.te import Expr, Op, const, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.copying import compute_as, plain, rebuild
+from ptowsp.workloads.copying import compute_as, fresh_name, plain, rebuild
 
 
 @dataclass(frozen=True)
@@ -156,12 +156,12 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
     name, body = task.name, task.body
     n, o, y, x = task.loop_names
     taken = set(task.loop_names) | {a.arg[0] for a in body.src[1:]}
-    block, lane = _fresh(f"{o}_block", taken), _fresh(f"{o}_lane", taken)
+    block, lane = fresh_name(f"{o}_block", taken), fresh_name(f"{o}_lane", taken)
     x_in, w_in = out.tensor(conv.act.arg.name), out.tensor(conv.weight.arg.name)
     read = conv.act.src
     if any(conv.pads[d] != (0, 0) for d in range(4)):
         shape = tuple(e + a + b for e, (a, b) in zip(x_in.shape, conv.pads, strict=True))
-        names = tuple(_fresh(f"d{d}", set()) for d in range(4))
+        names = tuple(fresh_name(f"d{d}", set()) for d in range(4))
 
         def padded(*axes):
             inner = [axis - a if a else axis for axis, (a, _) in zip(axes, conv.pads, strict=True)]
@@ -172,14 +172,14 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
                         inside = check if inside is None else inside & check
             return where(inside, x_in[tuple(inner)], const(0.0, "float32"))
 
-        source = compute_as(out, _fresh(f"{name}_pad", set(out.tasks)), shape, names, padded)
+        source = compute_as(out, fresh_name(f"{name}_pad", set(out.tasks)), shape, names, padded)
         read = tuple(_shifted(i, a) for i, (a, _) in zip(read, conv.pads, strict=True))
     else:
         source = x_in
     o_count = task.tensor.shape[1]
     w_shape = (o_count // lanes, *w_in.shape[2:], w_in.shape[1], lanes)
     w_names = ("ob", "w1", "w2", "w3", "ol")
-    weights = compute_as(out, _fresh(f"{name}_weights", set(out.tasks)), w_shape, w_names,
+    weights = compute_as(out, fresh_name(f"{name}_weights", set(out.tasks)), w_shape, w_names,
                        lambda ob, r, s, c, ol: w_in[ob * lanes + ol, c, r, s])
     shape = task.tensor.shape
     blocked_shape = (shape[0], o_count // lanes, shape[2], shape[3], lanes)
@@ -189,7 +189,7 @@ def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
         weight = weights[(vb, *conv.weight.src[2:], conv.weight.src[1], vl)]
         return Expr(Op.REDUCE, "float32", (act * weight, *body.src[1:]), body.arg)
 
-    result = compute_as(out, _fresh(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
+    result = compute_as(out, fresh_name(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
                       contraction)
     compute_as(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
 
@@ -202,8 +202,3 @@ def _shifted(index: Expr, by: int) -> Expr:
         return rest if offset + by == 0 else rest + (offset + by)
     return index + by if by else index
 
-
-def _fresh(name: str, taken: set[str]) -> str:
-    while name in taken:
-        name += "_"
-    return name

@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ptowsp.schedules.passes.fold import foldable
+from ptowsp.schedules.passes.tiles import REGISTER_ROWS
 from ptowsp.te import Expr, Op, walk
 from ptowsp.te.dtypes import INDEX_DTYPE
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.copying import compute_as, copy_replacing, plain, rebuild
+from ptowsp.workloads.copying import compute_as, copy_replacing, fresh_name, names_in, plain, rebuild
 
-ROWS_MULTIPLE = 4  # tiles.py REGISTER_ROWS: the smallest row tile the contraction tile asks for
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _panel_operand(task: ComputeTask, width: int, known: set[str]) -> _Panel | N
         return None
     k, (i, j) = axis.arg[0], task.loop_names[-2:]
     extents = dict(zip(task.loop_names, task.tensor.shape, strict=True))
-    if extents[j] % width or extents[i] % ROWS_MULTIPLE:
+    if extents[j] % width or extents[i] % REGISTER_ROWS:  # the tile's columns, its smallest row count
         return None
     for first, second in (product.src, product.src[::-1]):
         names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in second.src]
@@ -88,7 +88,7 @@ def _rewrite(out: Workload, task: ComputeTask, p: _Panel, width: int) -> None:
     lead = source.shape[:-2]
     loops = [*(f"d{n}" for n in range(len(lead))), "jb", "k", "jl"]
     shape = (*lead, p.lane[1] // width, p.reduce[1], width)
-    panels = compute_as(out, _fresh(f"{task.name}_{source.name}_panels", out), shape, loops,
+    panels = compute_as(out, fresh_name(f"{task.name}_{source.name}_panels", names_in(out)), shape, loops,
                         lambda *axes: source[(*axes[:-3], axes[-2], axes[-3] * width + axes[-1])])
     j = Expr(Op.VAR, INDEX_DTYPE, (), p.lane)
     copy_replacing(out, task, p.load, panels[(*p.load.src[:-2], j // width, p.load.src[-2], j % width)])
@@ -96,10 +96,3 @@ def _rewrite(out: Workload, task: ComputeTask, p: _Panel, width: int) -> None:
 
 def _reads(e: Expr, name: str) -> bool:
     return any(x.op in (Op.VAR, Op.RVAR) and x.arg[0] == name for x in walk(e))
-
-
-def _fresh(name: str, out: Workload) -> str:
-    taken = set(out.tasks) | set(out.inputs) | set(out.constants)
-    while name in taken:
-        name += "_"
-    return name

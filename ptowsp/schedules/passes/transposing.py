@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ptowsp.te import Expr, Op, substitute, walk
 from ptowsp.te.dtypes import INDEX_DTYPE
 from ptowsp.workloads import ComputeTask, Workload
-from ptowsp.workloads.copying import compute_as, copy_replacing, plain, rebuild
+from ptowsp.workloads.copying import compute_as, copy_replacing, fresh_name, names_in, plain, rebuild
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def _rewrite(out: Workload, task: ComputeTask, op: _Operand) -> None:
 
         return source[tuple(substitute(i, rename) for i in op.load.src)]
 
-    copy = compute_as(out, _fresh(f"{task.name}_{source.name}_t", out), extents, loops, transposed)
+    copy = compute_as(out, fresh_name(f"{task.name}_{source.name}_t", names_in(out)), extents, loops, transposed)
     rvar = Expr(Op.RVAR, INDEX_DTYPE, (), (d, d_extent))
     at = tuple(Expr(Op.VAR, INDEX_DTYPE, (), (n, e)) for n, e in op.free) + (
         rvar, Expr(Op.VAR, INDEX_DTYPE, (), op.lane))
@@ -116,10 +116,3 @@ def _reads_var(e: Expr, name: str) -> bool:
 
 def _reads_rvar(e: Expr, name: str) -> bool:
     return any(x.op is Op.RVAR and x.arg[0] == name for x in walk(e))
-
-
-def _fresh(name: str, out: Workload) -> str:
-    taken = set(out.tasks) | set(out.inputs) | set(out.constants)
-    while name in taken:
-        name += "_"
-    return name
