@@ -71,6 +71,7 @@ class Placer:
     ranked = False  # ready queues ordered by `ranks` (highest first) instead of arrival
     needs_producers = False  # `place` is given the workers that ran the task's producers
     tracks_work = False  # `retired` is called for every finished instance
+    native = False  # the native loop (native.py) implements this policy
 
     def __init__(self, key: tuple[str, ...] | None = None):
         self.key = key
@@ -95,6 +96,7 @@ class RoundRobin(Placer):
 class WorkStealing(Placer):
     steals = True
     lifo = True
+    native = True
 
     def place(self, inst, eligible, maker, producers):
         if maker is not None and maker in eligible:

@@ -60,11 +60,16 @@ from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.engines import Proc, RealEngine, current
 from ptowsp.runtime.idle import ParkedCauses
+from ptowsp.runtime import native
+from ptowsp.runtime.native import NativeRun
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 from ptowsp.runtime.watchdog import bounded
+
+
+SLICE_NS = 20_000_000  # a native worker comes back to Python this often to see stops
 
 
 class _Stop(Exception):
@@ -211,6 +216,45 @@ class _Engine(RealEngine):
         self.sched.stopped = True
 
 
+async def _native_worker(run: NativeRun, sched: Scheduler, w: int) -> None:
+    """A worker process whose scheduler and task loop are native code (native.py): one call runs
+    tasks until the table is done, coming back every SLICE_NS so that Ctrl-C (worker 0's flag) and
+    stops set elsewhere (a timeout, the engine's failure) reach the loop."""
+    while run.work(w, time.monotonic_ns() + SLICE_NS):
+        if sched.interrupted and w == 0 and not sched.stopped:
+            with sched.lock:
+                sched.stop((-1, KeyboardInterrupt()))
+        if sched.stopped:
+            run.stop()
+
+
+def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: Scheduler,
+                workers: int) -> NativeRun | None:
+    """A native run of the table, where the Python scheduler's work is the loop's: every instance a
+    compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no
+    prefetch pipeline, no instance skipped at run time, and the whole table within the window."""
+    found = getattr(launcher, "native", None)
+    if found is None or native.supported() is not None:
+        return None
+    if not sched.placer.native or options.prefetch or table.skip is not None or len(table) > options.window \
+            or any(len(eligible) < workers for eligible in sched.eligible.values()):
+        return None
+    tasks, pointers = found
+    return NativeRun(table, tasks, pointers, workers)
+
+
+def _native_records(run: NativeRun, sched: Scheduler) -> None:
+    """The native loop's records as the Python workers keep theirs (seconds on perf_counter's clock)."""
+    for w in sched.workers[:run.workers]:
+        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in run.runs(w.index).tolist()]
+        w.waits = [(start * 1e-9, end * 1e-9) for start, end in run.idle(w.index).tolist()]
+        for i, _, _, _ in w.records:
+            sched.done[i] = 1
+    sched.completed = run.completed
+    sched.next = len(sched.instances)
+    sched.peak = len(sched.instances)
+
+
 def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     """Run every instance of `table` once, in dependency order, and return the run's Trace.
 
@@ -227,18 +271,27 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     workers = sched.active()
     engine = _Engine(sched, len(workers))
 
+    fast = _native_run(table, launcher, options, sched, len(workers))
+
     def run() -> Trace:
         origin = clock()
-        sched.orchestrate()  # the first batch is in before the workers start
-        # more than one batch: an orchestrator process admits the rest, taking turns with worker 0
-        turns = _Turns(sched) if sched.next < len(table.instances) else None
-        processes = [(f"worker{w.index}", w.core, _worker(sched, w, launcher, options.prefetch, turns), k)
-                     for k, w in enumerate(workers)]
-        if turns is not None:
-            processes.append(("orchestrator", "host", turns.orchestrator(), None))
+        if fast is not None:  # the whole table is in: the loop's dependency counts start full
+            processes = [(f"worker{w.index}", w.core, _native_worker(fast, sched, w.index), k)
+                         for k, w in enumerate(workers)]
+            sched.admitted = origin
+        else:
+            sched.orchestrate()  # the first batch is in before the workers start
+            # more than one batch: an orchestrator process admits the rest, taking turns with worker 0
+            turns = _Turns(sched) if sched.next < len(table.instances) else None
+            processes = [(f"worker{w.index}", w.core, _worker(sched, w, launcher, options.prefetch, turns), k)
+                         for k, w in enumerate(workers)]
+            if turns is not None:
+                processes.append(("orchestrator", "host", turns.orchestrator(), None))
         with interrupts(sched):
             engine.run(processes)
         trace.duration = clock() - origin
+        if fast is not None:
+            _native_records(fast, sched)
         _fill_trace(trace, sched, origin)
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)
@@ -256,6 +309,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
         with sched.lock:
             if sched.error is None:
                 sched.error = (-1, _Stop("timeout") if isinstance(reason, RunTimeout) else reason)
+        if fast is not None:
+            fast.stop()
         engine.stop(reason)
 
     def running() -> list[str]:

@@ -20,10 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from ptowsp.errors import BuildError
 from ptowsp.runtime.csp import DepQueue
 from ptowsp.runtime.dispatch import Placer, Policy, TaskTimes
 from ptowsp.runtime.doorbell import Doorbell
+from ptowsp.runtime.native import NativeTasks
 from ptowsp.runtime.table import TaskTable
 
 
@@ -47,6 +50,8 @@ class Launcher(Protocol):
     compute: Callable[[int], None]  # called with the instance's index in the table
     load: Callable[[int], None] | None
     store: Callable[[int], None] | None
+    # every instance as the native loop runs it (native.py), with the run's tensor addresses; None: in Python
+    native: tuple[NativeTasks, np.ndarray] | None
 
 
 @dataclass

@@ -144,6 +144,18 @@ class TaskTable:
         return len(self.instances)
 
     @functools.cached_property
+    def successor_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The dependencies as a native scheduler reads them: successors in CSR form (starts[i] to
+        starts[i + 1] index instance i's in `successors`) and each instance's predecessor count."""
+        preds = self.predecessors
+        counts = np.fromiter((len(p) for p in preds), np.int64, len(preds))
+        pairs = sorted((p, i) for i, ps in enumerate(preds) for p in ps)
+        successors = np.array([i for _, i in pairs], np.int64)
+        starts = np.zeros(len(preds) + 1, np.int64)
+        np.add.at(starts, np.array([p + 1 for p, _ in pairs], np.int64), 1)
+        return np.cumsum(starts), successors, counts
+
+    @functools.cached_property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
         """For each instance, the earlier instances whose writes overlap its reads (and, for a
         tensor in shared bytes, every earlier access of the tensors it takes over), less those

@@ -23,6 +23,7 @@ from llvmlite import ir
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.microkernel import linked_ir, vnni
+from ptowsp.backends.cpu.thunks import emit_thunk, thunk_symbol
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
@@ -34,6 +35,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.formula import formula_of
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
+from ptowsp.runtime.native import NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.blocking import block_convolutions
@@ -99,12 +101,17 @@ class CpuExecutable:
         self.order: tuple[str, ...] = manifest.order
         self.entries: dict[str, KernelEntry] = manifest.kernels
         self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops
+        self.thunks = {}  # (task, version) -> the address of its thunk (thunks.py), for the native loop
         self.sizes = tuple(wl.sizes)  # passed to every kernel after its grid coordinates
         for task, entry in self.entries.items():
             signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(entry.arguments)),
                                          *([ctypes.c_int64] * (len(entry.grid) + len(self.sizes))))
             for version, symbol in enumerate((entry.symbol, *entry.variants)):
                 self.functions[task, version] = signature(self._object.address(symbol))
+                self.thunks[task, version] = self._object.address(thunk_symbol(symbol))
+        # the tensors kernels take, in the order of the pointer table a native run passes its thunks
+        self.arguments = tuple(dict.fromkeys(a for entry in self.entries.values() for a in entry.arguments))
+        self._native: dict[tuple[int, ...], NativeTasks | None] = {}
         # the conditions that pick a specialized version per tile (from the schedule: a cached build
         # is not lowered)
         self.conditions = {task: [when for when, _ in found] for task, found in schedule.variants.items()
@@ -167,7 +174,8 @@ class CpuExecutable:
         except RuntimeError as e:  # llvmlite's error for an object it cannot link
             cache.discard(obj, f"LLVM cannot load the object code ({e})")
             return None
-        missing = [s for e in manifest.kernels.values() for s in (e.symbol, *e.variants) if not loaded.address(s)]
+        missing = [s for e in manifest.kernels.values() for k in (e.symbol, *e.variants)
+                   for s in (k, thunk_symbol(k)) if not loaded.address(s)]
         if missing:
             cache.discard(obj, f"the object code has no symbol {missing[0]!r}")
             return None
@@ -179,6 +187,8 @@ class CpuExecutable:
         kernels = {}
         for name, kernel in program.kernels.items():
             symbol, variants = _emit_task(module, program, name)
+            for s in (symbol, *variants):
+                emit_thunk(module, module.get_global(s))
             grid = tuple(formula_of(extent) for _, extent in kernel.grid)
             if None in grid:
                 raise BuildError(f"task {name!r}: a grid extent is not integer arithmetic over sizes: {kernel.grid}")
@@ -210,6 +220,30 @@ class CpuExecutable:
         if key not in self._tables:
             self._tables[key] = self._make_table(sizes, None)
         return self._tables[key]
+
+    def native_tasks(self, table: TaskTable, sizes: tuple[int, ...]) -> NativeTasks | None:
+        """The table's instances as the native loop calls them (runtime/native.py), or None when an
+        instance has no compiled kernel (an opaque task runs on the host, in Python)."""
+        cached = table is self._tables.get(sizes)
+        if cached and sizes in self._native:
+            return self._native[sizes]
+        index = {name: k for k, name in enumerate(self.arguments)}
+        tensors = {name: [index[a] for a in entry.arguments] for name, entry in self.entries.items()}
+        thunks, offsets, words = [], [], []
+        for inst in table.instances:
+            thunk = self.thunks.get((inst.name, inst.variant))
+            if thunk is None:
+                found = None
+                break
+            thunks.append(thunk)
+            offsets.append(len(words))
+            words += [*tensors[inst.name], *inst.coords, *sizes]
+        else:
+            found = NativeTasks(np.array(thunks, np.int64), np.array(offsets, np.int64),
+                                np.array(words or [0], np.int64))
+        if cached:
+            self._native[sizes] = found
+        return found
 
     def _make_table(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None) -> TaskTable:
         kernels = {name: (entry.grid, entry.access) for name, entry in self.entries.items()}
@@ -314,10 +348,14 @@ class _Launch:
         # arrays are fixed for the run, so each kernel's pointer arguments are too
         pointers = {name: tuple(arrays[a].ctypes.data for a in entry.arguments) for name, entry in exe.entries.items()}
         self.bound = {key: (function, pointers[key[0]]) for key, function in exe.functions.items()}
+        native = None if debug else exe.native_tasks(table, sizes)
+        # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
+        self.native = None if native is None else (native, np.array(
+            [arrays[a].ctypes.data for a in exe.arguments] or [0], np.int64))
 
     def release(self) -> None:
         """Drop the run's arrays, so the Recycler sees only the caller's references."""
-        self.arrays, self.bound = {}, {}
+        self.arrays, self.bound, self.native = {}, {}, None
 
     def compute(self, i: int) -> None:
         inst = self.instances[i]

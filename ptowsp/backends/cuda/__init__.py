@@ -152,7 +152,7 @@ class CudaExecutable:
 class _Launch:
     """Runs instance i: its kernel launched on the worker's stream, or an opaque task on the host."""
 
-    load = store = None
+    load = store = native = None
 
     def __init__(self, exe: CudaExecutable):
         self.exe = exe

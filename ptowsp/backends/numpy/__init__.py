@@ -44,7 +44,7 @@ class NumpyExecutable:
         tasks = [bound.task(inst.name) for inst in table.instances]
 
         class Launch:
-            load = store = None
+            load = store = native = None
 
             @staticmethod
             def compute(i: int) -> None:
