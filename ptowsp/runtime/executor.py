@@ -245,14 +245,15 @@ def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: S
 
 def _native_records(run: NativeRun, sched: Scheduler) -> None:
     """The native loop's records as the Python workers keep theirs (seconds on perf_counter's clock)."""
+    done = sched.done
     for w in sched.workers[:run.workers]:
-        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in run.runs(w.index).tolist()]
+        runs = run.runs(w.index).tolist()
+        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in runs]
         w.waits = [(start * 1e-9, end * 1e-9) for start, end in run.idle(w.index).tolist()]
-        for i, _, _, _ in w.records:
-            sched.done[i] = 1
+        for i, _, _ in runs:
+            done[i] = 1
     sched.completed = run.completed
-    sched.next = len(sched.instances)
-    sched.peak = len(sched.instances)
+    sched.next = sched.peak = len(sched.instances)
 
 
 def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
@@ -292,6 +293,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
         trace.duration = clock() - origin
         if fast is not None:
             _native_records(fast, sched)
+            fast.release()  # every worker process has returned from the loop
         _fill_trace(trace, sched, origin)
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)

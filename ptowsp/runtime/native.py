@@ -401,61 +401,100 @@ def _loop() -> _Loop:
 
 
 class NativeTasks:
-    """What a backend gives for a native run of a table: per instance the address of its kernel's
+    """What a backend gives for a native run of one table: per instance the address of its kernel's
     thunk and where its arguments start in `arguments` (a thunk reads its pointer arguments as
-    indices into the run's `pointers`, its integers as they are)."""
+    indices into the run's `pointers`, its integers as they are).  It keeps a finished run's buffer
+    for the next run, so a run allocates nothing."""
 
     def __init__(self, thunks: np.ndarray, offsets: np.ndarray, arguments: np.ndarray):
         self.thunks, self.offsets, self.arguments = thunks, offsets, arguments
+        self._kept: dict[int, _Buffer] = {}  # per worker count
+
+    def acquire(self, table: TaskTable, workers: int) -> _Buffer:
+        """A buffer set for a run's start: the kept one, unless a run holds it (then a new one)."""
+        buffer = self._kept.pop(workers, None) or _Buffer(table, self, workers)  # pop: atomic under the GIL
+        buffer.reset()
+        return buffer
+
+    def release(self, buffer: _Buffer) -> None:
+        self._kept[buffer.workers] = buffer
+
+
+_META_AT = -(-SLOTS // LINE) * LINE  # the workers' lines start on a cache line of their own
+
+
+class _Buffer:
+    """The int64 buffer the loop reads and writes: the state slots, a line per worker, the
+    dependency counts, the queues, the task records and the idle spans; and its head as every run
+    starts (every address set but the run's pointer table; the queues hold the instances ready at
+    the start, dealt round robin as the Python scheduler deals them)."""
+
+    def __init__(self, table: TaskTable, tasks: NativeTasks, workers: int):
+        n = len(table)
+        starts, successors, counts = table.successor_arrays
+        remaining_at = _META_AT + workers * LINE
+        queues_at = remaining_at + n
+        self.records_at = queues_at + workers * n
+        self.waits_at = self.records_at + workers * n * 3
+        self.array = np.zeros(self.waits_at + workers * (n + 1) * 2, np.int64)
+        base = self.array.ctypes.data
+        head = self.head = np.zeros(queues_at + workers * n, np.int64)
+        head[:SLOTS] = [n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
+                        tasks.arguments.ctypes.data, 0, starts.ctypes.data, successors.ctypes.data,
+                        base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
+                        base + 8 * self.records_at, base + 8 * self.waits_at]
+        meta = head[_META_AT:remaining_at].reshape(workers, LINE)
+        meta[:, IDLE_SINCE] = -1
+        head[remaining_at:queues_at] = counts
+        ready = np.flatnonzero(counts == 0)
+        for w in range(workers):
+            mine = ready[w::workers]
+            head[queues_at + w * n:queues_at + w * n + len(mine)] = mine
+            meta[w, TAIL] = len(mine)
+        self.state = self.array[:SLOTS]
+        self.meta = self.array[_META_AT:remaining_at].reshape(workers, LINE)
+        self.n, self.workers, self.address = n, workers, base
+        self._keep = (tasks.thunks, tasks.offsets, tasks.arguments, starts, successors)  # what the loop reads
+
+    def reset(self) -> None:
+        self.array[:len(self.head)] = self.head
 
 
 class NativeRun:
-    """One run's state: queues, dependency counts and records, in arrays the loop reads and writes."""
+    """One run of a table on the native loop."""
 
     def __init__(self, table: TaskTable, tasks: NativeTasks, pointers: np.ndarray, workers: int):
-        n = len(table)
-        starts, successors, counts = table.successor_arrays
-        self.n, self.workers = n, workers
-        self.remaining = counts.copy()
-        self.queues = np.zeros(workers * max(n, 1), np.int64)
-        self.meta = np.zeros((workers, LINE), np.int64)
-        self.meta[:, IDLE_SINCE] = -1
-        self.records = np.zeros(workers * n * 3, np.int64)
-        self.waits = np.zeros(workers * (n + 1) * 2, np.int64)
-        self.pointers = pointers
-        ready = np.flatnonzero(counts == 0)  # placed round robin, as the Python scheduler places them
-        for w in range(workers):
-            mine = ready[w::workers]
-            self.queues[w * n:w * n + len(mine)] = mine
-            self.meta[w, TAIL] = len(mine)
-        self.tasks = tasks
-        self._keep = (starts, successors)
-        self.state = np.array([n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
-                               tasks.arguments.ctypes.data, pointers.ctypes.data, starts.ctypes.data,
-                               successors.ctypes.data, self.remaining.ctypes.data, self.queues.ctypes.data,
-                               self.meta.ctypes.data, self.records.ctypes.data, self.waits.ctypes.data], np.int64)
+        self.tasks, self.pointers = tasks, pointers  # the loop reads them: alive for the run
+        self.buffer = buffer = tasks.acquire(table, workers)
+        buffer.state[POINTERS] = pointers.ctypes.data
+        self.workers = workers
         self._worker = _loop().worker
 
     def work(self, w: int, deadline_ns: int = 0) -> bool:
         """Worker w runs tasks (GIL released) until the table is done or stopped (False), or until
         a task ends past `deadline_ns` on the monotonic clock (True: call again)."""
-        return bool(self._worker(self.state.ctypes.data, w, deadline_ns))
+        return bool(self._worker(self.buffer.address, w, deadline_ns))
 
     def stop(self) -> None:
         """Workers stop at their next task boundary."""
-        self.state[STOP] = 1
+        self.buffer.state[STOP] = 1
+
+    def release(self) -> None:
+        """The run is over (no worker is in the loop): its buffer serves the next run."""
+        self.tasks.release(self.buffer)
 
     @property
     def completed(self) -> int:
-        return int(self.state[COMPLETED])
+        return int(self.buffer.state[COMPLETED])
 
     def runs(self, w: int) -> np.ndarray:
         """Worker w's tasks: rows of (instance, start ns, end ns)."""
-        n = self.n
-        return self.records[w * n * 3:(w * n + int(self.meta[w, RECORDED])) * 3].reshape(-1, 3)
+        b = self.buffer
+        at = b.records_at + w * b.n * 3
+        return b.array[at:at + int(b.meta[w, RECORDED]) * 3].reshape(-1, 3)
 
     def idle(self, w: int) -> np.ndarray:
         """Worker w's idle spans: rows of (start ns, end ns)."""
-        row = w * (self.n + 1) * 2
-        return self.waits[row:row + int(self.meta[w, WAITED]) * 2].reshape(-1, 2)
-
+        b = self.buffer
+        at = b.waits_at + w * (b.n + 1) * 2
+        return b.array[at:at + int(b.meta[w, WAITED]) * 2].reshape(-1, 2)
