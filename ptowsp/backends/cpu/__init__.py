@@ -98,6 +98,7 @@ class CpuExecutable:
         for name, layout in schedule.layouts.items():  # constants packed once: kernels read them in their layout
             if name in self.constants:
                 self.constants[name] = layout.pack(self.constants[name])
+        self.constant_addresses = {name: a.ctypes.data for name, a in self.constants.items()}
         self.order: tuple[str, ...] = manifest.order
         self.entries: dict[str, KernelEntry] = manifest.kernels
         self.functions = {}  # (task, version) -> the compiled function; version 0: the task's own loops
@@ -264,21 +265,24 @@ class CpuExecutable:
         sizes = input_sizes(wl, inputs)
         bound = wl.bind(sizes)
         arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
+        addresses = dict(self.constant_addresses)  # the tensors' addresses, as far as known without asking numpy
         plan = self.plan_for(sizes)
         arena = self.buffers.empty(" arena", (plan.arena_bytes + ALIGN,), np.uint8)
-        base = -arena.ctypes.data % ALIGN
+        arena_address = arena.ctypes.data
+        base = -arena_address % ALIGN
         for name in self.order:
             for t in bound.task(name).outputs:
                 if t.name in plan.offsets:
                     at = base + plan.offsets[t.name]
                     nbytes, shape = self._stored(t)
                     arrays[t.name] = arena[at:at + nbytes].view(t.dtype).reshape(shape)
+                    addresses[t.name] = arena_address + at
                 else:
                     arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
                     if t.name in self.zeroed:
                         arrays[t.name].fill(0)
         table = self.table_for(sizes, arrays)
-        launch = _Launch(self, table, arrays, self._key(sizes), options.debug)
+        launch = _Launch(self, table, arrays, addresses, self._key(sizes), bound, options.debug)
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
@@ -336,22 +340,26 @@ class _Launch:
 
     load = store = None
 
-    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], sizes: tuple[int, ...],
-                 debug: bool = False):
-        self.instances = table.instances
-        self.workload = exe.schedule.workload.bind(dict(zip(exe.sizes, sizes)))
-        self.arrays = arrays
+    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], addresses: dict[str, int],
+                 sizes: tuple[int, ...], workload: Workload, debug: bool = False):
+        self.exe, self.instances = exe, table.instances
+        self.workload = workload
+        self.arrays, self.addresses = arrays, addresses
         self.sizes = sizes
         # debug: the gathers of each kernel's task (inlined producers included), checked before it runs
         self.gathers = {name: value for name in exe.entries if debug and gather_indices(
-            value := inline_producers(self.workload.task(name).value, self.workload, exe.schedule.inlined))}
-        # arrays are fixed for the run, so each kernel's pointer arguments are too
-        pointers = {name: tuple(arrays[a].ctypes.data for a in entry.arguments) for name, entry in exe.entries.items()}
-        self.bound = {key: (function, pointers[key[0]]) for key, function in exe.functions.items()}
+            value := inline_producers(workload.task(name).value, workload, exe.schedule.inlined))}
+        self.bound: dict | None = None  # (task, version) -> (function, pointers), made when Python first calls one
         native = None if debug else exe.native_tasks(table, sizes)
         # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
         self.native = None if native is None else (native, np.array(
-            [arrays[a].ctypes.data for a in exe.arguments] or [0], np.int64))
+            [self.address(a) for a in exe.arguments] or [0], np.int64))
+
+    def address(self, tensor: str) -> int:
+        found = self.addresses.get(tensor)
+        if found is None:
+            found = self.addresses[tensor] = self.arrays[tensor].ctypes.data
+        return found
 
     def release(self) -> None:
         """Drop the run's arrays, so the Recycler sees only the caller's references."""
@@ -359,6 +367,9 @@ class _Launch:
 
     def compute(self, i: int) -> None:
         inst = self.instances[i]
+        if self.bound is None:  # arrays are fixed for the run, so each kernel's pointer arguments are too
+            pointers = {name: tuple(self.address(a) for a in entry.arguments) for name, entry in self.exe.entries.items()}
+            self.bound = {key: (function, pointers[key[0]]) for key, function in self.exe.functions.items()}
         bound = self.bound.get((inst.name, inst.variant))
         if bound is None:
             for name, value in run_opaque(self.workload.task(inst.name), self.arrays).items():

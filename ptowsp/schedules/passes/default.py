@@ -59,10 +59,10 @@ from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
 # A reduction's terms run from registers and caches, ~128 of them costing what one element of a
-# streaming task does: counted at that rate, a small contraction gets fewer, longer tasks.  Each
-# task costs the runtime ~5-10 us of Python that the GIL serialises across workers (a kernel
-# returning waits for the other worker's scheduling), so tasks of a few microseconds cost more
-# than they parallelise: the transformer block 2.48 -> 2.07 ms, batch_matmul 0.44 -> 0.37 ms.
+# streaming task does: counted at that rate, a small contraction gets fewer, longer tasks.  Chosen
+# when each task cost ~5-10 us of Python that the GIL serialised across workers (the transformer
+# block 2.48 -> 2.07 ms, batch_matmul 0.44 -> 0.37 ms); with the native loop (runtime/native.py)
+# rates of 1 to 128 and twice the tasks per worker ran within 4% of each other (docs/performance.md).
 TERMS_PER_ELEMENT = 128
 TASKS_PER_WORKER = 4
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
