@@ -1,4 +1,5 @@
-"""The cpu's panel packing of a contraction's constant B (schedules/passes/panels.py)."""
+"""The cpu's panel packing of a contraction's B (schedules/passes/panels.py): constant, or an input
+with many rows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.schedules.passes.default import default_schedule
-from ptowsp.schedules.passes.panels import pack_panels
+from ptowsp.schedules.passes.panels import PACKED_ROWS, pack_panels
 from ptowsp.workloads import random_inputs
 
 WIDTH = 32  # the tile's two vectors of float32 columns with AVX-512 (a test width: any works)
@@ -40,7 +41,7 @@ def test_a_constant_b_becomes_panels_the_contraction_reads_by_panel(batch):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: dense(constant=False),  # an input B would be copied on every run
+    lambda: dense(constant=False),  # an input B would be copied on every run, for too few rows
     lambda: dense(m=62),  # rows the register tile does not divide
     lambda: dense(n=80),  # columns that are not whole panels
 ], ids=["input", "rows", "columns"])
@@ -68,3 +69,12 @@ def test_the_cpu_build_packs_a_models_weights_once_at_build_time():
     assert prog.program.order == ("Y",)  # the panels are folded: no task of theirs runs
     x = np.random.default_rng(1).standard_normal((128, 256)).astype(np.float32)
     np.testing.assert_allclose(prog.run(X=x)["Y"], pw.reference(wl, X=x)["Y"], rtol=1e-4, atol=1e-4)
+
+
+def test_an_input_b_with_many_rows_is_packed_by_a_task_of_its_own_on_every_run():
+    wl = dense(m=PACKED_ROWS, k=64, n=128, constant=False)
+    prog = pw.build(wl, "cpu", workers=2)
+    assert prog.program.order == ("Y_W_panels", "Y")  # a run packs W once, then every row task reads the panels
+    assert prog.schedule.cache_reads == []
+    inputs = random_inputs(wl, seed=3)
+    np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-4)

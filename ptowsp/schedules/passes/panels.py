@@ -13,10 +13,11 @@ and the tile splits j by W, so it reads `C_B_panels[.., j.outer, k, j.inner]`: o
 k x W panel, nothing to pack per task.  Hand-written, 1024³ on 2 workers: 7.24-7.37 ms against
 8.20-8.66 ms packing per task (docs/performance.md).
 
-Only a B known when the program is built (weights, and tasks over them) is stored so: its panels
-are folded then, and a run pays nothing.  An input B would be copied on every run, by a task of
-its own: side by side, the transformer block lost 0.77x and batch_matmul 0.69x that way, where
-BERT's layer (constant weights) gained 1.21x.
+A B known when the program is built (weights, and tasks over them) is stored so: its panels are
+folded then, and a run pays nothing.  An input B is copied on every run, by a task of its own, only
+where many row tasks would each pack all of it (at least PACKED_ROWS rows): side by side with the
+Python scheduler, the transformer block (128 rows) lost 0.77x and batch_matmul 0.69x that way,
+where BERT's layer (constant weights) gained 1.21x.
 
 A task is rewritten only when the tile will take it (tiles.py `contraction_tile`): float32, one
 sum over one axis k of a product of two loads, the second `B[.., k, j]` with k and the task's
@@ -36,6 +37,7 @@ from ptowsp.te.dtypes import INDEX_DTYPE
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import compute_as, copy_replacing, fresh_name, names_in, plain, rebuild
 
+PACKED_ROWS = 512  # an input B is stored as panels by a task of its own for at least this many rows
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ def _panel_operand(task: ComputeTask, width: int, known: set[str]) -> _Panel | N
         return None
     for first, second in (product.src, product.src[::-1]):
         names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in second.src]
-        if len(names) < 2 or names[-2:] != [k, j] or _reads(first, j) or second.arg.name not in known:
+        if len(names) < 2 or names[-2:] != [k, j] or _reads(first, j):
+            continue
+        if second.arg.name not in known and extents[i] < PACKED_ROWS:
             continue
         if any(_reads(x, n) for x in second.src[:-2] for n in (i, j, k)):
             continue
