@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import DepQueue, sleep
 from ptowsp.runtime.dispatch import TaskTimes, placer
@@ -249,16 +251,16 @@ def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: S
     return NativeRun(table, tasks, pointers, workers)
 
 
-def _native_records(run: NativeRun, sched: Scheduler) -> None:
-    """The native loop's records as the Python workers keep theirs (seconds on perf_counter's clock)."""
+def _native_records(records: list[tuple[np.ndarray, np.ndarray]], sched: Scheduler) -> None:
+    """The native loop's records (per worker: its tasks' (instance, start, end) and its idle spans, in
+    nanoseconds) as the Python workers keep theirs: seconds on perf_counter's clock."""
     done = sched.done
-    for w in sched.workers[:run.workers]:
-        runs = run.runs(w.index).tolist()
-        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in runs]
-        w.waits = [(start * 1e-9, end * 1e-9) for start, end in run.idle(w.index).tolist()]
-        for i, _, _ in runs:
+    for w, (runs, idle) in zip(sched.workers, records):
+        rows = runs.tolist()
+        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in rows]
+        w.waits = [(start * 1e-9, end * 1e-9) for start, end in idle.tolist()]
+        for i, _, _ in rows:
             done[i] = 1
-    sched.completed = run.completed
     sched.next = sched.peak = len(sched.instances)
 
 
@@ -298,9 +300,12 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
             engine.run(processes)
         trace.duration = clock() - origin
         if fast is not None:
-            _native_records(fast, sched)
+            records = [(fast.runs(w), fast.idle(w)) for w in range(fast.workers)]  # copies
+            sched.completed = fast.completed
             fast.release()  # every worker process has returned from the loop
-        _fill_trace(trace, sched, origin)
+            trace.defer(lambda trace: _native_records(records, sched) or _fill_trace(trace, sched, origin))
+        else:
+            trace.defer(lambda trace: _fill_trace(trace, sched, origin))
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)
         error = sched.error

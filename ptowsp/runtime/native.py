@@ -488,13 +488,13 @@ class NativeRun:
         return int(self.buffer.state[COMPLETED])
 
     def runs(self, w: int) -> np.ndarray:
-        """Worker w's tasks: rows of (instance, start ns, end ns)."""
+        """Worker w's tasks: rows of (instance, start ns, end ns), copied out of the run's buffer."""
         b = self.buffer
         at = b.records_at + w * b.n * 3
-        return b.array[at:at + int(b.meta[w, RECORDED]) * 3].reshape(-1, 3)
+        return b.array[at:at + int(b.meta[w, RECORDED]) * 3].reshape(-1, 3).copy()
 
     def idle(self, w: int) -> np.ndarray:
-        """Worker w's idle spans: rows of (start ns, end ns)."""
+        """Worker w's idle spans: rows of (start ns, end ns), copied out of the run's buffer."""
         b = self.buffer
         at = b.waits_at + w * (b.n + 1) * 2
-        return b.array[at:at + int(b.meta[w, WAITED]) * 2].reshape(-1, 2)
+        return b.array[at:at + int(b.meta[w, WAITED]) * 2].reshape(-1, 2).copy()

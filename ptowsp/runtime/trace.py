@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +141,9 @@ class Edges:
         return sum(len(ps) for ps, ran in zip(self._preds, self._ran) if ran)
 
 
+_RECORDED = frozenset({"workers", "lanes", "events", "waits", "deps", "flows", "statistics"})
+
+
 @dataclass
 class Trace:
     """Events, waits and dependency edges of one run, with the workers they ran on."""
@@ -157,6 +160,21 @@ class Trace:
     statistics: dict = field(default_factory=dict)  # the primitives' own reports (token queues, window)
     memory: dict[str, int] | None = None  # the backend's memory plan: "planned" and "unshared" bytes
     cold: bool | None = None  # the first run after build (one-off costs included); None: not known
+    # fills the fields above when one is first read (`defer`): a run does not pay for its trace
+    # unless someone reads it
+    _fill: Callable[[Trace], None] | None = field(default=None, repr=False, compare=False)
+
+    def defer(self, fill: Callable[[Trace], None]) -> None:
+        """Run `fill(self)` when a field the run records (events, waits, ...) is first read."""
+        self._fill = fill
+
+    def __getattribute__(self, name: str):
+        if name in _RECORDED:
+            fill = object.__getattribute__(self, "_fill")
+            if fill is not None:
+                object.__setattr__(self, "_fill", None)
+                fill(self)
+        return object.__getattribute__(self, name)
 
     @property
     def makespan(self) -> float:

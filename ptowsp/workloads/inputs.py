@@ -56,21 +56,26 @@ def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.n
     arrays = {}
     for name in wl.inputs:
         t = wl.tensor(name)
-        expected = f"a {t.dtype} array of shape {t.shape_text}"
-        if name not in given:
-            raise InputError(f"missing input {name!r} of workload {wl.name!r}: expected {expected}")
-        value = given[name]
-        if not isinstance(value, np.ndarray):
-            raise InputError(f"input {name!r}: expected {expected}, got {type(value).__name__}")
-        if value.ndim != t.ndim or any(isinstance(d, int) and d != n for d, n in zip(t.shape, value.shape)):
-            raise InputError(f"input {name!r}: expected {expected}, got shape {value.shape}")
-        if value.dtype != np.dtype(t.dtype):
-            raise InputError(
-                f"input {name!r}: expected {expected}, got dtype {value.dtype}; convert with .astype({t.dtype!r})"
-            )
+        value = given.get(name)
+        if not isinstance(value, np.ndarray) or value.ndim != t.ndim or value.dtype != np.dtype(t.dtype) or \
+                any(isinstance(d, int) and d != n for d, n in zip(t.shape, value.shape)):
+            _refuse(wl, name, t, given)
         arrays[name] = read_only(value)
     input_sizes(wl, arrays)
     return arrays
+
+
+def _refuse(wl: Workload, name: str, t, given: Mapping[str, object]) -> None:
+    """Raise the InputError that says how input `name` differs from what the workload declares."""
+    expected = f"a {t.dtype} array of shape {t.shape_text}"
+    if name not in given:
+        raise InputError(f"missing input {name!r} of workload {wl.name!r}: expected {expected}")
+    value = given[name]
+    if not isinstance(value, np.ndarray):
+        raise InputError(f"input {name!r}: expected {expected}, got {type(value).__name__}")
+    if value.ndim != t.ndim or any(isinstance(d, int) and d != n for d, n in zip(t.shape, value.shape)):
+        raise InputError(f"input {name!r}: expected {expected}, got shape {value.shape}")
+    raise InputError(f"input {name!r}: expected {expected}, got dtype {value.dtype}; convert with .astype({t.dtype!r})")
 
 
 def input_sizes(wl: Workload, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
