@@ -2,7 +2,9 @@
 
 Part 1 runs a graph of 100 chains x 100 empty tasks (10,000 tasks) on 2
 workers: ptowsp's executor (dependencies from the task table's regions,
-analysed once per table as a build does, and again per run for comparison),
+analysed once per table as a build does, and again per run for comparison;
+Python tasks, then compiled no-op kernels on the native loop, as a cpu
+build's tasks run),
 `dask.threaded.get` with 2 workers (when dask is importable: it is not a
 ptowsp dependency; `pip install dask` to compare), and
 `concurrent.futures.ThreadPoolExecutor(2)` where each task's completion
@@ -60,6 +62,28 @@ class Empty:
 
 def ptowsp_cached(table: TaskTable) -> None:
     execute(table, Empty, Options(workers=(None,) * WORKERS, policy="work_stealing"))
+
+
+def noop_kernels(count: int) -> tuple[object, object]:
+    """A launcher whose every instance is a compiled kernel that does nothing, as the native loop
+    runs them (runtime/native.py), and the engine that keeps its code alive."""
+    import llvmlite.binding as llvm
+
+    from ptowsp.runtime.native import NativeTasks
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly("define void @noop(ptr %pointers, ptr %arguments) {\n  ret void\n}")
+    module.triple = llvm.get_process_triple()
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine(jit=True))
+    engine.finalize_object()
+    tasks = NativeTasks(np.full(count, engine.get_function_address("noop"), np.int64), np.zeros(count, np.int64),
+                        np.zeros(1, np.int64))
+
+    class Noops(Empty):
+        native = (tasks, np.zeros(1, np.int64))
+
+    return Noops, engine
 
 
 def ptowsp_fresh(instances: list[Instance]) -> None:
@@ -158,8 +182,11 @@ def overhead_table(repeat: int) -> None:
     instances = chain_instances()
     table = TaskTable(instances)
     table.predecessors  # noqa: B018 - analysed once, as a build does
+    noops, engine = noop_kernels(tasks)
+    native = Options(workers=(None,) * WORKERS, window=tasks)
     rows = [("ptowsp executor (table analysed once)", lambda: ptowsp_cached(table)),
-            ("ptowsp executor (+ dependency analysis)", lambda: ptowsp_fresh(instances))]
+            ("ptowsp executor (+ dependency analysis)", lambda: ptowsp_fresh(instances)),
+            ("ptowsp native loop (compiled no-op kernels)", lambda: execute(table, noops, native))]
     try:
         import dask.threaded
 
