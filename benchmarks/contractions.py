@@ -44,6 +44,11 @@ except ImportError:
     torch = None
 
 
+MIN_BLOCK = 0.2  # seconds of back-to-back runs per block at least, for every side: after the idle settle
+# this VM's cores take ~60 ms to come back up to speed (batch_matmul: 0.49 ms for the first 120 runs,
+# then 0.30-0.33 ms), which would otherwise decide a sub-millisecond figure
+
+
 def im2col_conv(x: np.ndarray, w: np.ndarray, pad: int, groups: int = 1) -> np.ndarray:
     """NCHW convolution (stride 1) as one GEMM per group over the unfolded input."""
     n, c, h, wd = x.shape
@@ -135,7 +140,7 @@ def main() -> None:
         if torch_fn is not None:
             fns.append(torch_fn)
             names.append("torch")
-        times = side_by_side(fns, args.repeat)
+        times = side_by_side(fns, args.repeat, min_block=MIN_BLOCK)
         best = min(t for n, t in zip(names, times) if not n.startswith("ptowsp"))
         for label, seconds, ok in zip(names, times, checks + [True] * 2):
             print(f"{name:28} {label:16} {seconds * 1e3:8.2f}ms {best / seconds:12.2f}x  {'ok' if ok else 'WRONG'}")
