@@ -282,7 +282,9 @@ class CpuExecutable:
                     if t.name in self.zeroed:
                         arrays[t.name].fill(0)
         table = self.table_for(sizes, arrays)
-        launch = _Launch(self, table, arrays, addresses, self._key(sizes), bound, options.debug)
+        # the native loop runs on the real clock only (the aicore target's device clock calls kernels one by one)
+        launch = _Launch(self, table, arrays, addresses, self._key(sizes), bound, options.debug,
+                         python=execute_table is not None)
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
@@ -336,12 +338,14 @@ def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tup
 
 
 class _Launch:
-    """Runs instance i of the table: its kernel at its grid coordinates, or an opaque task on the host."""
+    """Runs instance i of the table: its kernel at its grid coordinates, or an opaque task on the host.
+    Its `native` hands the table to the runtime's native loop instead, unless `debug` checks run
+    before each kernel or `python` asks for calls one by one (the aicore target's device clock)."""
 
     load = store = None
 
     def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], addresses: dict[str, int],
-                 sizes: tuple[int, ...], workload: Workload, debug: bool = False):
+                 sizes: tuple[int, ...], workload: Workload, debug: bool = False, python: bool = False):
         self.exe, self.instances = exe, table.instances
         self.workload = workload
         self.arrays, self.addresses = arrays, addresses
@@ -350,7 +354,7 @@ class _Launch:
         self.gathers = {name: value for name in exe.entries if debug and gather_indices(
             value := inline_producers(workload.task(name).value, workload, exe.schedule.inlined))}
         self.bound: dict | None = None  # (task, version) -> (function, pointers), made when Python first calls one
-        native = None if debug else exe.native_tasks(table, sizes)
+        native = None if debug or python else exe.native_tasks(table, sizes)
         # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
         self.native = None if native is None else (native, np.array(
             [self.address(a) for a in exe.arguments] or [0], np.int64))
