@@ -4,7 +4,7 @@ into subgraphs)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from ptowsp.te import Expr, Op, substitute
 from ptowsp.workloads.checks import with_parameters
@@ -69,10 +69,12 @@ def fresh_name(name: str, taken) -> str:
     return name
 
 
-def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask], None]]) -> Workload:
+def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask], None]],
+            drop: Collection[str] = ()) -> Workload:
     """A copy of `wl` (plain compute tasks only) in which each task named in `rewrite` is defined by
     `rewrite[name](out, task)` instead (which must define a task of that name, and may add others
-    before it); inputs, constants and outputs as they were."""
+    before it) and the tasks in `drop` (which nothing left reads) are left out; inputs, constants and
+    outputs as they were."""
     out = Workload(wl.name)
     for name in wl.inputs:
         t = wl.tensor(name)
@@ -82,6 +84,8 @@ def rebuild(wl: Workload, rewrite: Mapping[str, Callable[[Workload, ComputeTask]
     for name in wl.tasks:
         task = wl.task(name)
         assert isinstance(task, ComputeTask)
+        if name in drop:
+            continue
         if name in rewrite:
             rewrite[name](out, task)
         else:

@@ -107,7 +107,11 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     several = choose(f"{task}.tile_blocks", counts or [1], filled)
     rows = choose(f"{task}.tile_rows", fits, best_rows if several == filled else
                   max(d for d in fits if d * several <= cap or d == 1))
-    order = [lp.name for lp in sorted(reduce, key=lambda lp: lp.extent)]
+    # smallest extent first (the taps, then the channels), but an axis some load reads as its last
+    # index (the lanes of a blocked input's channels, propagation.py) innermost: contiguous steps
+    body = s.workload.task(task).body
+    last = {n.src[-1].arg[0] for n in walk(body) if n.op is Op.LOAD and n.src and n.src[-1].op is Op.RVAR}
+    order = [lp.name for lp in sorted(reduce, key=lambda lp: (lp.name in last, lp.extent))]
     widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
     blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
     block = choose(f"{task}.reduce_block", (0, *blocks), 0)
