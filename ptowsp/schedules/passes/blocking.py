@@ -23,9 +23,8 @@ tile of tiles.py).
 Y_blocked's last axis is one vector, and the default schedule gives it a register tile of
 output pixels x one vector of channels (default.py `_vector_tile`).
 
-The activations stay in NCHW: the tile broadcasts them one pixel at a time, which costs the
-same from either layout (measured: NCHW16c input was no faster), and leaving them saves a
-conversion per layer.
+The input is read in NCHW here; where it is itself a blocked result, propagation.py (the
+pass after this one) carries the blocked layout through the tasks between convolutions.
 
 A task is rewritten only when it is exactly this pattern (a sum of a product; the weight read at
 [o, reduce axes...]; the input at [n, reduce axis, affine in y, affine in x], guarded only by
