@@ -75,3 +75,14 @@ def test_the_cpu_build_runs_the_blocked_graph_to_the_reference(workers):
     assert "P_blocked" in prog.schedule.workload.tasks
     inputs = random_inputs(wl, seed=4)
     np.testing.assert_allclose(prog.run(**inputs)["T"], pw.reference(wl, **inputs)["T"], rtol=1e-4, atol=1e-3)
+
+
+def test_a_long_reduction_over_a_blocked_input_walks_its_channel_blocks_outside_the_rows():
+    wl = block(channels=256, size=8)  # the second convolution sums 9 taps x 256 channels
+    prog = pw.build(wl, "cpu", workers=2)
+    loops = prog.schedule.nest("C2_raw_blocked").loops
+    serial = [lp for lp in loops if lp.annotation != "parallel"]
+    assert serial[0].reduce and serial[0].extent == 256 // (prog.schedule.workload.tensor("C2_raw_blocked").shape[-1])
+    assert not serial[1].reduce  # the rows come after the channel blocks
+    inputs = random_inputs(wl, seed=5)
+    np.testing.assert_allclose(prog.run(**inputs)["T"], pw.reference(wl, **inputs)["T"], rtol=1e-4, atol=2e-3)

@@ -49,7 +49,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.passes.tiles import (
-    Choose, contiguous, contraction_tile, rows_inside_panel, stream_reduction, vector_tile,
+    Choose, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel, stream_reduction, vector_tile,
 )
 from ptowsp.schedules.scan_rules import independent_axes, scan_loops
 from ptowsp.schedules.schedule import Schedule
@@ -146,6 +146,9 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
             rows_inside_panel(s, task, *rows)
         elif rows is None and task in alone and choose(f"{task}.stream_reduction", (True, False), True):
             stream_reduction(s, task)
+        if rows is None and task in alone and (block := channel_block_loop(s, task)) is not None and \
+                choose(f"{task}.channel_blocks_outside", (True, False), True):
+            hoist_channel_blocks(s, task, block)
     if fuse:
         s = fusion.plan(s.fuse_by_category(), keep).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
