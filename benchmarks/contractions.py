@@ -32,7 +32,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from timing import side_by_side  # noqa: E402
+from timing import MIN_BLOCK, side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
 from ptowsp.schedules.passes.default import default_schedule  # noqa: E402
@@ -42,11 +42,6 @@ try:
     torch.set_num_threads(2)
 except ImportError:
     torch = None
-
-
-MIN_BLOCK = 0.2  # seconds of back-to-back runs per block at least, for every side: after the idle settle
-# this VM's cores take ~60 ms to come back up to speed (batch_matmul: 0.49 ms for the first 120 runs,
-# then 0.30-0.33 ms), which would otherwise decide a sub-millisecond figure
 
 
 def im2col_conv(x: np.ndarray, w: np.ndarray, pad: int, groups: int = 1) -> np.ndarray:

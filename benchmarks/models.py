@@ -6,7 +6,8 @@ heads, d_ff 3072; float32.  ptowsp imports the ONNX model (`pw.frontend.from_onn
 with the default schedule on cpu with 2 workers; onnxruntime runs the same model (CPU execution
 provider, every graph optimization, 2 threads); torch eager runs the same weights through
 torch.nn.functional (2 threads).  Every output is checked against onnxruntime's first.  Medians of
-`--repeat` warm runs in alternating blocks (timing.side_by_side).  With `--aicore` the models also
+`--repeat` warm runs (and at least 0.2 s of them: timing.MIN_BLOCK) in alternating blocks
+(timing.side_by_side).  With `--aicore` the models also
 run on the aicore target: device-time makespan and cube/vector utilisation.  With `--tuned N`
 ptowsp also tunes each model for N trials first (a whole-model search: kernel by kernel,
 autoschedule/model_search.py; logged to `--log-dir`, resumed from there) and times the tuned
@@ -34,7 +35,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
-from timing import side_by_side  # noqa: E402
+from timing import MIN_BLOCK, side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
 from ptowsp.frontend.models import bert_layer, resnet18  # noqa: E402
@@ -137,8 +138,8 @@ def transformer_block(repeat: int) -> None:
         rows["torch.compile"] = lambda: compiled(x)
     except ImportError:
         print("torch is not installed: its rows are left out")
-    seconds = side_by_side(list(rows.values()), repeat)
-    print(f"\nzoo transformer block (seq 128, d_model 256, 8 heads, d_ff 1024): median of {repeat} warm runs x 3 "
+    seconds = side_by_side(list(rows.values()), repeat, min_block=MIN_BLOCK)
+    print(f"\nzoo transformer block (seq 128, d_model 256, 8 heads, d_ff 1024): median of >= {repeat} warm runs (>= {MIN_BLOCK} s) x 3 "
           "alternating blocks; outputs checked against pw.reference")
     print(f"{'contender':42} {'ms':>8} {'ptowsp default vs it':>21}")
     for label, t in zip(rows, seconds, strict=True):
@@ -190,9 +191,9 @@ def compare(name: str, model, x: np.ndarray, output: str, torch_run, args) -> No
         rows["torch eager"] = lambda: run(torch.from_numpy(x))
     except ImportError:
         print("torch is not installed: its row is left out")
-    seconds = side_by_side(list(rows.values()), repeat)
+    seconds = side_by_side(list(rows.values()), repeat, min_block=MIN_BLOCK)
     print(f"\n{name}: imported in {imported:.1f} s ({len(wl.tasks)} tasks), built in {built:.1f} s; median of "
-          f"{repeat} warm runs x 3 alternating blocks; outputs checked against onnxruntime")
+          f">= {repeat} warm runs (>= {MIN_BLOCK} s) x 3 alternating blocks; outputs checked against onnxruntime")
     best = min(seconds[:2]) if args.tuned else seconds[0]
     print(f"{'contender':42} {'ms':>8} {'ptowsp default vs it':>21}" + (f" {'tuned vs it':>12}" if args.tuned else ""))
     for label, t in zip(rows, seconds, strict=True):
