@@ -15,6 +15,7 @@ import numpy as np
 
 import ptowsp as pw
 from ptowsp.schedules.passes.blocking import block_convolutions
+from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: the tests import it from here
 from ptowsp.workloads.zoo import layers
@@ -68,6 +69,36 @@ def _conv2d(x, w, stride, padding):
 
 def _gelu(x):
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _conv_chain() -> pw.Workload:
+    """conv -> relu -> max pool 3x3/2 -> conv + the pool -> relu, as the cpu's default build rewrites it:
+    blocked convolutions (passes/blocking.py) and the activations between them blocked too
+    (passes/propagation.py)."""
+    wl = pw.Workload("conv_chain")
+    x, w1, w2 = wl.input("X", (1, 3, 10, 10)), wl.input("W1", (16, 3, 3, 3)), wl.input("W2", (16, 16, 3, 3))
+
+    def conv(name, source, w):
+        size, padded = source.shape[2], source.boundary("constant", 0.0)
+        c, r, s = pw.reduce_axis(source.shape[1], f"c{name}"), pw.reduce_axis(3, f"r{name}"), pw.reduce_axis(3, f"s{name}")
+        return wl.compute(name, (1, w.shape[0], size, size), lambda n, o, y, xx: pw.sum(
+            padded[n, c, y + r - 1, xx + s - 1] * w[o, c, r, s], axis=(c, r, s)))
+
+    first = conv("C1", x, w1)
+    act = wl.compute("A1", first.shape, lambda n, c, y, xx: pw.maximum(first[n, c, y, xx], 0.0))
+    edge, r, s = act.boundary("repeat_edge"), pw.reduce_axis(3, "rp"), pw.reduce_axis(3, "sp")
+    pool = wl.compute("P", (1, 16, 5, 5), lambda n, c, y, xx: pw.max(pw.where(
+        (y * 2 + r - 1 >= 0) & (xx * 2 + s - 1 >= 0), edge[n, c, y * 2 + r - 1, xx * 2 + s - 1], -np.inf), axis=(r, s)))
+    second = conv("C2", pool, w2)
+    wl.output(wl.compute("Y", second.shape, lambda n, c, y, xx: pw.maximum(second[n, c, y, xx] + pool[n, c, y, xx], 0.0)))
+    return propagate_blocking(block_convolutions(wl, 8), 8)
+
+
+def _conv_chain_formula(p):
+    a = np.maximum(_conv2d(p["X"], p["W1"], 1, 1), 0)
+    padded = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    pool = np.max([padded[:, :, r:r + 10:2, s:s + 10:2] for r in range(3) for s in range(3)], axis=0)
+    return {"Y": np.maximum(_conv2d(pool, p["W2"], 1, 1) + pool, 0)}
 
 
 def _chain(x, length):
@@ -135,6 +166,8 @@ CASES = [
     # the blocked form itself (pad, packed weights, NCHW8c contraction, unpack) under every schedule and target
     Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
+    # the activations between blocked convolutions kept blocked (a ReLU, a max pool, a residual add)
+    Case("conv_chain_nchwc", _conv_chain, _conv_chain_formula),
     Case("elementwise_chain", lambda: zoo.elementwise_chain((16, 24), 6), lambda p: {"Y": _chain(p["X"], 6)}),
     Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
     Case("matmul_prime", lambda: zoo.matmul(13, 7, 11), lambda p: {"C": p["A"] @ p["B"]}),
