@@ -14,6 +14,7 @@ from ptowsp.lower import lower_program
 from ptowsp.lower.ir import Buffer
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.te import Expr, Op
+from ptowsp.workloads import random_inputs
 
 pytestmark = pytest.mark.skipif("cpu" not in pw.targets(), reason="the cpu target is unavailable here")
 
@@ -92,3 +93,20 @@ def test_only_stores_whose_first_lane_is_vector_aligned_qualify():
     assert vector_aligned(Buffer("y", (4, 1024), "float32"), (i, column), "j.inner", 16)
     assert not vector_aligned(Buffer("y", (4, 1000), "float32"), (i, column), "j.inner", 16)  # rows of 1000
     assert not vector_aligned(Buffer("y", (4, 1040), "float32"), (i, column + 1), "j.inner", 16)  # one along
+
+
+@pytest.mark.parametrize("shift", [0, 3], ids=["aligned", "shifted"])
+def test_an_unflattened_index_is_a_contiguous_vector_load_where_the_lanes_stay_in_one_row(shift):
+    """Y[s, j] = X[(s * 768 + j + shift) // 64 % 12, s, (s * 768 + j + shift) % 64]: a Reshape's index
+    unflattened (BERT's head merge).  Aligned, a vector of 16 lanes stays in one row of 64: one load,
+    no element gathered lane by lane; shifted by 3 it crosses rows, and is gathered."""
+    wl = pw.Workload(f"merge{shift}")
+    x = wl.input("X", (13, 4, 64))
+    wl.output(wl.compute("Y", (4, 768), lambda s, j: x[(s * 768 + j + shift) // 64 % 13, s, (s * 768 + j + shift) % 64]))
+    schedule = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner")
+    prog = pw.build(schedule, "cpu", workers=1)
+    ir_text = prog.source("Y", "llvm")
+    gathered = ir_text.count("insertelement")
+    assert (gathered == 0) if not shift else (gathered >= 16)
+    inputs = random_inputs(wl, seed=2)
+    np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])

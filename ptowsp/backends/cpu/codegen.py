@@ -284,7 +284,7 @@ class KernelEmitter(Conversions, DivMod):
         assert isinstance(s, Store)
         value = self.to_memory(self.value(s.value, self.store_mask), s.buffer.dtype)
         mask = self.store_mask
-        if lane_stride(s.buffer, s.indices, self.lane_var) == 1:
+        if lane_stride(s.buffer, s.indices, self.lane_var, self.lanes) == 1:
             with self.scalar_mode():
                 pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
             width = self.lanes * ITEMSIZE[s.buffer.dtype]
@@ -315,7 +315,7 @@ class KernelEmitter(Conversions, DivMod):
 
     def vector_load(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         buf, memory = e.arg, ir.VectorType(MEMORY[e.dtype], self.lanes)
-        stride = lane_stride(buf, e.src, self.lane_var)
+        stride = lane_stride(buf, e.src, self.lane_var, self.lanes)
         if stride == 0:  # the same element in every lane: one load, splat
             live = None if mask is None else self.reduce_or(mask)
             with self.scalar_mode():

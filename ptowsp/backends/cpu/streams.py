@@ -45,15 +45,22 @@ MAX_STEP_BYTES = 512  # each iteration moves on by at most this much: a dense st
 I32 = ir.IntType(32)
 
 
-def _coefficient(e: Expr, var: str) -> int | None:
-    """d e / d var when e is affine in var (other variables held fixed), else None."""
+def _coefficient(e: Expr, var: str, lanes: int | None = None) -> int | None:
+    """d e / d var when e is affine in var (other variables held fixed), else None.  With `lanes`
+    (var the lane of a vector: 0 to lanes - 1 from an aligned start), `x // m` and `x % m` of an
+    x that moves by one per lane from a multiple of `lanes`, m a multiple of `lanes`, stay in one
+    period of m across the vector: 0 and 1 (a flattened index unflattened again, as an imported
+    model's Reshape reads it)."""
     if e.op is Op.CONST:
         return 0
     if e.op in (Op.VAR, Op.RVAR):
         return 1 if e.arg[0] == var else 0
-    parts = [_coefficient(s, var) for s in e.src]
+    parts = [_coefficient(s, var, lanes) for s in e.src]
     if None in parts:
         return None
+    if lanes and e.op in (Op.FLOORDIV, Op.MOD) and parts == [1, 0] and _lane_aligned(e.src[0], var, lanes) and \
+            e.src[1].op is Op.CONST and isinstance(e.src[1].arg, int) and e.src[1].arg > 0 and e.src[1].arg % lanes == 0:
+        return 0 if e.op is Op.FLOORDIV else 1
     if e.op is Op.ADD:
         return parts[0] + parts[1]
     if e.op is Op.SUB:
@@ -71,11 +78,20 @@ def _coefficient(e: Expr, var: str) -> int | None:
     return 0 if all(p == 0 for p in parts) else None
 
 
-def lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None) -> int | None:
-    """Elements between the addresses of neighbouring lanes (None: not a constant stride)."""
+def _lane_aligned(x: Expr, var: str, lanes: int) -> bool:
+    """x is var plus multiples of `lanes`: lane 0 of the vector sits at a multiple of `lanes`."""
+    terms, offset = linear_terms(x)
+    lane = [coef for atom, coef in terms.values() if atom.op is Op.VAR and atom.arg[0] == var]
+    others = [coef for atom, coef in terms.values() if not (atom.op is Op.VAR and atom.arg[0] == var)]
+    return lane == [1] and offset % lanes == 0 and all(c % lanes == 0 for c in others)
+
+
+def lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None, lanes: int | None = None) -> int | None:
+    """Elements between the addresses of neighbouring lanes (None: not a constant stride); `lanes`:
+    var is the lane of a vector that many wide (see _coefficient)."""
     total, stride = 0, 1
     for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
-        c = _coefficient(index, var)
+        c = _coefficient(index, var, lanes)
         if c is None:
             return None
         total, stride = sizes.add(total, sizes.mul(c, stride)), sizes.mul(stride, size)
