@@ -136,10 +136,7 @@ def vector_aligned(buf: Buffer, indices: tuple[Expr, ...], lane_var: str, lanes:
     for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
         flat = flat + index * stride
         stride *= size
-    terms, offset = linear_terms(flat)
-    lane = [coef for atom, coef in terms.values() if atom.op is Op.VAR and atom.arg[0] == lane_var]
-    others = [coef for atom, coef in terms.values() if not (atom.op is Op.VAR and atom.arg[0] == lane_var)]
-    return lane == [1] and offset % lanes == 0 and all(c % lanes == 0 for c in others)
+    return _lane_aligned(flat, lane_var, lanes)
 
 
 def store_fence(builder: ir.IRBuilder, module: ir.Module) -> None:
