@@ -87,10 +87,13 @@ class Summary:
     control: dict[str, float] = field(default_factory=dict)  # control thread (AICPU) -> busy fraction
     cold: bool | None = None  # the first run after build (None: not known)
     idle: dict[str, float] | None = None  # core-seconds idle per cause (device clock: runtime/idle.py)
+    ends: float = 0.0  # the part of `overhead` before each worker's first task and after its last
 
     @property
     def overhead_per_task(self) -> float:
-        return self.overhead / self.tasks if self.tasks else 0.0
+        """Worker time between tasks per task: what the runtime costs each task (start-up and wind-down,
+        paid once per run, apart)."""
+        return (self.overhead - self.ends) / self.tasks if self.tasks else 0.0
 
     def __str__(self) -> str:
         clock = " (device clock)" if self.clock == "device" else ""
@@ -100,7 +103,8 @@ class Summary:
         lines += [f"tasks           {self.tasks}",
                  f"critical path   {_time(self.critical_path)}"
                  + (f"  ({self.critical_path / self.makespan:.0%} of makespan)" if self.makespan else ""),
-                 f"overhead        {_time(self.overhead)} worker time, {_time(self.overhead_per_task)} per task"]
+                 f"overhead        {_time(self.overhead)} worker time: {_time(self.overhead_per_task)} per task "
+                 f"between tasks, {_time(self.ends)} before the first and after the last"]
         lines += [f"class {name:<9} {fraction:6.1%} computing" for name, fraction in self.classes.items()]
         lines += [f"control {name:<7} {fraction:6.1%} busy" for name, fraction in self.control.items()]
         if self.idle:
@@ -197,6 +201,7 @@ class Trace:
                 idle[w.worker] += w.end - w.start
         tasks = [e for e in self.events if e.id >= 0]
         overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))  # bookkeeping, start-up
+        ends = sum(self._ends(row, makespan, b, i) for row, (b, i) in enumerate(zip(busy, idle)))
         share = (lambda seconds, count=1: seconds / (count * makespan)) if makespan else (lambda *_: 0.0)
         fractions = {name: share(b) for (name, _), b in zip(self.workers, busy)}
         by_class: dict[str, list[float]] = defaultdict(list)
@@ -206,7 +211,18 @@ class Trace:
         classes = {core: share(sum(bs), len(bs)) for core, bs in by_class.items()}
         controls = {self.workers[row][0]: share(seconds) for row, seconds in sorted(control.items())}
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
-                       classes, controls, self.cold, self.statistics.get("idle"))
+                       classes, controls, self.cold, self.statistics.get("idle"), ends)
+
+    def _ends(self, row: int, makespan: float, busy: float, idle: float) -> float:
+        """Worker `row`'s overhead outside its first task's start and its last task's end."""
+        spans = [(e.start, e.end) for e in self.events if e.worker == row]
+        if not spans:
+            return max(0.0, makespan - busy - idle)
+        first, last = min(a for a, _ in spans), max(b for _, b in spans)
+        inside = sum(max(0.0, min(w.end, last) - max(w.start, first)) for w in self.waits
+                     if w.kind == "dependency" and w.worker == row)
+        between = max(0.0, (last - first) - busy - inside)
+        return max(0.0, makespan - busy - idle - between)
 
     def critical_path(self) -> float:
         """Length of the longest chain of task durations along dependency edges."""
