@@ -82,3 +82,15 @@ def test_importing_and_plotting_leave_the_matplotlib_backend_alone(tmp_path):
     assert done.returncode == 0, done.stderr
     for name in ("gantt.png", "curve.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_summary_splits_overhead_between_tasks_from_the_ends_of_the_run():
+    """Worker 0: idle until 0.1, tasks [0.1, 0.2] and [0.3, 0.4] with a dependency wait [0.2, 0.25] between
+    them, done at 0.4 of a 0.5 run: 0.05 s between tasks, 0.2 s at the ends."""
+    events = [Event("T", (k,), 0, None, start, start + 0.1, id=k) for k, start in enumerate((0.1, 0.3))]
+    trace = Trace(workers=[("worker0", None)], events=events, waits=[Wait(0, "dependency", "ready queue", 0.2, 0.25)],
+                  duration=0.5)
+    summary = trace.summary()
+    assert abs(summary.overhead - 0.25) < 1e-12 and abs(summary.ends - 0.2) < 1e-12
+    assert abs(summary.overhead_per_task - 0.025) < 1e-12
+    assert "before the first and after the last" in str(summary)
