@@ -303,9 +303,13 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
             records = [(fast.runs(w), fast.idle(w)) for w in range(fast.workers)]  # copies
             sched.completed = fast.completed
             fast.release()  # every worker process has returned from the loop
-            trace.defer(lambda trace: _native_records(records, sched) or _fill_trace(trace, sched, origin))
-        else:
-            trace.defer(lambda trace: _fill_trace(trace, sched, origin))
+
+        def fill(trace: Trace) -> None:  # when the trace is first read
+            if fast is not None:
+                _native_records(records, sched)
+            _fill_trace(trace, sched, origin)
+
+        trace.defer(fill)
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)
         error = sched.error

@@ -110,8 +110,7 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
                   max(d for d in fits if d * several <= cap or d == 1))
     # smallest extent first (the taps, then the channels), but an axis some load reads as its last
     # index (the lanes of a blocked input's channels, propagation.py) innermost: contiguous steps
-    body = s.workload.task(task).body
-    last = {n.src[-1].arg[0] for n in walk(body) if n.op is Op.LOAD and n.src and n.src[-1].op is Op.RVAR}
+    last = {load.src[-1].arg[0] for load in _lane_reads(s.workload.task(task).body)}
     order = [lp.name for lp in sorted(reduce, key=lambda lp: (lp.name in last, lp.extent))]
     widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
     blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
@@ -193,11 +192,14 @@ def channel_block_loop(s: Schedule, task: str) -> str | None:
     if any(not isinstance(lp.extent, int) for lp in reduce) or math.prod(lp.extent for lp in reduce) < HOIST_TERMS:
         return None
     names = {lp.name for lp in reduce}
-    blocks = set()
-    for n in walk(s.workload.task(task).body):
-        if n.op is Op.LOAD and n.src and n.src[-1].op is Op.RVAR:  # a blocked read: the lanes last
-            blocks |= {i.arg[0] for i in n.src[:-1] if i.op is Op.RVAR and i.arg[0] in names}
+    blocks = {i.arg[0] for load in _lane_reads(s.workload.task(task).body) for i in load.src[:-1]
+              if i.op is Op.RVAR and i.arg[0] in names}
     return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def _lane_reads(body: Expr) -> list[Expr]:
+    """Loads whose last index is a reduce axis alone: the lanes of a blocked input's channels."""
+    return [n for n in walk(body) if n.op is Op.LOAD and n.src and n.src[-1].op is Op.RVAR]
 
 
 def hoist_channel_blocks(s: Schedule, task: str, block: str) -> None:
