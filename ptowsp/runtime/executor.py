@@ -30,10 +30,12 @@ clock="real")` uses) of these processes over the shared `Scheduler`
   on this VM.
 
 When every instance is a compiled kernel (the launcher's `native`) and the
-run asks for nothing the Python scheduler alone implements, each worker
-process instead calls the scheduler's loop compiled to native code
-(native.py), GIL released for the whole run: the same work-stealing policy,
-without 5-10 us of Python per task that the GIL serialises across workers.
+run asks for nothing the Python scheduler alone implements, the workers are
+instead the scheduler's loop compiled to native code (native.py), GIL
+released for the whole run: the same work-stealing policy, without 5-10 us
+of Python per task that the GIL serialises across workers.  Worker 0 runs
+it on the caller's thread, the others on pool threads that wait for the
+next native run in native code (crew.py), so no engine runs them.
 
 So a run pays one wake-up at its start (the pool threads; the caller starts
 work at once) and at most one at its end (the caller's, when a helper runs
@@ -58,6 +60,7 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -68,9 +71,10 @@ from ptowsp.runtime.dispatch import TaskTimes, placer
 from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.engines import Proc, RealEngine, current
 from ptowsp.runtime.idle import ParkedCauses
-from ptowsp.runtime import native
+from ptowsp.runtime import crew
 from ptowsp.runtime.native import NativeRun
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
+from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
@@ -224,16 +228,26 @@ class _Engine(RealEngine):
         self.sched.stopped = True
 
 
-async def _native_worker(run: NativeRun, sched: Scheduler, w: int) -> None:
-    """A worker process whose scheduler and task loop are native code (native.py): one call runs
-    tasks until the table is done, coming back every SLICE_NS so that Ctrl-C (worker 0's flag) and
-    stops set elsewhere (a timeout, the engine's failure) reach the loop."""
-    while run.work(w, time.monotonic_ns() + SLICE_NS):
-        if sched.interrupted and w == 0 and not sched.stopped:
-            with sched.lock:
-                sched.stop((-1, KeyboardInterrupt()))
-        if sched.stopped:
+def _serve_native(run: NativeRun, sched: Scheduler) -> None:
+    """Worker 0 of a native run on the caller's thread, the others on pool threads that wait for it in
+    native code (crew.py).  The caller's loop comes back every SLICE_NS, so that Ctrl-C (its flag) and
+    stops set elsewhere (a timeout) reach the loop; it returns once every helper that claimed its
+    worker has left the loop (one that had not claimed it yet never will)."""
+    with pool().threads(run.workers - 1) as threads, pinned() if threads else contextlib.nullcontext():
+        for w, thread in enumerate(threads, start=1):
+            thread.offer(run.buffer.address, w)
+        try:
+            while run.work(0, time.monotonic_ns() + SLICE_NS):
+                if sched.interrupted and not sched.stopped:
+                    with sched.lock:
+                        sched.stop((-1, KeyboardInterrupt()))
+                if sched.stopped:
+                    run.stop()
+        except BaseException:  # Ctrl-C between two slices: the helpers stop at their next task boundary
             run.stop()
+            raise
+        finally:
+            run.wait_exited(sum(not thread.withdraw() for thread in threads))
 
 
 def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: Scheduler,
@@ -242,7 +256,7 @@ def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: S
     compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no
     prefetch pipeline, no instance skipped at run time, and the whole table within the window."""
     found = getattr(launcher, "native", None)
-    if found is None or native.supported() is not None:
+    if found is None or crew.supported() is not None:
         return None
     if not sched.placer.native or options.prefetch or table.skip is not None or len(table) > options.window \
             or any(len(eligible) < workers for eligible in sched.eligible.values()):
@@ -278,16 +292,15 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                       wakeup=lambda index: _Bell(f"ready@worker{index}"))
     trace = Trace(title=options.title)
     workers = sched.active()
-    engine = _Engine(sched, len(workers))
-
     fast = _native_run(table, launcher, options, sched, len(workers))
+    engine = None if fast is not None else _Engine(sched, len(workers))
 
     def run() -> Trace:
         origin = clock()
         if fast is not None:  # the whole table is in: the loop's dependency counts start full
-            processes = [(f"worker{w.index}", w.core, _native_worker(fast, sched, w.index), k)
-                         for k, w in enumerate(workers)]
             sched.admitted = origin
+            with interrupts(sched):
+                _serve_native(fast, sched)
         else:
             sched.orchestrate()  # the first batch is in before the workers start
             # more than one batch: an orchestrator process admits the rest, taking turns with worker 0
@@ -296,8 +309,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                          for k, w in enumerate(workers)]
             if turns is not None:
                 processes.append(("orchestrator", "host", turns.orchestrator(), None))
-        with interrupts(sched):
-            engine.run(processes)
+            with interrupts(sched):
+                engine.run(processes)
         trace.duration = clock() - origin
         if fast is not None:
             records = [(fast.runs(w), fast.idle(w)) for w in range(fast.workers)]  # copies
@@ -313,7 +326,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)
         error = sched.error
-        if error is None and engine.failure is not None:
+        if error is None and engine is not None and engine.failure is not None:
             error = (-1, engine.failure)
         if error is not None and isinstance(error[1], _Stop):
             raise RunTimeout(f"the run did not finish within {options.timeout:g} s ({sched.completed} of "
@@ -328,7 +341,8 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
                 sched.error = (-1, _Stop("timeout") if isinstance(reason, RunTimeout) else reason)
         if fast is not None:
             fast.stop()
-        engine.stop(reason)
+        else:
+            engine.stop(reason)
 
     def running() -> list[str]:
         return [f"{describe(table.instances[w.running])} on worker {w.index}"

@@ -36,15 +36,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+import time
 
 import numpy as np
 
 from ptowsp.runtime.table import TaskTable
 
 # the state array: one int64 per slot, addresses of the arrays below as integers
+# (EXITED: helper threads that have left the loop, counted by crew.py)
 N, WORKERS, COMPLETED, STOP, THUNKS, OFFSETS, ARGUMENTS, POINTERS, SUCC_START, SUCC, REMAINING, \
-    QUEUES, META, RECORDS, WAITS = range(15)
-SLOTS = 15
+    QUEUES, META, RECORDS, WAITS, EXITED = range(16)
+SLOTS = 16
 # per worker, one cache line of int64 in META: queue head, queue tail, queue lock, records, idle spans,
 # the start of the idle span in progress (-1: none)
 HEAD, TAIL, LOCK, RECORDED, WAITED, IDLE_SINCE = range(6)
@@ -62,26 +64,32 @@ def supported() -> str | None:
     return None
 
 
-def _loop_ir(x86: bool) -> str:
-    pause = "call void @llvm.x86.sse2.pause()" if x86 else ""
-    declare_pause = "declare void @llvm.x86.sse2.pause()" if x86 else ""
-    return f"""
+# `@now()`: CLOCK_MONOTONIC in nanoseconds (crew.py's code reads the same clock)
+NOW_IR = """
 declare i32 @clock_gettime(i32, ptr)
-declare i32 @sched_yield()
-declare i32 @nanosleep(ptr, ptr)
-{declare_pause}
 
-define internal i64 @now() {{
-  %ts = alloca {{i64, i64}}
-  call i32 @clock_gettime(i32 {CLOCK_MONOTONIC}, ptr %ts)
+define internal i64 @now() {
+  %ts = alloca {i64, i64}
+  call i32 @clock_gettime(i32 CLOCK, ptr %ts)
   %s = load i64, ptr %ts
-  %p = getelementptr {{i64, i64}}, ptr %ts, i32 0, i32 1
+  %p = getelementptr {i64, i64}, ptr %ts, i32 0, i32 1
   %ns = load i64, ptr %p
   %a = mul i64 %s, 1000000000
   %t = add i64 %a, %ns
   ret i64 %t
-}}
+}
+""".replace("CLOCK", str(CLOCK_MONOTONIC))
 
+
+def _loop_ir(x86: bool) -> str:
+    pause = "call void @llvm.x86.sse2.pause()" if x86 else ""
+    declare_pause = "declare void @llvm.x86.sse2.pause()" if x86 else ""
+    return f"""
+declare i32 @sched_yield()
+declare i32 @nanosleep(ptr, ptr)
+{declare_pause}
+
+{NOW_IR}
 define internal ptr @slot(ptr %state, i64 %k) {{
   %p = getelementptr i64, ptr %state, i64 %k
   %v = load ptr, ptr %p
@@ -391,13 +399,18 @@ class _Loop:
         target = llvm.Target.from_triple(triple).create_target_machine(opt=2, jit=True)
         self.engine = llvm.create_mcjit_compiler(module, target)
         self.engine.finalize_object()
-        address = self.engine.get_function_address("ptowsp_native_worker")
-        self.worker = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(address)
+        self.address = self.engine.get_function_address("ptowsp_native_worker")
+        self.worker = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(self.address)
 
 
 @functools.cache
 def _loop() -> _Loop:
     return _Loop()
+
+
+def worker_address() -> int:
+    """The address of the compiled `ptowsp_native_worker(state, w, deadline_ns)`, for crew.py's threads."""
+    return _loop().address
 
 
 class NativeTasks:
@@ -442,7 +455,7 @@ class _Buffer:
         head[:SLOTS] = [n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
                         tasks.arguments.ctypes.data, 0, starts.ctypes.data, successors.ctypes.data,
                         base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
-                        base + 8 * self.records_at, base + 8 * self.waits_at]
+                        base + 8 * self.records_at, base + 8 * self.waits_at, 0]
         meta = head[_META_AT:remaining_at].reshape(workers, LINE)
         meta[:, IDLE_SINCE] = -1
         head[remaining_at:queues_at] = counts
@@ -478,6 +491,15 @@ class NativeRun:
     def stop(self) -> None:
         """Workers stop at their next task boundary."""
         self.buffer.state[STOP] = 1
+
+    def wait_exited(self, helpers: int) -> None:
+        """Until `helpers` threads (crew.py's, which count themselves out) have left the loop: they
+        see the table done or stopped within a task, so this spins, then sleeps in short naps."""
+        state, spun = self.buffer.state, 0
+        while state[EXITED] < helpers:
+            spun += 1
+            if spun > 1000:
+                time.sleep(1e-5)
 
     def release(self) -> None:
         """The run is over (no worker is in the loop): its buffer serves the next run."""

@@ -10,6 +10,11 @@ started once per process, parked when idle, and lent to one run at a time:
   own; `thread.start(fn)` runs `fn()` there.  A lent thread runs the
   functions it is given one after another, so lending a thread whose last
   function is still returning only queues the next one behind it.
+- a lent thread can also *sit* in native code between native runs
+  (crew.py): `offer(buffer, w)` seats it and offers it worker w of a
+  run, `withdraw()` takes the offer back if it was not claimed; `start`
+  sends a sitting thread back to Python first, and so does the
+  interpreter's exit (whose teardown frees the native code it runs).
 - `pinned()` pins the calling thread (the run's worker 0) to the first CPU
   for the duration of a run; pool thread k is pinned to CPU k+1 (modulo the
   CPUs the process may use).  On this VM unpinned worker threads made the
@@ -20,11 +25,14 @@ All pool threads are daemons: an interpreter exit never waits on parked threads.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
+
+from ptowsp.runtime.crew import Seat
 
 
 def _cores() -> list[int]:
@@ -37,6 +45,7 @@ class PoolThread:
     def __init__(self, index: int):
         self.index = index
         self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.seat = Seat()
         self.thread = threading.Thread(target=self._serve, name=f"ptowsp pool{index}", daemon=True)
         self.thread.start()
 
@@ -49,7 +58,16 @@ class PoolThread:
 
     def start(self, fn: Callable[[], None]) -> None:
         """Run fn() on this thread (after whatever it runs now); fn handles its own exceptions."""
+        self.seat.stand()
         self.inbox.put(fn)
+
+    def offer(self, buffer: int, w: int) -> None:
+        """Offer the thread worker w of the native run whose buffer is at `buffer` (crew.py)."""
+        self.seat.offer(self.inbox.put, buffer, w)
+
+    def withdraw(self) -> bool:
+        """Take the offer back: True if the thread had not claimed it."""
+        return self.seat.withdraw()
 
 
 class Pool:
@@ -57,6 +75,13 @@ class Pool:
         self._idle: list[PoolThread] = []
         self._created = 0
         self._lock = threading.Lock()
+        atexit.register(self._stand_all)
+
+    def _stand_all(self) -> None:
+        """Every idle thread back to Python before the interpreter frees the native code it may sit in."""
+        with self._lock:
+            for thread in self._idle:
+                thread.seat.stand(wait=True)
 
     @contextlib.contextmanager
     def threads(self, count: int) -> Iterator[list[PoolThread]]:

@@ -1,0 +1,258 @@
+"""Pool threads that wait for the next native run in native code, not in Python.
+
+Why: a native run (native.py) needs its helper threads in the loop as soon
+as the caller is.  A pool thread parked in Python takes 40-60 us on this VM
+to wake, and then the GIL before it can call the loop, so a run of a few
+short tasks started on one core (docs/performance.md).  OpenMP and oneDNN
+keep their threads spinning for a while after a parallel region for the same
+reason.  So after its first native run a pool thread *sits*: it calls
+`ptowsp_crew_serve`, native code that waits on its mailbox without the GIL:
+
+- it spins (`pause`) for 0.2 ms, yields its core until 2 ms, then sleeps on
+  a futex until a run is offered (the loop's own idle policy, native.py,
+  with a futex at the end instead of polling);
+- `offer` puts a run's buffer in the mailbox and rings the futex if the
+  thread sleeps; the thread claims the offer (a compare-and-swap), runs its
+  worker of the loop, and counts itself out in the buffer's EXITED slot;
+- `withdraw` takes an offer back if the thread has not claimed it: a
+  caller that finished the table alone does not wait for a sleeping
+  helper to wake up just to see that;
+- `stand` (a quit epoch in the mailbox) sends the thread back to Python, to
+  run the Python functions it is given (service.py calls it before any).
+
+Linux only (futex), on x86-64 and arm64, whose futex syscall numbers are known.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+import time
+
+import numpy as np
+
+from ptowsp.runtime import native
+
+# mailbox slots (int64): the offered run's sequence number (0: none), its buffer, its worker index,
+# whether the thread sleeps on the futex, the quit epoch, the futex word (an int32 in the low half),
+# and how many times the thread left native code
+OFFER, BUFFER, WORKER, SLEEPING, QUIT, BELL, LEFT = range(7)
+MAILBOX = 16  # int64 slots: a mailbox fills two cache lines of its own
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+LEAVE_WAIT = 0.1  # seconds `stand(wait=True)` waits for the thread to leave native code
+
+
+def supported() -> str | None:
+    """Why pool threads cannot wait in native code on this host, or None."""
+    reason = native.supported()
+    if reason is None and platform.machine() not in SYS_FUTEX:
+        reason = f"the crew sleeps on a futex, whose syscall number is not known for {platform.machine()}"
+    return reason
+
+
+def _crew_ir(futex: int, x86: bool) -> str:
+    pause = "call void @llvm.x86.sse2.pause()" if x86 else ""
+    declare_pause = "declare void @llvm.x86.sse2.pause()" if x86 else ""
+    return f"""
+declare i32 @sched_yield()
+declare i64 @syscall(i64, ...)
+{declare_pause}
+
+{native.NOW_IR}
+define internal ptr @at(ptr %box, i64 %k) {{
+  %p = getelementptr i64, ptr %box, i64 %k
+  ret ptr %p
+}}
+
+; wake the thread if it sleeps (after the caller's seq_cst store of an offer or a quit)
+define internal void @ring(ptr %box) {{
+entry:
+  %sp = call ptr @at(ptr %box, i64 {SLEEPING})
+  %s = load atomic i64, ptr %sp seq_cst, align 8
+  %asleep = icmp ne i64 %s, 0
+  br i1 %asleep, label %wake, label %done
+wake:
+  %bp = call ptr @at(ptr %box, i64 {BELL})
+  atomicrmw add ptr %bp, i32 1 seq_cst
+  call i64 (i64, ...) @syscall(i64 {futex}, ptr %bp, i64 {FUTEX_WAKE_PRIVATE}, i64 1)
+  br label %done
+done:
+  ret void
+}}
+
+define void @ptowsp_crew_offer(ptr %box, i64 %buffer, i64 %w, i64 %seq) {{
+  %bp = call ptr @at(ptr %box, i64 {BUFFER})
+  store i64 %buffer, ptr %bp
+  %wp = call ptr @at(ptr %box, i64 {WORKER})
+  store i64 %w, ptr %wp
+  %op = call ptr @at(ptr %box, i64 {OFFER})
+  store atomic i64 %seq, ptr %op seq_cst, align 8
+  call void @ring(ptr %box)
+  ret void
+}}
+
+; 1: offer %seq taken back before the thread claimed it; 0: the thread claimed it
+define i64 @ptowsp_crew_withdraw(ptr %box, i64 %seq) {{
+  %op = call ptr @at(ptr %box, i64 {OFFER})
+  %pair = cmpxchg ptr %op, i64 %seq, i64 0 seq_cst seq_cst
+  %won = extractvalue {{i64, i1}} %pair, 1
+  %r = zext i1 %won to i64
+  ret i64 %r
+}}
+
+define void @ptowsp_crew_quit(ptr %box, i64 %epoch) {{
+  %qp = call ptr @at(ptr %box, i64 {QUIT})
+  store atomic i64 %epoch, ptr %qp seq_cst, align 8
+  call void @ring(ptr %box)
+  ret void
+}}
+
+; wait for offers and run them on %loop (native.py's worker) until the quit epoch reaches %epoch
+define void @ptowsp_crew_serve(ptr %box, i64 %epoch, ptr %loop) {{
+entry:
+  %qp = call ptr @at(ptr %box, i64 {QUIT})
+  %op = call ptr @at(ptr %box, i64 {OFFER})
+  %sp = call ptr @at(ptr %box, i64 {SLEEPING})
+  %bellp = call ptr @at(ptr %box, i64 {BELL})
+  %since = alloca i64
+  %t0 = call i64 @now()
+  store i64 %t0, ptr %since
+  br label %look
+
+look:
+  %q = load atomic i64, ptr %qp seq_cst, align 8
+  %quit = icmp sge i64 %q, %epoch
+  br i1 %quit, label %leave, label %offer
+offer:
+  %o = load atomic i64, ptr %op seq_cst, align 8
+  %some = icmp sgt i64 %o, 0
+  br i1 %some, label %claim, label %idle
+claim:
+  %pair = cmpxchg ptr %op, i64 %o, i64 0 seq_cst seq_cst
+  %won = extractvalue {{i64, i1}} %pair, 1
+  br i1 %won, label %run, label %look
+run:
+  %bp = call ptr @at(ptr %box, i64 {BUFFER})
+  %buffer = load ptr, ptr %bp
+  %wp = call ptr @at(ptr %box, i64 {WORKER})
+  %w = load i64, ptr %wp
+  call i64 %loop(ptr %buffer, i64 %w, i64 0)
+  %ep = getelementptr i64, ptr %buffer, i64 {native.EXITED}
+  atomicrmw add ptr %ep, i64 1 release
+  %t1 = call i64 @now()
+  store i64 %t1, ptr %since
+  br label %look
+
+idle:
+  %t = call i64 @now()
+  %s = load i64, ptr %since
+  %d = sub i64 %t, %s
+  %short = icmp slt i64 %d, {native.SPIN_NS}
+  br i1 %short, label %spin, label %longer
+spin:
+  {pause}
+  br label %look
+longer:
+  %medium = icmp slt i64 %d, {native.YIELD_NS}
+  br i1 %medium, label %yield, label %sleep
+yield:
+  call i32 @sched_yield()
+  br label %look
+sleep:
+  %bell = load atomic i32, ptr %bellp seq_cst, align 4
+  store atomic i64 1, ptr %sp seq_cst, align 8
+  %q2 = load atomic i64, ptr %qp seq_cst, align 8
+  %o2 = load atomic i64, ptr %op seq_cst, align 8
+  %quit2 = icmp sge i64 %q2, %epoch
+  %some2 = icmp sgt i64 %o2, 0
+  %awake = or i1 %quit2, %some2
+  br i1 %awake, label %woken, label %wait
+wait:
+  %bell64 = zext i32 %bell to i64
+  call i64 (i64, ...) @syscall(i64 {futex}, ptr %bellp, i64 {FUTEX_WAIT_PRIVATE}, i64 %bell64, ptr null)
+  br label %woken
+woken:
+  store atomic i64 0, ptr %sp seq_cst, align 8
+  %t2 = call i64 @now()
+  store i64 %t2, ptr %since
+  br label %look
+
+leave:
+  %lp = call ptr @at(ptr %box, i64 {LEFT})
+  atomicrmw add ptr %lp, i64 1 seq_cst
+  ret void
+}}
+"""
+
+
+class _Crew:
+    """The compiled mailbox functions, and the engine that keeps their code alive."""
+
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm  # imported on first use: `import ptowsp` compiles nothing
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        triple = llvm.get_process_triple()
+        module = llvm.parse_assembly(_crew_ir(SYS_FUTEX[platform.machine()], x86=triple.startswith("x86_64")))
+        module.triple = triple
+        module.verify()
+        target = llvm.Target.from_triple(triple).create_target_machine(opt=2, jit=True)
+        self.engine = llvm.create_mcjit_compiler(module, target)
+        self.engine.finalize_object()
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+
+        def function(name, result, *arguments):
+            return ctypes.CFUNCTYPE(result, *arguments)(self.engine.get_function_address(name))
+
+        self.offer = function("ptowsp_crew_offer", None, ptr, i64, i64, i64)
+        self.withdraw = function("ptowsp_crew_withdraw", i64, ptr, i64)
+        self.quit = function("ptowsp_crew_quit", None, ptr, i64)
+        self.serve = function("ptowsp_crew_serve", None, ptr, i64, ptr)
+        self.loop = native.worker_address()
+
+
+@functools.cache
+def _crew() -> _Crew:
+    return _Crew()
+
+
+class Seat:
+    """One pool thread's place in native code: its mailbox, and whether the thread sits there now.
+    Only the run the thread is lent to calls `offer`, `withdraw` and `stand` (service.py)."""
+
+    def __init__(self) -> None:
+        self.box = np.zeros(MAILBOX, np.int64)
+        self.address = self.box.ctypes.data
+        self.epoch = 0  # the sitting's number: `stand` ends sittings up to it
+        self.sitting = False
+        self.seq = 0  # the last offer's number
+
+    def offer(self, start, buffer: int, w: int) -> None:
+        """Offer worker w of the run whose native buffer is at `buffer`; `start(fn)` runs fn on the thread
+        (the first offer seats it)."""
+        crew = _crew()
+        if not self.sitting:
+            self.epoch += 1
+            self.sitting = True
+            start(functools.partial(crew.serve, self.address, self.epoch, crew.loop))  # ctypes drops the GIL
+        self.seq += 1
+        crew.offer(self.address, buffer, w, self.seq)
+
+    def withdraw(self) -> bool:
+        """Take the last offer back: True if the thread had not claimed it (it will not run it)."""
+        return bool(_crew().withdraw(self.address, self.seq))
+
+    def stand(self, wait: bool = False) -> None:
+        """Send the thread back to Python (after the run it may be in); `wait`: until it has left native
+        code (at the interpreter's exit, before the code it runs is freed), at most LEAVE_WAIT seconds."""
+        if not self.sitting:
+            return
+        self.sitting = False
+        left = int(self.box[LEFT])
+        _crew().quit(self.address, self.epoch)
+        deadline = time.monotonic() + LEAVE_WAIT
+        while wait and self.box[LEFT] == left and time.monotonic() < deadline:
+            time.sleep(1e-4)
