@@ -44,6 +44,7 @@ FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 LEAVE_WAIT = 0.1  # seconds `stand(wait=True)` waits for the thread to leave native code
 
 
+@functools.cache
 def supported() -> str | None:
     """Why pool threads cannot wait in native code on this host, or None."""
     reason = native.supported()

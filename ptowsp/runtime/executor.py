@@ -228,21 +228,18 @@ class _Engine(RealEngine):
         self.sched.stopped = True
 
 
-def _serve_native(run: NativeRun, sched: Scheduler) -> None:
+def _serve_native(run: NativeRun) -> None:
     """Worker 0 of a native run on the caller's thread, the others on pool threads that wait for it in
-    native code (crew.py).  The caller's loop comes back every SLICE_NS, so that Ctrl-C (its flag) and
-    stops set elsewhere (a timeout) reach the loop; it returns once every helper that claimed its
-    worker has left the loop (one that had not claimed it yet never will)."""
+    native code (crew.py).  The caller's loop comes back to Python every SLICE_NS, so that Ctrl-C
+    (Python raises KeyboardInterrupt in the caller's thread) stops the run within a slice; a timeout
+    sets the loop's stop flag from the watchdog's thread.  It returns once every helper that claimed
+    its worker has left the loop (one that had not claimed it yet never will)."""
     with pool().threads(run.workers - 1) as threads, pinned() if threads else contextlib.nullcontext():
         for w, thread in enumerate(threads, start=1):
             thread.offer(run.buffer.address, w)
         try:
             while run.work(0, time.monotonic_ns() + SLICE_NS):
-                if sched.interrupted and not sched.stopped:
-                    with sched.lock:
-                        sched.stop((-1, KeyboardInterrupt()))
-                if sched.stopped:
-                    run.stop()
+                pass
         except BaseException:  # Ctrl-C between two slices: the helpers stop at their next task boundary
             run.stop()
             raise
@@ -250,19 +247,55 @@ def _serve_native(run: NativeRun, sched: Scheduler) -> None:
             run.wait_exited(sum(not thread.withdraw() for thread in threads))
 
 
-def _native_run(table: TaskTable, launcher: Launcher, options: Options, sched: Scheduler,
-                workers: int) -> NativeRun | None:
+def _native_run(table: TaskTable, launcher: Launcher, options: Options) -> NativeRun | None:
     """A native run of the table, where the Python scheduler's work is the loop's: every instance a
     compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no
     prefetch pipeline, no instance skipped at run time, and the whole table within the window."""
     found = getattr(launcher, "native", None)
     if found is None or crew.supported() is not None:
         return None
-    if not sched.placer.native or options.prefetch or table.skip is not None or len(table) > options.window \
-            or any(len(eligible) < workers for eligible in sched.eligible.values()):
+    policy = options.policy if isinstance(options.policy, str) else options.policy.policy
+    if policy != "work_stealing" or options.prefetch or table.skip is not None or len(table) > options.window \
+            or any(core is not None and any(w not in (None, core) for w in options.workers) for core in table.cores):
         return None
     tasks, pointers = found
-    return NativeRun(table, tasks, pointers, workers)
+    # a table of one instance runs on the caller alone, as in Python (Scheduler.active)
+    return NativeRun(table, tasks, pointers, 1 if len(table) == 1 else len(options.workers))
+
+
+def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace:
+    """execute() on the native loop.  The Python scheduler's state exists only for the trace: it is
+    made when the trace is first read, with the loop's records in it."""
+    clock = time.perf_counter
+    trace = Trace(title=options.title)
+    stopped: list[BaseException] = []
+
+    def body() -> Trace:
+        origin = clock()
+        _serve_native(run)
+        trace.duration = clock() - origin
+        records = [(run.runs(w), run.idle(w)) for w in range(run.workers)]  # copies
+        completed = run.completed
+        run.release()  # every worker has left the loop
+
+        def fill(trace: Trace) -> None:  # when the trace is first read
+            sched = Scheduler(table, options, placer(options.policy, options.task_times, options.workers), clock,
+                              wakeup=lambda index: _Bell(f"ready@worker{index}"))
+            sched.admitted = origin  # the whole table was in at the start
+            _native_records(records, sched)
+            _fill_trace(trace, sched, origin)
+
+        trace.defer(fill)
+        if stopped:
+            raise RunTimeout(f"the run did not finish within {options.timeout:g} s ({completed} of "
+                             f"{len(table.instances)} task instances done)")
+        return trace
+
+    def stop(reason: BaseException) -> None:
+        stopped.append(reason)
+        run.stop()
+
+    return bounded(body, options.timeout, stop, list, "the run")
 
 
 def _native_records(records: list[tuple[np.ndarray, np.ndarray]], sched: Scheduler) -> None:
@@ -287,46 +320,33 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
     task code stuck past the timeout, whose threads are abandoned (watchdog.py): then the
     RunTimeout names the tasks still running.
     """
+    fast = _native_run(table, launcher, options)
+    if fast is not None:
+        return _execute_native(table, fast, options)
     clock = time.perf_counter
     sched = Scheduler(table, options, placer(options.policy, options.task_times, options.workers), clock,
                       wakeup=lambda index: _Bell(f"ready@worker{index}"))
     trace = Trace(title=options.title)
     workers = sched.active()
-    fast = _native_run(table, launcher, options, sched, len(workers))
-    engine = None if fast is not None else _Engine(sched, len(workers))
+    engine = _Engine(sched, len(workers))
 
     def run() -> Trace:
         origin = clock()
-        if fast is not None:  # the whole table is in: the loop's dependency counts start full
-            sched.admitted = origin
-            with interrupts(sched):
-                _serve_native(fast, sched)
-        else:
-            sched.orchestrate()  # the first batch is in before the workers start
-            # more than one batch: an orchestrator process admits the rest, taking turns with worker 0
-            turns = _Turns(sched) if sched.next < len(table.instances) else None
-            processes = [(f"worker{w.index}", w.core, _worker(sched, w, launcher, options.prefetch, turns), k)
-                         for k, w in enumerate(workers)]
-            if turns is not None:
-                processes.append(("orchestrator", "host", turns.orchestrator(), None))
-            with interrupts(sched):
-                engine.run(processes)
+        sched.orchestrate()  # the first batch is in before the workers start
+        # more than one batch: an orchestrator process admits the rest, taking turns with worker 0
+        turns = _Turns(sched) if sched.next < len(table.instances) else None
+        processes = [(f"worker{w.index}", w.core, _worker(sched, w, launcher, options.prefetch, turns), k)
+                     for k, w in enumerate(workers)]
+        if turns is not None:
+            processes.append(("orchestrator", "host", turns.orchestrator(), None))
+        with interrupts(sched):
+            engine.run(processes)
         trace.duration = clock() - origin
-        if fast is not None:
-            records = [(fast.runs(w), fast.idle(w)) for w in range(fast.workers)]  # copies
-            sched.completed = fast.completed
-            fast.release()  # every worker process has returned from the loop
-
-        def fill(trace: Trace) -> None:  # when the trace is first read
-            if fast is not None:
-                _native_records(records, sched)
-            _fill_trace(trace, sched, origin)
-
-        trace.defer(fill)
+        trace.defer(lambda trace: _fill_trace(trace, sched, origin))
         if options.task_times is not None and sched.error is None:
             _learn(options.task_times, sched)
         error = sched.error
-        if error is None and engine is not None and engine.failure is not None:
+        if error is None and engine.failure is not None:
             error = (-1, engine.failure)
         if error is not None and isinstance(error[1], _Stop):
             raise RunTimeout(f"the run did not finish within {options.timeout:g} s ({sched.completed} of "
@@ -339,10 +359,7 @@ def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:
         with sched.lock:
             if sched.error is None:
                 sched.error = (-1, _Stop("timeout") if isinstance(reason, RunTimeout) else reason)
-        if fast is not None:
-            fast.stop()
-        else:
-            engine.stop(reason)
+        engine.stop(reason)
 
     def running() -> list[str]:
         return [f"{describe(table.instances[w.running])} on worker {w.index}"

@@ -55,6 +55,7 @@ SPIN_NS, YIELD_NS, POLL_NS = 200_000, 2_000_000, 100_000
 CLOCK_MONOTONIC = 1  # Linux's id
 
 
+@functools.cache
 def supported() -> str | None:
     """Why this host cannot run the native loop, or None."""
     if not sys.platform.startswith("linux"):

@@ -144,6 +144,11 @@ class TaskTable:
         return len(self.instances)
 
     @functools.cached_property
+    def cores(self) -> frozenset[str | None]:
+        """The core classes the instances are bound to (None: any core)."""
+        return frozenset(inst.core for inst in self.instances)
+
+    @functools.cached_property
     def successor_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The dependencies as a native scheduler reads them: successors in CSR form (starts[i] to
         starts[i + 1] index instance i's in `successors`) and each instance's predecessor count."""

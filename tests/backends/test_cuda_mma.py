@@ -10,7 +10,6 @@ import random
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 import ptowsp as pw

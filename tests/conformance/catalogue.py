@@ -16,6 +16,7 @@ import numpy as np
 import ptowsp as pw
 from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.propagation import propagate_blocking
+from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: the tests import it from here
 from ptowsp.workloads.zoo import layers
@@ -168,6 +169,8 @@ CASES = [
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
     # the activations between blocked convolutions kept blocked (a ReLU, a max pool, a residual add)
     Case("conv_chain_nchwc", _conv_chain, _conv_chain_formula),
+    # a matrix-vector product as partial sums over slices of its reduction, then their sum (passes/splitting.py)
+    Case("gemv_split", lambda: split_reductions(zoo.matmul(1, 24, 512), min_operand=1), lambda p: {"C": p["A"] @ p["B"]}),
     Case("elementwise_chain", lambda: zoo.elementwise_chain((16, 24), 6), lambda p: {"Y": _chain(p["X"], 6)}),
     Case("transformer_block", lambda: zoo.transformer_block(16, 32, 4, 64), lambda p: {"y": _block(p, 4)}),
     Case("matmul_prime", lambda: zoo.matmul(13, 7, 11), lambda p: {"C": p["A"] @ p["B"]}),

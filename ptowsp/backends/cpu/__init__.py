@@ -41,6 +41,7 @@ from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.panels import pack_panels
 from ptowsp.schedules.passes.propagation import propagate_blocking
+from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.passes.transposing import transpose_operands
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
@@ -410,10 +411,12 @@ class CpuBackend:
         """Convolutions blocked by one vector of output channels (NCHWc, passes/blocking.py), the
         tasks around them computed in that layout too (passes/propagation.py),
         contractions whose second operand runs along the reduction reading it transposed
-        (passes/transposing.py), and the register tile's B operand stored as panels of its two
-        vectors of columns, packed once rather than in every task (passes/panels.py)."""
+        (passes/transposing.py), the register tile's B operand stored as panels of its two
+        vectors of columns, packed once rather than in every task (passes/panels.py), and long
+        memory-bound sums of few outputs split into partial sums (passes/splitting.py)."""
         lanes = self.vector_bytes // 4
-        return pack_panels(transpose_operands(propagate_blocking(block_convolutions(wl, lanes), lanes), lanes), 2 * lanes)
+        wl = transpose_operands(propagate_blocking(block_convolutions(wl, lanes), lanes), lanes)
+        return split_reductions(pack_panels(wl, 2 * lanes))
 
     def schedule_choices(self, device: None) -> Choose:
         """The default's answers, but an int8 register tile calls `gemm_i8` where the host has VNNI."""

@@ -65,6 +65,7 @@ MIN_TASK_WORK = 1 << 15  # element operations per task instance
 # rates of 1 to 128 and twice the tasks per worker ran within 4% of each other (docs/performance.md).
 TERMS_PER_ELEMENT = 128
 TASKS_PER_WORKER = 4
+STREAMED = 1 << 18  # elements of an input whose one reading alone is work enough for a grid (1 MB of float32)
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
@@ -359,13 +360,16 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
 
 # -- the task grid ----------------------------------------------------------------------------
 def _work(wl: Workload, task: str) -> int:
-    """The task's work in element operations: its elements, or its reductions' terms (those of its
-    longest reduction, over all of that reduction's axes) at TERMS_PER_ELEMENT to an element."""
+    """The task's work in element operations: its elements, its reductions' terms (those of its
+    longest reduction, over all of that reduction's axes) at TERMS_PER_ELEMENT to an element, or
+    the elements of its largest input when that is at least STREAMED elements (each is read at
+    least once: a matrix-vector product's terms each read a fresh element, no cheaper than a copy's)."""
     t = wl.task(task)
     assert isinstance(t, ComputeTask)
     elements = math.prod(t.tensor.shape)
     terms = max((math.prod(r.arg[1] for r in n.src[1:]) for n in walk(t.body) if n.op is Op.REDUCE), default=1)
-    return max(elements, elements * terms // TERMS_PER_ELEMENT)
+    read = max((math.prod(x.shape) for x in t.inputs if all(isinstance(d, int) for d in x.shape)), default=0)
+    return max(elements, elements * terms // TERMS_PER_ELEMENT, read if read >= STREAMED else 0)
 
 
 def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, VECTORIZED
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
 
@@ -27,6 +27,7 @@ WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors an
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
 VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
+STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
 HOIST_TERMS = 2048  # a blocked convolution's reduction at least this long walks its channel blocks outside the rows
 
 
@@ -179,7 +180,17 @@ def stream_reduction(s: Schedule, task: str, max_tile: int = 4096) -> None:
     extents = [lp.extent for lp in inner]
     if not inner or not all(isinstance(e, int) for e in extents) or math.prod(extents) > max_tile:
         return
-    order = [lp.name for lp in (*grid, reduce[0], *inner)]
+    k = reduce[0]
+    if isinstance(k.extent, int) and k.extent % STREAM_UNROLL == 0 and k.extent > STREAM_UNROLL and \
+            inner[-1].annotation == VECTORIZED:
+        # STREAM_UNROLL rows per pass over the tile: each accumulator vector is loaded and stored once
+        # for that many multiply-adds (dense 1x2048->1000: 1.22x, docs/performance.md)
+        s.split(task, k.name, STREAM_UNROLL)
+        s.reorder(task, *[lp.name for lp in grid], f"{k.name}.outer", *[lp.name for lp in inner[:-1]],
+                  f"{k.name}.inner", inner[-1].name)
+        s.unroll(task, f"{k.name}.inner")
+        return
+    order = [lp.name for lp in (*grid, k, *inner)]
     if order != [lp.name for lp in loops]:
         s.reorder(task, *order)
 
