@@ -17,8 +17,9 @@ shows it as one: compile time stays bounded and the results are the same.
 from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Stmt, Store, map_exprs, stmt_exprs
-from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te import Expr, Op, const, substitute
 from ptowsp.te.bounds import interval
+from ptowsp.te.indices import collapsed
 
 UNROLL_BUDGET = 4096  # expression nodes one unrolled loop may expand to
 
@@ -117,7 +118,8 @@ def bound_unrolling(s: Stmt) -> Stmt:
 def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
     """The statement with over-budget unrolled loops made serial, and its expanded size in nodes."""
     kept = [_bound_unrolling(c) for c in s.children()]
-    size = sum(sum(1 for _ in walk(e)) for e in stmt_exprs(s)) + sum(n for _, n in kept)
+    exprs = (*collapsed(s.buffer.shape, s.indices)[1], s.value) if isinstance(s, Store) else stmt_exprs(s)
+    size = sum(_size(e) for e in exprs) + sum(n for _, n in kept)
     s = s.with_children([c for c, _ in kept])
     if isinstance(s, For) and s.kind == "vectorized":  # roughly one instruction per 4 lanes
         return s, size * -(-s.extent // 4)
@@ -126,6 +128,19 @@ def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
             return For(s.var, s.extent, "serial", s.body), size
         return s, s.extent * size
     return s, size
+
+
+def _size(e: Expr) -> int:
+    """Expression nodes (shared ones once), an unflattened index pair `e // m, e % m` counted as the
+    one index it addresses (te/indices.py: the code computes e once)."""
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(collapsed(node.arg.shape, node.src)[1] if node.op is Op.LOAD else node.src)
+    return len(seen)
 
 
 def tidy(s: Stmt) -> Stmt:

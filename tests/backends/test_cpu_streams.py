@@ -110,3 +110,17 @@ def test_an_unflattened_index_is_a_contiguous_vector_load_where_the_lanes_stay_i
     assert (gathered == 0) if not shift else (gathered >= 16)
     inputs = random_inputs(wl, seed=2)
     np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])
+
+
+@pytest.mark.parametrize("width", [56, 50])
+def test_a_flattened_pixel_axis_reads_an_image_row_by_row_as_contiguous_vectors(width):
+    """Y[c, p] = X[c, p // W, p % W]: a loop over the pixels of an NCHW image.  Vectors cross its rows
+    (56 is not a multiple of 16), but the address (p // W) * W + p % W is p: one load per vector."""
+    wl = pw.Workload(f"pixels{width}")
+    x = wl.input("X", (3, 8, width))
+    wl.output(wl.compute("Y", (3, 8 * width), lambda c, p: x[c, p // width, p % width] * 2.0))
+    schedule = wl.schedule().split("Y", "p", 16).vectorize("Y", "p.inner")
+    prog = pw.build(schedule, "cpu", workers=1)
+    assert prog.source("Y", "llvm").count("insertelement") == 0
+    inputs = random_inputs(wl, seed=3)
+    np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])

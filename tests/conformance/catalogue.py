@@ -167,6 +167,9 @@ CASES = [
     # the blocked form itself (pad, packed weights, NCHW8c contraction, unpack) under every schedule and target
     Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
+    # a 1x1 convolution of an input as a matmul over its flattened pixels, read back (passes/blocking.py)
+    Case("conv1x1_pixels", lambda: block_convolutions(zoo.conv2d(1, 8, 4, 8, 8, 1, 1, 0), 8),
+         lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 0)}),
     # the activations between blocked convolutions kept blocked (a ReLU, a max pool, a residual add)
     Case("conv_chain_nchwc", _conv_chain, _conv_chain_formula),
     # a matrix-vector product as partial sums over slices of its reduction, then their sum (passes/splitting.py)

@@ -137,3 +137,26 @@ def conv_layer(wl, name, source, weights):
         return pw.sum(pw.where(inside, source[n, c, iy, ix], 0.0) * weights[o, c, r, s], axis=(c, r, s))
 
     return wl.compute(name, (1, weights.shape[0], size, size), body)
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_a_pointwise_convolution_of_an_input_is_a_matmul_over_its_pixels(view):
+    wl = conv(channels=32, size=8, out=16, kernel=1, padding=0, view=view)
+    flat = block_convolutions(wl, 8)
+    assert flat.tasks == ["Y_pixels", "Y"] and flat.tensor("Y_pixels").shape == (1, 16, 64)
+    body = str(flat.task("Y_pixels").body)
+    assert "p // 8" in body and "p % 8" in body and "where" not in body  # no taps, no bounds checks
+    s = default_schedule(flat, vector_bytes=32, workers=2)
+    assert VECTORIZED in {lp.annotation for lp in s.nest("Y_pixels").loops}
+    inputs = random_inputs(wl)
+    got = pw.build(wl, "cpu", workers=2).run(**inputs)["Y"]
+    np.testing.assert_allclose(got, pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_pointwise_convolution_of_a_computed_tensor_stays_blocked():
+    wl = pw.Workload("chain")
+    x, w = wl.input("X", (1, 32, 8, 8)), wl.input("W", (16, 32, 1, 1))
+    relu = wl.compute("R", x.shape, lambda n, c, y, xx: pw.maximum(x[n, c, y, xx], 0.0))
+    c = pw.reduce_axis(32, "c")
+    wl.output(wl.compute("Y", (1, 16, 8, 8), lambda n, o, y, xx: pw.sum(relu[n, c, y, xx] * w[o, c, 0, 0], axis=c)))
+    assert "Y_blocked" in block_convolutions(wl, 8).tasks  # the blocked layout may carry on from its producer

@@ -29,7 +29,7 @@ from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import (
-    lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
+    collapsed, lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
 )
 from ptowsp.backends.cpu.types import (
     I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
@@ -212,7 +212,8 @@ class KernelEmitter(Conversions, DivMod):
         """Row-major element offset (a vector of offsets in vector mode)."""
         flat = self.k(I64, 0)
         stride: int | Expr = 1
-        for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+        shape, indices = collapsed(buf.shape, indices)
+        for index, size in reversed(list(zip(indices, shape, strict=True))):
             term = self.value(index, mask)
             if isinstance(stride, int):
                 flat = self.b.add(flat, self.b.mul(term, self.k(I64, stride)) if stride != 1 else term)

@@ -36,6 +36,7 @@ from ptowsp.lower.ir import Buffer, walk_stmts, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.tidy import linear_terms
 from ptowsp.te import Expr, Op, const, dtypes, sizes, walk
+from ptowsp.te.indices import collapsed
 
 STREAM_OUT_BYTES = 8 << 20  # more than a core's L2 and a good part of the LLC: it leaves the cache anyway
 DISTANCE_BYTES = 4096  # measured on the exp chain: 2 KB clearly short, 4-16 KB equal
@@ -90,7 +91,8 @@ def lane_stride(buf: Buffer, indices: tuple[Expr, ...], var: str | None, lanes: 
     """Elements between the addresses of neighbouring lanes (None: not a constant stride); `lanes`:
     var is the lane of a vector that many wide (see _coefficient)."""
     total, stride = 0, 1
-    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+    shape, indices = collapsed(buf.shape, indices)
+    for index, size in reversed(list(zip(indices, shape, strict=True))):
         c = _coefficient(index, var, lanes)
         if c is None:
             return None
@@ -133,7 +135,8 @@ def vector_aligned(buf: Buffer, indices: tuple[Expr, ...], lane_var: str, lanes:
     if not all(isinstance(n, int) for n in buf.shape):
         return False
     flat, stride = const(0, "int64"), 1
-    for index, size in reversed(list(zip(indices, buf.shape, strict=True))):
+    shape, indices = collapsed(buf.shape, indices)
+    for index, size in reversed(list(zip(indices, shape, strict=True))):
         flat = flat + index * stride
         stride *= size
     return _lane_aligned(flat, lane_var, lanes)

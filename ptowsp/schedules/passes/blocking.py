@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, walk
+from ptowsp.te import Expr, Op, const, substitute, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
@@ -59,7 +59,73 @@ def block_convolutions(wl: Workload, lanes: int) -> Workload:
     found = {t: c for t in wl.tasks if (c := _convolution(wl, wl.task(t), lanes)) is not None}
     if not found:
         return wl
-    return rebuild(wl, {t: (lambda out, task, c=c: _blocked(out, task, c, lanes)) for t, c in found.items()})
+    return rebuild(wl, {t: (lambda out, task, c=c: _over_pixels(out, task, c) if _pointwise(wl, task, c, lanes)
+                            else _blocked(out, task, c, lanes)) for t, c in found.items()})
+
+
+def _pointwise(wl: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> bool:
+    """A 1x1 convolution, stride 1, no padding, of an input of the workload (NCHW, and nothing before
+    it to carry a blocked layout), whose pixels fill whole register tiles (2 vectors)."""
+    n, o, y, x = task.loop_names
+    act, extents = conv.act, dict(zip(task.loop_names, task.tensor.shape, strict=True))
+    ones = {a.arg[0] for a in task.body.src[1:] if a.arg[1] == 1}
+    return act.arg.name in wl.inputs and conv.weight.arg.shape[2:] == (1, 1) and \
+        all(p == (0, 0) for p in conv.pads) and _plus_unit(act.src[2], y, ones) and _plus_unit(act.src[3], x, ones) \
+        and extents[y] * extents[x] % (2 * lanes) == 0 and extents[o] % 4 == 0
+
+
+def _plus_unit(index: Expr, var: str, ones: set[str]) -> bool:
+    """`index` is the loop variable `var`, plus multiples of reduce axes of extent 1 (a 1x1 kernel's
+    taps, always 0) and of 0: `y * 1 + r * 1 - 0` as a user writes a general stride and padding."""
+    terms: dict[str, int] = {}
+    constant = 0
+
+    def collect(e: Expr, k: int) -> bool:
+        nonlocal constant
+        if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
+            constant += k * e.arg
+            return True
+        if e.op is Op.VAR or (e.op is Op.RVAR and e.arg[0] in ones):
+            terms[e.arg[0]] = terms.get(e.arg[0], 0) + (k if e.op is Op.VAR else 0)
+            return True
+        if e.op in (Op.ADD, Op.SUB):
+            return collect(e.src[0], k) and collect(e.src[1], k if e.op is Op.ADD else -k)
+        if e.op is Op.MUL and e.src[1].op is Op.CONST and isinstance(e.src[1].arg, int):
+            return collect(e.src[0], k * e.src[1].arg)
+        return False
+
+    return collect(index, 1) and constant == 0 and {n: c for n, c in terms.items() if c} == {var: 1}
+
+
+def _over_pixels(out: Workload, task: ComputeTask, conv: _Conv) -> None:
+    """The 1x1 convolution as a matmul over the flattened pixels, `Y_pixels[n, o, y * W + x]`, its taps
+    and its bounds checks (every read is inside) dropped, and Y as that result read back
+    (te/indices.py: the reads stay contiguous)."""
+    n, o, y, x = task.loop_names
+    height, width = task.tensor.shape[2:]
+    body = task.body
+    taken = {*task.loop_names, *(a.arg[0] for a in body.src[1:])}
+    pixel = fresh_name("p", taken)
+    axes = tuple(a for a in body.src[1:] if a.arg[1] != 1)
+    ones = {a.arg[0] for a in body.src[1:] if a.arg[1] == 1}
+
+    def product(vn, vo, vp):
+        def at(e: Expr) -> Expr | None:
+            if _plus_unit(e, y, ones):
+                return vp // width
+            if _plus_unit(e, x, ones):
+                return vp % width
+            if e.op is Op.RVAR and e.arg[0] in ones:
+                return const(0, "int64")
+            if e.op is Op.LOAD:
+                return Expr(Op.LOAD, e.dtype, tuple(substitute(i, at) for i in e.src), out.tensor(e.arg.name))
+            return None
+
+        return Expr(Op.REDUCE, body.dtype, (substitute(conv.act * conv.weight, at), *axes), body.arg)
+
+    pixels = compute_as(out, fresh_name(f"{task.name}_pixels", set(out.tasks)),
+                        (task.tensor.shape[0], task.tensor.shape[1], height * width), (n, o, pixel), product)
+    compute_as(out, task.name, task.tensor.shape, task.loop_names, lambda vn, vo, vy, vx: pixels[vn, vo, vy * width + vx])
 
 
 def _convolution(wl: Workload, task, lanes: int) -> _Conv | None:

@@ -19,12 +19,14 @@ import numpy as np
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, VECTORIZED
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
+from ptowsp.te.indices import collapsed
 
 Choose = Callable[[str, Sequence[Any], Any], Any]
 
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
 WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
+STRIDED_K_BLOCK = 128  # ... when B is read in place a row apart (1x1 conv 256->64 56^2: 1.07x over 256)
 VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
@@ -58,9 +60,14 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide else REGISTER_ROWS)
     vectors = choose(f"{task}.tile_vectors", vectors_fit, vectors_fit[0] if stored else 2)
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
+    # a panel read through flattened indices (an NCHW image's pixels) is not packed: a copy's region is
+    # bounded per dimension; its rows then lie a whole image apart, and fewer of them share L1's sets
+    flattened = not all(_indexes(n, k.name, j.name, i.name, flattened=False)
+                        for n in walk(body) if n.op is Op.LOAD and panels and n.arg.name == panels[0])
     divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
     near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
-    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= K_BLOCK))
+    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= (
+        STRIDED_K_BLOCK if flattened else K_BLOCK)))
     s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
     outer = [lp.name for lp in spatial[:-2]]
     tiles = [f"{i.name}.outer", f"{j.name}.outer"]
@@ -77,7 +84,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     if int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
         s.tensorize(task, f"{k.name}.inner", "gemm_i8")
     panel_loop = f"{k.name}.outer"
-    packable = not stored and panels[0] in {t.name for t in s.workload.task(task).inputs}
+    packable = not stored and not flattened and panels[0] in {t.name for t in s.workload.task(task).inputs}
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     return f"{i.name}.outer", panel_loop
@@ -246,9 +253,11 @@ def _panel_width(load: Expr, k: str, j: str) -> int | None:
     return widths.pop() if len(widths) == 1 and block.src[1].arg == lane.src[1].arg else None
 
 
-def _indexes(load: Expr, k: str, j: str, i: str) -> bool:
-    """A load `B[.., k, j]`: the contraction's panel operand (its rows k, its contiguous columns j)."""
-    names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in load.src]
+def _indexes(load: Expr, k: str, j: str, i: str, flattened: bool = True) -> bool:
+    """A load `B[.., k, j]`: the contraction's panel operand (its rows k, its contiguous columns j),
+    or (`flattened`) `B[.., k, j // m, j % m]` over dimensions (.., m): an NCHW image's pixels as one axis."""
+    indices = collapsed(load.arg.shape, load.src)[1] if flattened else load.src
+    names = [x.arg[0] if x.op in (Op.VAR, Op.RVAR) else None for x in indices]
     return len(names) >= 2 and names[-2:] == [k, j] and i not in names
 
 
