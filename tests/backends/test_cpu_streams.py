@@ -124,3 +124,16 @@ def test_a_flattened_pixel_axis_reads_an_image_row_by_row_as_contiguous_vectors(
     assert prog.source("Y", "llvm").count("insertelement") == 0
     inputs = random_inputs(wl, seed=3)
     np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])
+
+
+def test_a_bounds_check_the_lanes_share_is_computed_once_not_per_lane():
+    """Y[y, x] = where(y >= 1, X[y - 1, x], 0): the row's check is the same in every lane of a vector
+    along x.  It is one scalar comparison, splat, where it was a vector of 64-bit comparisons."""
+    wl = pw.Workload("rows")
+    x = wl.input("X", (8, 64))
+    wl.output(wl.compute("Y", (8, 64), lambda y, xx: pw.where(y >= 1, x[pw.maximum(y - 1, 0), xx], 0.0)))
+    prog = pw.build(wl.schedule().split("Y", "xx", 16).vectorize("Y", "xx.inner"), "cpu", workers=1)
+    emitted = prog._executable.module_text  # as emitted, before LLVM's passes (which may peel the first row)
+    assert "icmp" in emitted and not any("icmp" in line and "x i64>" in line for line in emitted.splitlines())
+    inputs = random_inputs(wl, seed=4)
+    np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])

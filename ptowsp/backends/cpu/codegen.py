@@ -37,7 +37,7 @@ from ptowsp.backends.cpu.types import (
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
-from ptowsp.te import Expr, Op, sizes
+from ptowsp.te import Expr, Op, sizes, walk
 from ptowsp.workloads.intrinsic import LOOPS, lookup
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
@@ -60,6 +60,9 @@ def _straight_line(s: Stmt) -> bool:
     if isinstance(s, Let):
         return _straight_line(s.body)
     return isinstance(s, Store)
+
+
+_LEAVES = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD})
 
 
 class KernelEmitter(Conversions, DivMod):
@@ -376,6 +379,10 @@ class KernelEmitter(Conversions, DivMod):
 
     def compute(self, e: Expr, mask: ir.Value | None) -> ir.Value:
         op, t = e.op, REGISTER[e.dtype]
+        if self.lanes and op not in _LEAVES and self.uniform(e):  # a row's bounds check: once, not per lane
+            with self.scalar_mode():
+                scalar = self.compute(e, None)
+            return self.splat(scalar)
         if op is Op.CONST:
             return self.k(t, e.arg if is_float(e.dtype) else signed_constant(int(e.arg), t.width))
         if op in (Op.VAR, Op.RVAR):
@@ -398,6 +405,17 @@ class KernelEmitter(Conversions, DivMod):
         if len(args) == 1:
             return self.unary(op, args[0], e.dtype)
         return self.binary(op, args[0], args[1], e.src[0].dtype)
+
+    def uniform(self, e: Expr) -> bool:
+        """e reads no memory and no value that differs between the lanes of the vector being emitted."""
+        for n in walk(e):
+            if n.op is Op.LOAD:
+                return False
+            if n.op in (Op.VAR, Op.RVAR):
+                bound = self.env.get(n.arg[0])
+                if n.arg[0] == self.lane_var or bound is None or isinstance(bound.type, ir.VectorType):
+                    return False
+        return True
 
     def intrinsic(self, name: str, t: ir.Type, args: list[ir.Value]) -> ir.Value:
         """An overloaded intrinsic on its arguments' type (the signature is never guessed)."""
