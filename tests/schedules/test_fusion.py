@@ -129,3 +129,45 @@ def test_an_epilogue_that_reads_the_producer_transposed_is_left_unfused():
     assert stored(built(s)) == {"C", "D"}
     with pytest.raises(pw.ScheduleError, match="other indices"):
         built(wl.schedule().fuse_tasks("C", "D"))
+
+
+def test_an_epilogue_may_read_index_0_of_a_dimension_of_1():
+    """ONNX's batch of one: an imported bias add reads its matmul at [0, i, j] where its own coordinates
+    are [b, i, j] with b in 0..1 -- the same element, so it is an epilogue."""
+    wl = pw.Workload("batch_of_one")
+    a, b, bias = wl.input("A", (1, 32, 16)), wl.input("B", (16, 32)), wl.input("bias", (32,))
+    k = pw.reduce_axis(16, "k")
+    c = wl.compute("C", (1, 32, 32), lambda n, i, j: pw.sum(a[n, i, k] * b[k, j], k))
+    wl.output(wl.compute("D", (1, 32, 32), lambda n, i, j: c[0, i, j] + bias[j]))
+    s = wl.schedule().fuse_by_category()
+    assert "fused C -> D: computed per output tile inside D (epilogue)" in s.explain()
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(built(s).run(**inputs)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5, atol=1e-5)
+
+
+def test_two_contractions_never_share_one_epilogue():
+    """A residual add of two matmuls: the first takes it as its epilogue, the second stays stored."""
+    wl = pw.Workload("residual")
+    a, b, w = wl.input("A", (32, 16)), wl.input("B", (16, 32)), wl.input("W", (16, 32))
+    k, q = pw.reduce_axis(16, "k"), pw.reduce_axis(16, "q")
+    left = wl.compute("L", (32, 32), lambda i, j: pw.sum(a[i, k] * b[k, j], k))
+    right = wl.compute("R", (32, 32), lambda i, j: pw.sum(a[i, q] * w[q, j], q))
+    wl.output(wl.compute("S", (32, 32), lambda i, j: pw.maximum(left[i, j] + right[i, j], 0.0)))
+    text = wl.schedule().fuse_by_category().explain()
+    assert "fused L -> S" in text and "'S' is the epilogue of 'L' already" in text
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(built(wl.schedule().fuse_by_category()).run(**inputs)["S"],
+                               pw.reference(wl, **inputs)["S"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduction_over_several_axes_takes_an_epilogue_only_on_request():
+    wl = pw.Workload("conv_relu")
+    x, w = wl.input("X", (1, 3, 9, 9)), wl.input("W", (8, 3, 3, 3))
+    c, r, s = pw.reduce_axis(3, "c"), pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
+    y = wl.compute("Y", (1, 8, 7, 7), lambda n, o, i, j: pw.sum(x[n, c, i + r, j + s] * w[o, c, r, s], axis=(c, r, s)))
+    wl.output(wl.compute("Z", (1, 8, 7, 7), lambda n, o, i, j: pw.maximum(y[n, o, i, j], 0.0)))
+    assert "reduces over several axes" in wl.schedule().fuse_by_category().explain()
+    asked = wl.schedule().fuse_tasks("Y", "Z")
+    assert "fused Y -> Z: computed per output tile inside Z (epilogue)" in asked.explain()
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(built(asked).run(**inputs)["Z"], pw.reference(wl, **inputs)["Z"], rtol=1e-5, atol=1e-5)

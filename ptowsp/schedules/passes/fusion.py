@@ -122,7 +122,10 @@ def plan(s: Schedule, keep: Mapping[str, str] | None = None) -> FusionPlan:
             continue
         consumer, reason = c, check_pair(s, p, c)
         if reason is None:
-            consumer, reason = _epilogue_consumer(s, p, inlined)
+            consumer, reason = _epilogue_consumer(s, p, inlined, explicit)
+        anchor = next((f.producer for f in out.fusions if f.kind == "epilogue" and f.consumer == consumer), None)
+        if reason is None and anchor is not None:  # a residual add of two convolutions: the first takes it
+            reason = f"{consumer!r} is the epilogue of {anchor!r} already"
         fusion = None if reason else Fusion(p, consumer, "epilogue", FUSION_RULES[wl.category(p), wl.category(c)])
         _try(s, out, fusion, p, c, reason, explicit)
     for p, c, explicit in into_contraction:  # last, and only on request: see _inline
@@ -191,7 +194,7 @@ def readers(wl: Workload, task: str, inlined: Collection[str]) -> set[str]:
     return found
 
 
-def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str]) -> tuple[str, str | None]:
+def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str], explicit: bool) -> tuple[str, str | None]:
     """The one task that reads `producer` (looking through inlined tasks), if it can take it as an epilogue."""
     wl = s.workload
     found = readers(wl, producer, inlined)
@@ -206,14 +209,28 @@ def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str]) -> tuple[s
         return consumer, "a compute_inline or compute_at step already places one of them"
     body = inline_producers(task.value, wl, inlined)
     own = tuple(task.loop_names)
+    # index 0 of a dimension of 1 is the coordinate there too (ONNX's batch of one, broadcast)
+    ones = {k for k, n in enumerate(task.tensor.shape) if n == 1}
     for node in walk(body):
         if node.op is Op.LOAD and node.arg.name == producer:
-            if tuple(i.arg[0] if i.op is Op.VAR else None for i in node.src) != own:
+            if tuple(own[k] if k in ones and i.op is Op.CONST and i.arg == 0 else i.arg[0] if i.op is Op.VAR else None
+                     for k, i in enumerate(node.src)) != own:
                 return consumer, (f"{consumer!r} reads {producer!r} at other indices than its own coordinates; "
                                   "an epilogue reads the producer element by element")
     if _tile_loop(s, producer) is None:
         return consumer, f"{producer!r} has no spatial loop outside its reduction to compute its tiles at"
+    if _reduce_axes(wl.task(producer)) > 1 and not explicit:
+        # the default gives such a reduction (a blocked convolution's channels and taps) its vector tile
+        # only when nothing is computed at its loops (tiles.py vector_tile): an epilogue would cost it that
+        return consumer, (f"{producer!r} reduces over several axes: its register tile (a convolution's) "
+                          "takes no epilogue; fuse_tasks fuses it on request")
     return consumer, None
+
+
+def _reduce_axes(task) -> int:
+    """How many axes the task's reduction runs over (its body's, before any split)."""
+    body = getattr(task, "body", None)
+    return len(body.src) - 1 if body is not None and body.op is Op.REDUCE else 0
 
 
 def _tile_loop(s: Schedule, producer: str) -> str | None:
