@@ -60,6 +60,7 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -73,7 +74,7 @@ from ptowsp.runtime.idle import ParkedCauses
 from ptowsp.runtime import crew
 from ptowsp.runtime.native import NativeRun
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
-from ptowsp.runtime.service import pool
+from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
@@ -232,12 +233,8 @@ def _serve_native(run: NativeRun) -> None:
     native code (crew.py).  The caller's loop comes back to Python every SLICE_NS, so that Ctrl-C
     (Python raises KeyboardInterrupt in the caller's thread) stops the run within a slice; a timeout
     sets the loop's stop flag from the watchdog's thread.  It returns once every helper that claimed
-    its worker has left the loop (one that had not claimed it yet never will).
-
-    The caller's thread is not pinned (the helpers are, by the pool): setting and restoring its
-    affinity cost 12 us a run, and the scheduler keeps it off the core a helper spins on; side by side
-    the transformer block ran 1.04x faster without (docs/performance.md)."""
-    with pool().threads(run.workers - 1) as threads:
+    its worker has left the loop (one that had not claimed it yet never will)."""
+    with pool().threads(run.workers - 1) as threads, pinned() if threads else contextlib.nullcontext():
         for w, thread in enumerate(threads, start=1):
             thread.offer(run.buffer.address, w)
         try:
