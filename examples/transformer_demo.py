@@ -50,6 +50,7 @@ from ptowsp.timing import rotating_blocks
 SIZES = {"seq": 128, "d_model": 256, "heads": 8, "d_ff": 1024}
 EPS = 1e-5
 RTOL = 1e-4  # relative to the output's largest magnitude: float32 sums of up to 1024 products
+BLAS_SPIN_SECONDS = 0.3  # how long OpenBLAS's idle threads spin before they sleep (THREAD_TIMEOUT: 2^28 cycles), and some
 
 
 @dataclass
@@ -271,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
           f"  numpy expression over whole tensors, without BLAS ({reference_seconds * 1e3:.0f} ms, once)")
 
     args.out.mkdir(parents=True, exist_ok=True)
+    # OpenBLAS's threads busy-wait for about 0.1 s after numpy's last matmul, on the cores the run's
+    # workers are pinned to: the traced runs wait for them to sleep (docs/runtime.md, "The native loop")
+    time.sleep(BLAS_SPIN_SECONDS)
     traces = []
     for _ in range(5):  # warm runs: the one of median length is written
         default.run(**inputs)

@@ -6,11 +6,11 @@ It imports nothing of te, workloads, schedules or lower: a backend hands it a
 
 from ptowsp.runtime import csp, dispatch
 from ptowsp.runtime.device import DeviceCosts, execute_device
-from ptowsp.runtime.executor import execute
+from ptowsp.runtime.executor import execute, rouse
 from ptowsp.runtime.scheduler import Launcher, Options, worker_classes
 from ptowsp.runtime.table import Instance, RegionIndex, TaskTable
 from ptowsp.runtime.trace import Event, Summary, Trace, Wait
 
 __all__ = ["DeviceCosts", "Event", "Instance", "Launcher", "Options", "RegionIndex", "Summary", "TaskTable", "Trace",
            "Wait",
-           "csp", "dispatch", "execute", "execute_device", "worker_classes"]
+           "csp", "dispatch", "execute", "execute_device", "rouse", "worker_classes"]

@@ -8,9 +8,15 @@ keep their threads spinning for a while after a parallel region for the same
 reason.  So after its first native run a pool thread *sits*: it calls
 `ptowsp_crew_serve`, native code that waits on its mailbox without the GIL:
 
-- it spins (`pause`) for 0.2 ms, yields its core until 2 ms, then sleeps on
-  a futex until a run is offered (the loop's own idle policy, native.py,
-  with a futex at the end instead of polling);
+- it sleeps on a futex until a run comes.  A run *rouses* it as its set-up
+  begins (`rouse`, before the inputs are checked and the task table made),
+  so the 30-60 us of its wake-up overlap the set-up; woken, it spins up to
+  0.2 ms for the offer.  After a run it sleeps at once: it does not spin on,
+  as OpenMP's threads do, because beside another library's busy-waiting
+  threads (OpenBLAS's, after a numpy matmul) a thread that has just spun is
+  not preferred by the kernel's scheduler, and the next offer waited a
+  whole time slice for it (milliseconds: the run ended without it), where
+  a thread woken from a futex preempts the spinner (docs/performance.md);
 - `offer` puts a run's buffer in the mailbox and rings the futex if the
   thread sleeps; the thread claims the offer (a compare-and-swap), runs its
   worker of the loop, and counts itself out in the buffer's EXITED slot;
@@ -41,6 +47,8 @@ OFFER, BUFFER, WORKER, SLEEPING, QUIT, BELL, LEFT = range(7)
 MAILBOX = 16  # int64 slots: a mailbox fills two cache lines of its own
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+
+ROUSED_NS = 200_000  # a woken thread spins this long for the offer it was woken for (a run's set-up: 50-100 us)
 LEAVE_WAIT = 0.1  # seconds `stand(wait=True)` waits for the thread to leave native code
 
 
@@ -57,11 +65,10 @@ def _crew_ir(futex: int, x86: bool) -> str:
     pause = "call void @llvm.x86.sse2.pause()" if x86 else ""
     declare_pause = "declare void @llvm.x86.sse2.pause()" if x86 else ""
     return f"""
-declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
 {declare_pause}
-
 {native.NOW_IR}
+
 define internal ptr @at(ptr %box, i64 %k) {{
   %p = getelementptr i64, ptr %box, i64 %k
   ret ptr %p
@@ -103,6 +110,12 @@ define i64 @ptowsp_crew_withdraw(ptr %box, i64 %seq) {{
   ret i64 %r
 }}
 
+; a run is about to be offered: wake the thread now, so that its wake-up overlaps the run's set-up
+define void @ptowsp_crew_rouse(ptr %box) {{
+  call void @ring(ptr %box)
+  ret void
+}}
+
 define void @ptowsp_crew_quit(ptr %box, i64 %epoch) {{
   %qp = call ptr @at(ptr %box, i64 {QUIT})
   store atomic i64 %epoch, ptr %qp seq_cst, align 8
@@ -117,9 +130,8 @@ entry:
   %op = call ptr @at(ptr %box, i64 {OFFER})
   %sp = call ptr @at(ptr %box, i64 {SLEEPING})
   %bellp = call ptr @at(ptr %box, i64 {BELL})
-  %since = alloca i64
-  %t0 = call i64 @now()
-  store i64 %t0, ptr %since
+  %until = alloca i64  ; woken for a run about to come: spin for its offer until then
+  store i64 0, ptr %until
   br label %look
 
 look:
@@ -130,6 +142,14 @@ offer:
   %o = load atomic i64, ptr %op seq_cst, align 8
   %some = icmp sgt i64 %o, 0
   br i1 %some, label %claim, label %idle
+idle:
+  %t = call i64 @now()
+  %u = load i64, ptr %until
+  %keen = icmp slt i64 %t, %u
+  br i1 %keen, label %spin, label %sleep
+spin:
+  {pause}
+  br label %look
 claim:
   %pair = cmpxchg ptr %op, i64 %o, i64 0 seq_cst seq_cst
   %won = extractvalue {{i64, i1}} %pair, 1
@@ -142,25 +162,10 @@ run:
   call i64 %loop(ptr %buffer, i64 %w, i64 0)
   %ep = getelementptr i64, ptr %buffer, i64 {native.EXITED}
   atomicrmw add ptr %ep, i64 1 release
-  %t1 = call i64 @now()
-  store i64 %t1, ptr %since
+  store i64 0, ptr %until
   br label %look
 
-idle:
-  %t = call i64 @now()
-  %s = load i64, ptr %since
-  %d = sub i64 %t, %s
-  %short = icmp slt i64 %d, {native.SPIN_NS}
-  br i1 %short, label %spin, label %longer
-spin:
-  {pause}
-  br label %look
-longer:
-  %medium = icmp slt i64 %d, {native.YIELD_NS}
-  br i1 %medium, label %yield, label %sleep
-yield:
-  call i32 @sched_yield()
-  br label %look
+; announce the sleep, look once more (an offer made before the announcement was seen), then sleep
 sleep:
   %bell = load atomic i32, ptr %bellp seq_cst, align 4
   store atomic i64 1, ptr %sp seq_cst, align 8
@@ -177,7 +182,8 @@ wait:
 woken:
   store atomic i64 0, ptr %sp seq_cst, align 8
   %t2 = call i64 @now()
-  store i64 %t2, ptr %since
+  %u2 = add i64 %t2, {ROUSED_NS}
+  store i64 %u2, ptr %until
   br label %look
 
 leave:
@@ -211,6 +217,7 @@ class _Crew:
         self.offer = function("ptowsp_crew_offer", None, ptr, i64, i64, i64)
         self.withdraw = function("ptowsp_crew_withdraw", i64, ptr, i64)
         self.quit = function("ptowsp_crew_quit", None, ptr, i64)
+        self.rouse = function("ptowsp_crew_rouse", None, ptr)
         self.serve = function("ptowsp_crew_serve", None, ptr, i64, ptr)
         self.loop = native.worker_address()
 
@@ -245,6 +252,11 @@ class Seat:
     def withdraw(self) -> bool:
         """Take the last offer back: True if the thread had not claimed it (it will not run it)."""
         return bool(_crew().withdraw(self.address, self.seq))
+
+    def rouse(self) -> None:
+        """A run will be offered in a moment: wake the thread now, if it sits asleep."""
+        if self.sitting:
+            _crew().rouse(self.address)
 
     def stand(self, wait: bool = False) -> None:
         """Send the thread back to Python (after the run it may be in); `wait`: until it has left native

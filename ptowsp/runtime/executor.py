@@ -247,6 +247,13 @@ def _serve_native(run: NativeRun) -> None:
             run.wait_exited(sum(not thread.withdraw() for thread in threads))
 
 
+def rouse(options: Options) -> None:
+    """A real-clock run with these options is being set up: the pool threads it will lend start
+    waking now (crew.py), so that their wake-up overlaps the set-up."""
+    if len(options.workers) > 1:
+        pool().rouse(len(options.workers) - 1)
+
+
 def _native_run(table: TaskTable, launcher: Launcher, options: Options) -> NativeRun | None:
     """A native run of the table, where the Python scheduler's work is the loop's: every instance a
     compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no

@@ -83,6 +83,12 @@ class Pool:
             for thread in self._idle:
                 thread.seat.stand(wait=True)
 
+    def rouse(self, count: int) -> None:
+        """Wake the idle threads the next `threads(count)` lends, if they sit asleep in native code."""
+        with self._lock:
+            for thread in self._idle[len(self._idle) - count:]:
+                thread.seat.rouse()
+
     @contextlib.contextmanager
     def threads(self, count: int) -> Iterator[list[PoolThread]]:
         """Lend `count` idle pool threads (starting more if needed) for the duration of a run."""

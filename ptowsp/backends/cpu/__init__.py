@@ -34,7 +34,7 @@ from ptowsp.backends.host import domain_outputs, run_table, tile_of
 from ptowsp.errors import BuildError
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.formula import formula_of
-from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute
+from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute, rouse
 from ptowsp.runtime.native import NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
@@ -263,6 +263,8 @@ class CpuExecutable:
             ) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
         target's device clock)."""
+        if execute_table is None:
+            rouse(options)  # helper threads asleep in native code wake while this sets the run up
         wl = self.schedule.workload
         sizes = input_sizes(wl, inputs)
         bound = wl.bind(sizes)
