@@ -8,15 +8,18 @@ keep their threads spinning for a while after a parallel region for the same
 reason.  So after its first native run a pool thread *sits*: it calls
 `ptowsp_crew_serve`, native code that waits on its mailbox without the GIL:
 
-- it sleeps on a futex until a run comes.  A run *rouses* it as its set-up
-  begins (`rouse`, before the inputs are checked and the task table made),
-  so the 30-60 us of its wake-up overlap the set-up; woken, it spins up to
-  0.2 ms for the offer.  After a run it sleeps at once: it does not spin on,
-  as OpenMP's threads do, because beside another library's busy-waiting
-  threads (OpenBLAS's, after a numpy matmul) a thread that has just spun is
-  not preferred by the kernel's scheduler, and the next offer waited a
-  whole time slice for it (milliseconds: the run ended without it), where
-  a thread woken from a futex preempts the spinner (docs/performance.md);
+- between runs it naps: it looks at its mailbox every 50 us (a
+  `nanosleep`) for 50 ms after its last run, then sleeps on a futex.  A run
+  *rouses* it as its set-up begins (`rouse`: a flag, and a futex wake only
+  if it sleeps), so it is awake and spinning (up to 0.2 ms) when the offer
+  comes.  Why not a futex at once: waking a thread asleep on a futex cost
+  the caller a 40 us system call on this VM (the wake-up's interrupt to the
+  other core), in every run.  Why not spin between runs, as OpenMP's threads
+  do: beside another library's busy-waiting threads (OpenBLAS's, after a
+  numpy matmul) a thread that has just spun is not preferred by the kernel's
+  scheduler, and the next offer waited a whole time slice for it
+  (milliseconds: the run ended without it); a thread back from a nap or a
+  futex is (docs/performance.md);
 - `offer` puts a run's buffer in the mailbox and rings the futex if the
   thread sleeps; the thread claims the offer (a compare-and-swap), runs its
   worker of the loop, and counts itself out in the buffer's EXITED slot;
@@ -42,13 +45,15 @@ from ptowsp.runtime import native
 
 # mailbox slots (int64): the offered run's sequence number (0: none), its buffer, its worker index,
 # whether the thread sleeps on the futex, the quit epoch, the futex word (an int32 in the low half),
-# and how many times the thread left native code
-OFFER, BUFFER, WORKER, SLEEPING, QUIT, BELL, LEFT = range(7)
+# how many times the thread left native code, and whether a run is coming (set by `rouse`)
+OFFER, BUFFER, WORKER, SLEEPING, QUIT, BELL, LEFT, ROUSED = range(8)
 MAILBOX = 16  # int64 slots: a mailbox fills two cache lines of its own
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
-ROUSED_NS = 200_000  # a woken thread spins this long for the offer it was woken for (a run's set-up: 50-100 us)
+ROUSED_NS = 200_000  # a roused thread spins this long for the offer (a run's set-up takes 50-100 us)
+NAP_NS = 50_000  # between runs a thread naps this long between looks at its mailbox ...
+NAPPING_NS = 50_000_000  # ... for this long after its last run, then sleeps on the futex
 LEAVE_WAIT = 0.1  # seconds `stand(wait=True)` waits for the thread to leave native code
 
 
@@ -66,6 +71,7 @@ def _crew_ir(futex: int, x86: bool) -> str:
     declare_pause = "declare void @llvm.x86.sse2.pause()" if x86 else ""
     return f"""
 declare i64 @syscall(i64, ...)
+declare i32 @nanosleep(ptr, ptr)
 {declare_pause}
 {native.NOW_IR}
 
@@ -112,6 +118,8 @@ define i64 @ptowsp_crew_withdraw(ptr %box, i64 %seq) {{
 
 ; a run is about to be offered: wake the thread now, so that its wake-up overlaps the run's set-up
 define void @ptowsp_crew_rouse(ptr %box) {{
+  %rp = call ptr @at(ptr %box, i64 {ROUSED})
+  store atomic i64 1, ptr %rp seq_cst, align 8
   call void @ring(ptr %box)
   ret void
 }}
@@ -130,8 +138,13 @@ entry:
   %op = call ptr @at(ptr %box, i64 {OFFER})
   %sp = call ptr @at(ptr %box, i64 {SLEEPING})
   %bellp = call ptr @at(ptr %box, i64 {BELL})
-  %until = alloca i64  ; woken for a run about to come: spin for its offer until then
+  %rp = call ptr @at(ptr %box, i64 {ROUSED})
+  %until = alloca i64  ; roused for a run about to come: spin for its offer until then
   store i64 0, ptr %until
+  %last = alloca i64  ; the end of the last run (or the start): nap until NAPPING_NS after it
+  %t0 = call i64 @now()
+  store i64 %t0, ptr %last
+  %ts = alloca {{i64, i64}}
   br label %look
 
 look:
@@ -146,9 +159,28 @@ idle:
   %t = call i64 @now()
   %u = load i64, ptr %until
   %keen = icmp slt i64 %t, %u
-  br i1 %keen, label %spin, label %sleep
+  br i1 %keen, label %spin, label %roused
 spin:
   {pause}
+  br label %look
+roused:
+  %r = atomicrmw xchg ptr %rp, i64 0 seq_cst
+  %called = icmp ne i64 %r, 0
+  br i1 %called, label %keep, label %nap
+keep:
+  %u1 = add i64 %t, {ROUSED_NS}
+  store i64 %u1, ptr %until
+  br label %look
+nap:
+  %l = load i64, ptr %last
+  %since = sub i64 %t, %l
+  %recent = icmp slt i64 %since, {NAPPING_NS}
+  br i1 %recent, label %doze, label %sleep
+doze:
+  store i64 0, ptr %ts
+  %tsn = getelementptr {{i64, i64}}, ptr %ts, i32 0, i32 1
+  store i64 {NAP_NS}, ptr %tsn
+  call i32 @nanosleep(ptr %ts, ptr null)
   br label %look
 claim:
   %pair = cmpxchg ptr %op, i64 %o, i64 0 seq_cst seq_cst
@@ -163,6 +195,8 @@ run:
   %ep = getelementptr i64, ptr %buffer, i64 {native.EXITED}
   atomicrmw add ptr %ep, i64 1 release
   store i64 0, ptr %until
+  %t1 = call i64 @now()
+  store i64 %t1, ptr %last
   br label %look
 
 ; announce the sleep, look once more (an offer made before the announcement was seen), then sleep
@@ -171,9 +205,12 @@ sleep:
   store atomic i64 1, ptr %sp seq_cst, align 8
   %q2 = load atomic i64, ptr %qp seq_cst, align 8
   %o2 = load atomic i64, ptr %op seq_cst, align 8
+  %r2 = load atomic i64, ptr %rp seq_cst, align 8
   %quit2 = icmp sge i64 %q2, %epoch
   %some2 = icmp sgt i64 %o2, 0
-  %awake = or i1 %quit2, %some2
+  %called2 = icmp ne i64 %r2, 0
+  %awake0 = or i1 %quit2, %some2
+  %awake = or i1 %awake0, %called2
   br i1 %awake, label %woken, label %wait
 wait:
   %bell64 = zext i32 %bell to i64
@@ -181,9 +218,6 @@ wait:
   br label %woken
 woken:
   store atomic i64 0, ptr %sp seq_cst, align 8
-  %t2 = call i64 @now()
-  %u2 = add i64 %t2, {ROUSED_NS}
-  store i64 %u2, ptr %until
   br label %look
 
 leave:
