@@ -4,9 +4,10 @@ Why: a native run (native.py) needs its helper threads in the loop as soon
 as the caller is.  A pool thread parked in Python takes 40-60 us on this VM
 to wake, and then the GIL before it can call the loop, so a run of a few
 short tasks started on one core (docs/performance.md).  OpenMP and oneDNN
-keep their threads spinning for a while after a parallel region for the same
-reason.  So after its first native run a pool thread *sits*: it calls
-`ptowsp_crew_serve`, native code that waits on its mailbox without the GIL:
+keep their threads spinning after a parallel region for the same reason;
+these threads nap instead (below).  After its first native run a pool
+thread *sits*: it calls `ptowsp_crew_serve`, native code that waits on its
+mailbox without the GIL:
 
 - between runs it naps: it looks at its mailbox every 50 us (a
   `nanosleep`) for 50 ms after its last run, then sleeps on a futex.  A run
@@ -42,6 +43,7 @@ import time
 import numpy as np
 
 from ptowsp.runtime import native
+from ptowsp.runtime.native_ir import EXITED, NOW_IR, compile_ir
 
 # mailbox slots (int64): the offered run's sequence number (0: none), its buffer, its worker index,
 # whether the thread sleeps on the futex, the quit epoch, the futex word (an int32 in the low half),
@@ -73,7 +75,7 @@ def _crew_ir(futex: int, x86: bool) -> str:
 declare i64 @syscall(i64, ...)
 declare i32 @nanosleep(ptr, ptr)
 {declare_pause}
-{native.NOW_IR}
+{NOW_IR}
 
 define internal ptr @at(ptr %box, i64 %k) {{
   %p = getelementptr i64, ptr %box, i64 %k
@@ -192,7 +194,7 @@ run:
   %wp = call ptr @at(ptr %box, i64 {WORKER})
   %w = load i64, ptr %wp
   call i64 %loop(ptr %buffer, i64 %w, i64 0)
-  %ep = getelementptr i64, ptr %buffer, i64 {native.EXITED}
+  %ep = getelementptr i64, ptr %buffer, i64 {EXITED}
   atomicrmw add ptr %ep, i64 1 release
   store i64 0, ptr %until
   %t1 = call i64 @now()
@@ -232,17 +234,7 @@ class _Crew:
     """The compiled mailbox functions, and the engine that keeps their code alive."""
 
     def __init__(self) -> None:
-        import llvmlite.binding as llvm  # imported on first use: `import ptowsp` compiles nothing
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        triple = llvm.get_process_triple()
-        module = llvm.parse_assembly(_crew_ir(SYS_FUTEX[platform.machine()], x86=triple.startswith("x86_64")))
-        module.triple = triple
-        module.verify()
-        target = llvm.Target.from_triple(triple).create_target_machine(opt=2, jit=True)
-        self.engine = llvm.create_mcjit_compiler(module, target)
-        self.engine.finalize_object()
+        self.engine = compile_ir(lambda triple: _crew_ir(SYS_FUTEX[platform.machine()], x86=triple.startswith("x86_64")))
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
 
         def function(name, result, *arguments):

@@ -86,7 +86,7 @@ class Pool:
     def rouse(self, count: int) -> None:
         """Wake the idle threads the next `threads(count)` lends, if they sit asleep in native code."""
         with self._lock:
-            for thread in self._idle[len(self._idle) - count:]:
+            for thread in self._idle[max(0, len(self._idle) - count):]:
                 thread.seat.rouse()
 
     @contextlib.contextmanager

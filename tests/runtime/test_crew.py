@@ -9,7 +9,7 @@ import pytest
 
 from ptowsp.runtime import Options, execute
 from ptowsp.runtime.crew import LEFT, OFFER, SLEEPING, Seat, supported
-from ptowsp.runtime.native import YIELD_NS
+from ptowsp.runtime.crew import NAP_NS
 from ptowsp.runtime.service import pool
 
 from tests.runtime.test_native import Stamps, layered
@@ -43,8 +43,8 @@ def test_a_sleeping_helper_is_woken_by_the_next_offer():
     with pool().threads(1) as (thread,):
         box = thread.seat.box
         deadline = time.monotonic() + 1.0
-        while not box[SLEEPING] and time.monotonic() < deadline:  # past the yield phase it sleeps on its futex
-            time.sleep(YIELD_NS * 1e-9)
+        while not box[SLEEPING] and time.monotonic() < deadline:  # past its naps it sleeps on its futex
+            time.sleep(NAP_NS * 1e-9)
         assert box[SLEEPING] == 1
     launch = Stamps(layered(1), sleep_us=300)
     trace = execute(layered(1), launch, Options(workers=(None, None)))

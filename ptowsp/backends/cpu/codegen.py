@@ -29,7 +29,7 @@ from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import (
-    collapsed, lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
+    lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
 )
 from ptowsp.backends.cpu.types import (
     I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
@@ -38,6 +38,7 @@ from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
 from ptowsp.te import Expr, Op, sizes, walk
+from ptowsp.te.indices import collapsed
 from ptowsp.workloads.intrinsic import LOOPS, lookup
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
