@@ -17,7 +17,8 @@ from ptowsp.runtime.watchdog import check_timeout
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.memory import MemoryPlan
-from ptowsp.workloads import Workload, validate_inputs
+from ptowsp.workloads import Workload
+from ptowsp.workloads.inputs import InputCheck
 
 
 class Built:
@@ -36,6 +37,7 @@ class Built:
         self._executable = executable
         self.trace: Trace | None = None
         self.runs = 0  # runs so far: the first pays one-off costs (thread start, first touch of buffers)
+        self._check_inputs = InputCheck(self.workload)
         _check_affinity_key(options.policy, executable)
 
     @functools.cached_property
@@ -59,10 +61,11 @@ class Built:
         """
         if "timeout" in self.workload.inputs and timeout is not None:
             inputs["timeout"], timeout = timeout, None  # type: ignore[assignment]
-        inputs = {**_positional(self.workload, args, inputs), **inputs}
+        if args:
+            inputs = {**_positional(self.workload, args, inputs), **inputs}
         timeout = check_timeout(timeout)
         options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
-        outputs, self.trace = self._executable.run(validate_inputs(self.workload, inputs), options)
+        outputs, self.trace = self._executable.run(self._check_inputs(inputs), options)
         self.trace.cold = self.runs == 0
         self.runs += 1
         Built.last_run = self

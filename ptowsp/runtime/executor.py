@@ -63,7 +63,6 @@ from __future__ import annotations
 import contextlib
 import time
 
-import numpy as np
 
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import DepQueue, sleep
@@ -72,7 +71,7 @@ from ptowsp.runtime.doorbell import Doorbell
 from ptowsp.runtime.engines import Proc, RealEngine, current
 from ptowsp.runtime.idle import ParkedCauses
 from ptowsp.runtime import crew
-from ptowsp.runtime.native import NativeRun
+from ptowsp.runtime.native import NativeRun, Records
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
 from ptowsp.runtime.service import pinned, pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
@@ -281,7 +280,7 @@ def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace
         origin = clock()
         _serve_native(run)
         trace.duration = clock() - origin
-        records = [(run.runs(w), run.idle(w)) for w in range(run.workers)]  # copies
+        records = run.records()
         completed = run.completed
         run.release()  # every worker has left the loop
 
@@ -305,14 +304,14 @@ def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace
     return bounded(body, options.timeout, stop, list, "the run")
 
 
-def _native_records(records: list[tuple[np.ndarray, np.ndarray]], sched: Scheduler) -> None:
+def _native_records(records: Records, sched: Scheduler) -> None:
     """The native loop's records (per worker: its tasks' (instance, start, end) and its idle spans, in
     nanoseconds) as the Python workers keep theirs: seconds on perf_counter's clock."""
     done = sched.done
-    for w, (runs, idle) in zip(sched.workers, records):
-        rows = runs.tolist()
+    for k, w in enumerate(sched.workers[:records.workers]):  # a table of one instance ran on the caller alone
+        rows = records.runs(k).tolist()
         w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in rows]
-        w.waits = [(start * 1e-9, end * 1e-9) for start, end in idle.tolist()]
+        w.waits = [(start * 1e-9, end * 1e-9) for start, end in records.idle(k).tolist()]
         for i, _, _ in rows:
             done[i] = 1
     sched.next = sched.peak = len(sched.instances)

@@ -171,14 +171,25 @@ class NativeRun:
     def completed(self) -> int:
         return int(self.buffer.state[COMPLETED])
 
-    def runs(self, w: int) -> np.ndarray:
-        """Worker w's tasks: rows of (instance, start ns, end ns), copied out of the run's buffer."""
+    def records(self) -> Records:
+        """Every worker's task records and idle spans, copied out of the run's buffer in one piece
+        (the next run reuses the buffer)."""
         b = self.buffer
-        at = b.records_at + w * b.n * 3
-        return b.array[at:at + int(b.meta[w, RECORDED]) * 3].reshape(-1, 3).copy()
+        return Records(b.n, b.workers, b.meta.copy(), b.array[b.records_at:].copy(), b.waits_at - b.records_at)
+
+
+class Records:
+    """The records of a finished native run (NativeRun.records), read per worker when its trace is made."""
+
+    def __init__(self, n: int, workers: int, meta: np.ndarray, region: np.ndarray, waits_at: int):
+        self.n, self.workers, self.meta, self.region, self.waits_at = n, workers, meta, region, waits_at
+
+    def runs(self, w: int) -> np.ndarray:
+        """Worker w's tasks: rows of (instance, start ns, end ns)."""
+        at = w * self.n * 3
+        return self.region[at:at + int(self.meta[w, RECORDED]) * 3].reshape(-1, 3)
 
     def idle(self, w: int) -> np.ndarray:
-        """Worker w's idle spans: rows of (start ns, end ns), copied out of the run's buffer."""
-        b = self.buffer
-        at = b.waits_at + w * (b.n + 1) * 2
-        return b.array[at:at + int(b.meta[w, WAITED]) * 2].reshape(-1, 2).copy()
+        """Worker w's idle spans: rows of (start ns, end ns)."""
+        at = self.waits_at + w * (self.n + 1) * 2
+        return self.region[at:at + int(self.meta[w, WAITED]) * 2].reshape(-1, 2)

@@ -26,11 +26,10 @@ All pool threads are daemons: an interpreter exit never waits on parked threads.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from ptowsp.runtime.crew import Seat
 
@@ -89,34 +88,47 @@ class Pool:
             for thread in self._idle[max(0, len(self._idle) - count):]:
                 thread.seat.rouse()
 
-    @contextlib.contextmanager
-    def threads(self, count: int) -> Iterator[list[PoolThread]]:
-        """Lend `count` idle pool threads (starting more if needed) for the duration of a run."""
+    def threads(self, count: int) -> _Lent:
+        """Lend `count` idle pool threads (starting more if needed) for the duration of a run:
+        `with pool.threads(n) as threads:`."""
         with self._lock:
             lent = [self._idle.pop() for _ in range(min(count, len(self._idle)))]
             while len(lent) < count:
                 lent.append(PoolThread(self._created))
                 self._created += 1
-        try:
-            yield lent
-        finally:
-            with self._lock:
-                self._idle.extend(reversed(lent))
+        return _Lent(self, lent)
+
+    def _give_back(self, lent: list[PoolThread]) -> None:
+        with self._lock:
+            self._idle.extend(reversed(lent))
 
 
-@contextlib.contextmanager
-def pinned() -> Iterator[None]:
-    """Pin the calling thread to the first usable CPU, restoring its affinity afterwards."""
-    cores = _cores()
-    if not cores or len(cores) == 1:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cores[0]})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+class _Lent:
+    """Pool threads lent to a run, given back when the `with` block ends (a class, not a generator
+    context manager: a run enters it every time, and the generator's machinery cost 1-2 us)."""
+
+    def __init__(self, pool: Pool, threads: list[PoolThread]):
+        self.pool, self.lent = pool, threads
+
+    def __enter__(self) -> list[PoolThread]:
+        return self.lent
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool._give_back(self.lent)
+
+
+class pinned:  # noqa: N801 - used as a function: `with pinned():`
+    """Pin the calling thread to the first CPU it may use, restoring its affinity afterwards
+    (nothing to do on a thread bound to one CPU already)."""
+
+    def __enter__(self) -> None:
+        self.before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if len(self.before) > 1:
+            os.sched_setaffinity(0, {min(self.before)})
+
+    def __exit__(self, *exc: object) -> None:
+        if len(self.before) > 1:
+            os.sched_setaffinity(0, self.before)
 
 
 _POOL: Pool | None = None

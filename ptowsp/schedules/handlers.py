@@ -61,8 +61,9 @@ def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where the cache of {tensor!r} is filled (cache_read); transform it first",
                            task)
-    if s._tensorized.get(task, ("",))[0] in removed:
-        raise _on_task(f"loop {s._tensorized[task][0]} is where {s._tensorized[task][1]!r} is called (tensorize); "
+    tensorized = s._tensorized.get(task)
+    if tensorized is not None and tensorized[0] in removed:
+        raise _on_task(f"loop {tensorized[0]} is where {tensorized[1]!r} is called (tensorize); "
                        "transform the loops first", task)
 
 

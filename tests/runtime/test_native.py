@@ -188,3 +188,12 @@ def test_a_cpu_build_runs_natively_and_matches_the_python_executor(monkeypatch):
         np.testing.assert_array_equal(got[name], want[name])
     assert len(native.trace.events) == len(python.trace.events)
     assert native.trace.statistics["window"]["waits"] == 0
+
+
+def test_a_one_instance_run_on_two_workers_traces_its_one_task():
+    table = chain(1)  # runs on the caller alone (Scheduler.active), whatever the workers
+    launch = Stamps(table)
+    trace = execute(table, launch, Options(workers=(None, None)))
+    assert launch.in_python == 0
+    assert [(e.name, e.worker) for e in trace.events] == [("step", 0)]
+    assert trace.summary().tasks == 1

@@ -25,6 +25,7 @@ from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.microkernel import linked_ir, vnni
 from ptowsp.backends.cpu.thunks import emit_thunk, thunk_symbol
 from ptowsp.backends.cpu import cache
+from ptowsp.backends.cpu.setup import RunSetup, Stored
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
     LoadedObject, cache_key, compile_object, optimised_module, target_machine, vector_bytes,
@@ -44,7 +45,7 @@ from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.passes.transposing import transpose_operands
 from ptowsp.schedules.passes.default import Choose, keep_default
-from ptowsp.schedules.passes.memory import ALIGN, MemoryPlan, plan_memory
+from ptowsp.schedules.passes.memory import MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.bounds import check_gathers, gather_indices
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
@@ -121,6 +122,7 @@ class CpuExecutable:
                            if task in self.entries}
         self.zeroed = domain_outputs(wl)  # outputs of tasks with a domain: skipped tiles leave zeros
         self._plans: dict[tuple[int, ...], MemoryPlan] = {}
+        self._setups: dict[tuple[int, ...], RunSetup] = {}
         self._tables: dict[tuple[int, ...], TaskTable] = {}
         self.buffers = Recycler()  # outputs and arena of earlier runs that the caller has let go of
         self.compile_seconds = time.perf_counter() - start
@@ -258,42 +260,51 @@ class CpuExecutable:
         """The task table of a workload without symbolic sizes, every tile included."""
         return self.table_for({})
 
+    def setup_for(self, sizes: Mapping[str, int]) -> RunSetup:
+        """What every run at this binding of the sizes shares (setup.py), made on its first run."""
+        key = self._key(sizes)
+        found = self._setups.get(key)
+        if found is None:
+            bound, plan = self.schedule.workload.bind(sizes), self.plan_for(sizes)
+            stored = [Stored(t.name, self._stored(t)[1], np.dtype(t.dtype), plan.offsets.get(t.name),
+                             t.name in self.zeroed) for name in self.order for t in bound.task(name).outputs]
+            found = RunSetup(key, bound, plan, stored, self.arguments, self.constant_addresses)
+            if not (self.zeroed or self.conditions):  # else each run's table depends on its arrays
+                found.table = self.table_for(sizes)
+                found.native = self.native_tasks(found.table, key)
+            self._setups[key] = found
+        return found
+
     def run(self, inputs: Mapping[str, np.ndarray], options: Options,
             execute_table: Callable[[TaskTable, Launcher, Options], Trace] | None = None
             ) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
-        target's device clock)."""
+        target's device clock).  The inputs were validated (pw.build's run checks them, sizes too)."""
         if execute_table is None:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
         wl = self.schedule.workload
-        sizes = input_sizes(wl, inputs)
-        bound = wl.bind(sizes)
-        arrays = {**self.constants, **{name: np.ascontiguousarray(a) for name, a in inputs.items()}}
-        addresses = dict(self.constant_addresses)  # the tensors' addresses, as far as known without asking numpy
-        plan = self.plan_for(sizes)
-        arena = self.buffers.empty(" arena", (plan.arena_bytes + ALIGN,), np.uint8)
-        arena_address = arena.ctypes.data
-        base = -arena_address % ALIGN
-        for name in self.order:
-            for t in bound.task(name).outputs:
-                if t.name in plan.offsets:
-                    at = base + plan.offsets[t.name]
-                    nbytes, shape = self._stored(t)
-                    arrays[t.name] = arena[at:at + nbytes].view(t.dtype).reshape(shape)
-                    addresses[t.name] = arena_address + at
-                else:
-                    arrays[t.name] = self.buffers.empty(t.name, t.shape, t.dtype)
-                    if t.name in self.zeroed:
-                        arrays[t.name].fill(0)
-        table = self.table_for(sizes, arrays)
+        sizes = input_sizes(wl, inputs) if wl.size_sources else {}
+        setup = self.setup_for(sizes)
+        inputs = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
+        placed = setup.place(self.buffers)
+        table, native = setup.table, setup.native
+        arrays = None
+        if table is None:
+            arrays = setup.arrays(placed, inputs, self.constants)
+            table = self.table_for(sizes, arrays)
+            native = self.native_tasks(table, setup.key)
         # the native loop runs on the real clock only (the aicore target's device clock calls kernels one by one)
-        launch = _Launch(self, table, arrays, addresses, self._key(sizes), bound, options.debug,
-                         python=execute_table is not None)
+        python = options.debug or execute_table is not None or native is None
+        launch = _Launch(self, table, setup.bound, setup.key,
+                         lambda: arrays or setup.arrays(placed, inputs, self.constants),
+                         None if python else (native, setup.pointers(placed, inputs)), options.debug)
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
-        trace.memory = {"planned": plan.arena_bytes, "unshared": plan.unshared_bytes}
+        trace.memory = dict(setup.memory)
         # a folded output is shared by every run: each gets its own writable copy
-        return {name: np.array(arrays[name]) if name in self.folded else arrays[name] for name in wl.outputs}, trace
+        return {name: placed.own[name] if name in placed.own else
+                np.array(self.constants[name]) if name in self.folded else launch.arrays[name]
+                for name in wl.outputs}, trace
 
 
 def _mismatch(manifest: Manifest, schedule: Schedule) -> str | None:
@@ -343,40 +354,42 @@ def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tup
 
 class _Launch:
     """Runs instance i of the table: its kernel at its grid coordinates, or an opaque task on the host.
-    Its `native` hands the table to the runtime's native loop instead, unless `debug` checks run
-    before each kernel or `python` asks for calls one by one (the aicore target's device clock)."""
+    Its `native` hands the table to the runtime's native loop instead (None where Python calls the
+    kernels one by one: debug checks before each kernel, the aicore target's device clock, opaque
+    tasks).  The run's tensors become arrays (`arrays`) only when Python code needs them."""
 
     load = store = None
 
-    def __init__(self, exe: CpuExecutable, table: TaskTable, arrays: dict[str, np.ndarray], addresses: dict[str, int],
-                 sizes: tuple[int, ...], workload: Workload, debug: bool = False, python: bool = False):
+    def __init__(self, exe: CpuExecutable, table: TaskTable, workload: Workload, sizes: tuple[int, ...],
+                 arrays: Callable[[], dict[str, np.ndarray]], native: tuple[NativeTasks, np.ndarray] | None,
+                 debug: bool = False):
         self.exe, self.instances = exe, table.instances
         self.workload = workload
-        self.arrays, self.addresses = arrays, addresses
         self.sizes = sizes
+        self._make_arrays: Callable[[], dict[str, np.ndarray]] | None = arrays
+        self._arrays: dict[str, np.ndarray] = {}
         # debug: the gathers of each kernel's task (inlined producers included), checked before it runs
-        self.gathers = {name: value for name in exe.entries if debug and gather_indices(
-            value := inline_producers(workload.task(name).value, workload, exe.schedule.inlined))}
+        self.gathers = {name: value for name in exe.entries if gather_indices(
+            value := inline_producers(workload.task(name).value, workload, exe.schedule.inlined))} if debug else {}
         self.bound: dict | None = None  # (task, version) -> (function, pointers), made when Python first calls one
-        native = None if debug or python else exe.native_tasks(table, sizes)
-        # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
-        self.native = None if native is None else (native, np.array(
-            [self.address(a) for a in exe.arguments] or [0], np.int64))
+        self.native = native  # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
 
-    def address(self, tensor: str) -> int:
-        found = self.addresses.get(tensor)
-        if found is None:
-            found = self.addresses[tensor] = self.arrays[tensor].ctypes.data
-        return found
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self._make_arrays is not None:
+            self._arrays, self._make_arrays = self._make_arrays(), None
+        return self._arrays
 
     def release(self) -> None:
         """Drop the run's arrays, so the Recycler sees only the caller's references."""
-        self.arrays, self.bound, self.native = {}, {}, None
+        self._arrays, self._make_arrays, self.bound, self.native = {}, None, {}, None
 
     def compute(self, i: int) -> None:
         inst = self.instances[i]
         if self.bound is None:  # arrays are fixed for the run, so each kernel's pointer arguments are too
-            pointers = {name: tuple(self.address(a) for a in entry.arguments) for name, entry in self.exe.entries.items()}
+            arrays = self.arrays
+            pointers = {name: tuple(arrays[a].ctypes.data for a in entry.arguments)
+                        for name, entry in self.exe.entries.items()}
             self.bound = {key: (function, pointers[key[0]]) for key, function in self.exe.functions.items()}
         bound = self.bound.get((inst.name, inst.variant))
         if bound is None:
