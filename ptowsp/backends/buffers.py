@@ -35,6 +35,15 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """`array` itself if its data starts on an ALIGN-byte boundary and is contiguous, else an aligned copy."""
+    if array.flags.c_contiguous and array.ctypes.data % ALIGN == 0:
+        return array
+    copy = aligned_empty(array.shape, array.dtype)
+    copy[...] = array
+    return copy
+
+
 class Recycler:
     """One array per name, reused by a later run when no one else holds it; thread-safe."""
 
