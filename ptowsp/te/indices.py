@@ -36,3 +36,20 @@ def _unflattened(high: Expr, low: Expr, size: object) -> bool:
         return False
     e = high.src[0]
     return (e is low.src[0] or str(e) == str(low.src[0])) and not any(n.op is Op.LOAD for n in walk(e))
+
+
+def unclamped(indices: tuple[Expr, ...]) -> tuple[Expr, ...] | None:
+    """The indices with their clamps against fixed bounds removed (`min(max(e, 0), n - 1)` read as e:
+    how a boundary condition keeps its reads in bounds), or None when no index has one.  The address
+    differs only where a clamp moved the index, which the reader must check."""
+    core = tuple(map(_without_clamp, indices))
+    return None if all(c is i for c, i in zip(core, indices)) else core
+
+
+def _without_clamp(e: Expr) -> Expr:
+    while e.op in (Op.MAX, Op.MIN):
+        fixed = [s for s in e.src if not any(n.op in (Op.VAR, Op.RVAR, Op.LOAD) for n in walk(s))]
+        if len(fixed) != 1:
+            return e
+        e = e.src[1] if fixed[0] is e.src[0] else e.src[0]
+    return e

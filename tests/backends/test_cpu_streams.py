@@ -137,3 +137,21 @@ def test_a_bounds_check_the_lanes_share_is_computed_once_not_per_lane():
     assert "icmp" in emitted and not any("icmp" in line and "x i64>" in line for line in emitted.splitlines())
     inputs = random_inputs(wl, seed=4)
     np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])
+
+
+@pytest.mark.parametrize("mode", ["constant", "repeat_edge"])
+def test_a_clamped_row_is_one_masked_vector_load_not_a_gather(mode):
+    """A boundary condition clamps its column index, so a vector that straddles the edge read lane by
+    lane.  Now it is one masked load of the lanes the clamp leaves in place; the lanes it moves (live
+    under repeat_edge, masked off by the constant border's where) are gathered only then."""
+    wl = pw.Workload(f"taps_{mode}")
+    x = wl.input("X", (4, 37))
+    view = x.boundary(mode, 0.0) if mode == "constant" else x.boundary(mode)
+    wl.output(wl.compute("Y", (4, 37), lambda y, xx: view[y, xx - 3] + view[y, xx + 2] * 2.0))
+    prog = pw.build(wl.schedule().split("Y", "xx", 8).vectorize("Y", "xx.inner"), "cpu", workers=1)
+    emitted = prog._executable.module_text
+    assert "llvm.masked.load" in emitted and "branch_weights" in emitted  # the gather: an unlikely branch
+    for seed in range(3):
+        inputs = random_inputs(wl, seed=seed)
+        np.testing.assert_array_equal(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])
+

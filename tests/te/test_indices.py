@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ptowsp.te import Expr, Op
-from ptowsp.te.indices import collapsed
+import ptowsp as pw
+from ptowsp.te.indices import collapsed, unclamped
 
 
 def _var(name: str, extent: int) -> Expr:
@@ -23,3 +24,14 @@ def test_what_would_change_the_address_is_kept():
     assert collapsed((56, 56), (p % 56, p // 56))[0] == (56, 56)  # the wrong way round
     index = Expr(Op.LOAD, "int64", (p,), None)  # an index read from data: clamped per dimension, kept apart
     assert collapsed((56, 56), (index // 56, index % 56))[0] == (56, 56)
+
+
+
+def test_unclamped_strips_clamps_against_fixed_bounds_only():
+    x, y = _var("x", 112), _var("y", 112)
+    core = x - 1
+    got = unclamped((y, pw.minimum(pw.maximum(core, 0), 111), pw.maximum(x, y)))
+    assert got is not None
+    assert got[0] is y and got[1] is core
+    assert got[2].op is Op.MAX  # a bound that is itself a loop variable is not a clamp
+    assert unclamped((x, y)) is None

@@ -13,8 +13,8 @@ reference model exactly where numpy defines them:
   one rounding instead of two, never a reordering of a reduction;
 - `where` reads only the chosen side: a load off the chosen side reads element 0.
 
-Loops marked `unrolled` are unrolled here; `vectorized` loops are emitted as
-plain loops for LLVM's loop vectorizer (explicit vector code: to come).
+Loops marked `unrolled` are unrolled here; a `vectorized` loop becomes one
+vector of its extent's lanes, its loads and stores emitted by vector_access.py.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import (
-    lane_stride, prefetch, prefetch_ahead, store_fence, streamed_outputs, vector_aligned,
+    store_fence, streamed_outputs,
 )
 from ptowsp.backends.cpu.types import (
-    I1, I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
+    I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
 )
 from ptowsp.backends.cpu.vecmath import VectorMath
+from ptowsp.backends.cpu.vector_access import VectorAccess
 from ptowsp.lower import Kernel
 from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
 from ptowsp.te import Expr, Op, sizes, walk
@@ -66,7 +67,7 @@ def _straight_line(s: Stmt) -> bool:
 _LEAVES = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD})
 
 
-class KernelEmitter(Conversions, DivMod):
+class KernelEmitter(Conversions, DivMod, VectorAccess):
     """Emits one kernel into a module; `emit()` returns the function."""
 
     target = "cpu"  # whose implementation of an intrinsic a call uses
@@ -287,90 +288,7 @@ class KernelEmitter(Conversions, DivMod):
             self.store_mask = saved
             return
         assert isinstance(s, Store)
-        value = self.to_memory(self.value(s.value, self.store_mask), s.buffer.dtype)
-        mask = self.store_mask
-        if lane_stride(s.buffer, s.indices, self.lane_var, self.lanes) == 1:
-            with self.scalar_mode():
-                pointer = self.vector_pointer(self.address(s.buffer, s.indices, None), value.type)
-            width = self.lanes * ITEMSIZE[s.buffer.dtype]
-            if mask is None and s.buffer.name in self.streamed and width in (16, 32, 64) and vector_aligned(
-                    s.buffer, s.indices, self.lane_var, self.lanes):
-                stored = self.b.store(value, pointer, align=width)
-                stored.set_metadata("nontemporal", self.module.add_metadata([ir.Constant(I32, 1)]))
-                self.fence = True
-                return
-            self.prefetch_stream(s.buffer, s.indices, pointer, write=True)
-            if mask is None:
-                self.b.store(value, pointer, align=ITEMSIZE[s.buffer.dtype])
-            else:
-                align = ir.Constant(I32, ITEMSIZE[s.buffer.dtype])
-                self.masked("llvm.masked.store", value.type, [value, pointer, align, mask])
-            return
-        offsets = self.flat_index(s.buffer, s.indices, None)
-        for lane in range(self.lanes):  # scattered lanes store one by one, in lane order
-            at = ir.Constant(I32, lane)
-            pointer = self.b.gep(self.pointers[s.buffer.name], [self.b.extract_element(offsets, at)],
-                                 source_etype=MEMORY[s.buffer.dtype])
-            element = self.b.extract_element(value, at)
-            if mask is None:
-                self.b.store(element, pointer)
-            else:
-                with self.b.if_then(self.b.extract_element(mask, at)):
-                    self.b.store(element, pointer)
-
-    def vector_load(self, e: Expr, mask: ir.Value | None) -> ir.Value:
-        buf, memory = e.arg, ir.VectorType(MEMORY[e.dtype], self.lanes)
-        stride = lane_stride(buf, e.src, self.lane_var, self.lanes)
-        if stride == 0:  # the same element in every lane: one load, splat
-            live = None if mask is None else self.reduce_or(mask)
-            with self.scalar_mode():
-                scalar = self.value(e, live)
-            return self.splat(scalar)
-        if stride == 1:
-            with self.scalar_mode():
-                pointer = self.vector_pointer(self.address(buf, e.src, None), memory)
-            self.prefetch_stream(buf, e.src, pointer, write=False)
-            if mask is None:
-                raw = self.b.load(pointer, typ=memory, align=ITEMSIZE[e.dtype])
-            else:
-                raw = self.masked("llvm.masked.load", memory,
-                                  [pointer, ir.Constant(I32, ITEMSIZE[e.dtype]), mask, ir.Constant(memory, None)])
-        else:
-            offsets = self.flat_index(buf, e.src, mask)
-            raw = ir.Constant(memory, ir.Undefined)
-            for lane in range(self.lanes):
-                at = ir.Constant(I32, lane)
-                pointer = self.b.gep(self.pointers[buf.name], [self.b.extract_element(offsets, at)],
-                                     source_etype=MEMORY[e.dtype])
-                raw = self.b.insert_element(raw, self.b.load(pointer, typ=MEMORY[e.dtype]), at)
-        return self.from_memory(raw, e.dtype)
-
-    def prefetch_stream(self, buf: Buffer, indices: tuple[Expr, ...], pointer: ir.Value, write: bool) -> None:
-        """A prefetch ahead of a vector access that streams with the innermost serial loop (see streams)."""
-        if self.serial and pointer.type.is_opaque:
-            loop = self.serial[-1]
-            step = lane_stride(buf, indices, loop.var)
-            trips = loop.extent if isinstance(loop.extent, int) else 1 << 20  # a symbolic loop: assume long
-            ahead = prefetch_ahead(None if step is None else step * ITEMSIZE[buf.dtype], trips)
-            if ahead is not None:
-                prefetch(self.b, self.module, pointer, ahead, write)
-
-    def vector_pointer(self, pointer: ir.Value, vector: ir.Type) -> ir.Value:
-        """Local buffers come from alloca as typed pointers; the vector access needs its own type."""
-        return pointer if pointer.type.is_opaque else self.b.bitcast(pointer, ir.PointerType(vector))
-
-    def reduce_or(self, mask: ir.Value) -> ir.Value:
-        fn = declare(self.module, "llvm.vector.reduce.or", [mask.type], ir.FunctionType(I1, [mask.type]))
-        return self.b.call(fn, [mask])
-
-    def masked(self, name: str, vector: ir.Type, args: list[ir.Value]) -> ir.Value:
-        """llvm.masked.load (returns the vector) or llvm.masked.store (vector, ptr, align, mask)."""
-        mask_type = ir.VectorType(I1, self.lanes)
-        if name.endswith("load"):
-            fn_type = ir.FunctionType(vector, [ir.PointerType(), I32, mask_type, vector])
-        else:
-            fn_type = ir.FunctionType(ir.VoidType(), [vector, ir.PointerType(), I32, mask_type])
-        return self.b.call(declare(self.module, name, [vector, ir.PointerType()], fn_type), args)
+        self.vector_store(s)
 
     # -- expressions ----------------------------------------------------------------
     def value(self, e: Expr, mask: ir.Value | None) -> ir.Value:
