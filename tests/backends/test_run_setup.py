@@ -1,0 +1,98 @@
+"""What a cpu run keeps from one run to the next (backends/cpu/setup.py, workloads/inputs.py InputCheck):
+a later run is checked, placed and answered exactly as a first run would be."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.backends.buffers import Recycler, aligned_copy
+from ptowsp.workloads import random_inputs
+
+pytestmark = pytest.mark.skipif("cpu" not in pw.targets(), reason="the cpu target is unavailable here")
+
+
+def _matmul() -> pw.Workload:
+    wl = pw.Workload("mm_setup")
+    a, b = wl.input("A", (8, 32)), wl.input("B", (32, 16))
+    k = pw.reduce_axis(32, "k")
+    c = wl.compute("C", (8, 16), lambda i, j: pw.sum(a[i, k] * b[k, j], axis=k))
+    wl.output(wl.compute("D", (8, 16), lambda i, j: c[i, j] + 1.0))
+    return wl
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda ins: {**ins, "A": ins["A"].astype(np.float64)}, "dtype float64"),
+    (lambda ins: {**ins, "A": ins["A"][:4]}, r"shape \(4, 32\)"),
+    (lambda ins: {**ins, "A": ins["A"].tolist()}, "got list"),
+    (lambda ins: {"A": ins["A"]}, "missing input 'B'"),
+    (lambda ins: {**ins, "E": ins["A"]}, "unexpected input 'E'"),
+    (lambda ins: {"A": ins["A"], "E": ins["B"]}, "unexpected input 'E'"),
+])
+def test_inputs_accepted_before_do_not_let_a_bad_run_through(bad, message):
+    wl = _matmul()
+    prog = pw.build(wl, "cpu", workers=2)
+    inputs = random_inputs(wl)
+    prog.run(**inputs)
+    prog.run(**inputs)  # the signature is remembered now
+    with pytest.raises(pw.InputError, match=message):
+        prog.run(**bad(inputs))
+    np.testing.assert_allclose(prog.run(**inputs)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5)
+
+
+def test_a_strided_input_after_a_contiguous_one_is_read_as_its_values():
+    wl = _matmul()
+    prog = pw.build(wl, "cpu", workers=2)
+    inputs = random_inputs(wl)
+    prog.run(**inputs)
+    wide = np.zeros((8, 64), np.float32)
+    wide[:, ::2] = inputs["A"]
+    strided = {**inputs, "A": wide[:, ::2]}  # same shape and dtype, not contiguous
+    np.testing.assert_allclose(prog.run(**strided)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5)
+    assert not np.shares_memory(prog.run(**inputs)["D"], prog.run(**inputs)["D"])  # each run its own output
+
+
+def test_new_buffers_after_the_caller_kept_the_last_ones_get_their_own_addresses():
+    wl = _matmul()
+    prog = pw.build(wl, "cpu", workers=2)
+    inputs = random_inputs(wl)
+    kept = [prog.run(**inputs)["D"] for _ in range(3)]  # the caller holds each output: none is reused
+    assert len({a.ctypes.data for a in kept}) == 3
+    for out in kept:
+        np.testing.assert_allclose(out, pw.reference(wl, **inputs)["D"], rtol=1e-5)
+
+
+def test_the_recycler_knows_the_address_of_what_it_handed_out():
+    buffers = Recycler()
+    first = buffers.empty("x", (100,), np.float32)
+    assert buffers.address("x") == first.ctypes.data and first.ctypes.data % 64 == 0
+    del first
+    again = buffers.empty("x", (100,), np.float32)  # reused: the same memory
+    assert buffers.address("x") == again.ctypes.data
+
+
+def test_constants_kernels_read_start_on_a_cache_line():
+    raw = np.zeros(32 * 16 + 4, np.float32)
+    weights = raw[4:].reshape(32, 16)  # 16 bytes past the array's start: not on a cache line
+    weights[...] = np.random.default_rng(0).standard_normal((32, 16))
+    assert weights.ctypes.data % 64 != 0
+    wl = pw.Workload("mm_const")
+    a, b = wl.input("A", (8, 32)), wl.constant("W", weights)
+    k = pw.reduce_axis(32, "k")
+    wl.output(wl.compute("C", (8, 16), lambda i, j: pw.sum(a[i, k] * b[k, j], axis=k)))
+    prog = pw.build(wl, "cpu", workers=2)
+    exe = prog._executable
+    assert all(exe.constant_addresses[name] % 64 == 0 for name in exe.arguments if name in exe.constants)
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(prog.run(**inputs)["C"], inputs["A"] @ weights, rtol=1e-5, atol=1e-5)
+
+
+def test_an_aligned_copy_is_made_only_when_needed():
+    aligned = aligned_copy(np.arange(64, dtype=np.float32))
+    assert aligned.ctypes.data % 64 == 0 and aligned_copy(aligned) is aligned
+    shifted = np.arange(68, dtype=np.float32)[4:]  # 16 bytes further on: off a cache line, unless malloc's start was
+    moved = aligned_copy(shifted)
+    assert moved.ctypes.data % 64 == 0 and np.array_equal(moved, shifted)
+    strided = aligned_copy(np.arange(128, dtype=np.float32)[::2])
+    assert strided.flags.c_contiguous and np.array_equal(strided, np.arange(0, 128, 2))
