@@ -73,8 +73,9 @@ def test_the_recycler_knows_the_address_of_what_it_handed_out():
 
 
 def test_constants_kernels_read_start_on_a_cache_line():
-    raw = np.zeros(32 * 16 + 4, np.float32)
-    weights = raw[4:].reshape(32, 16)  # 16 bytes past the array's start: not on a cache line
+    raw = np.zeros(32 * 16 + 16, np.float32)
+    skip = (16 - raw.ctypes.data % 64) % 64 // 4  # floats to a start 16 bytes past a cache line
+    weights = raw[skip:skip + 32 * 16].reshape(32, 16)
     weights[...] = np.random.default_rng(0).standard_normal((32, 16))
     assert weights.ctypes.data % 64 != 0
     wl = pw.Workload("mm_const")
@@ -91,8 +92,11 @@ def test_constants_kernels_read_start_on_a_cache_line():
 def test_an_aligned_copy_is_made_only_when_needed():
     aligned = aligned_copy(np.arange(64, dtype=np.float32))
     assert aligned.ctypes.data % 64 == 0 and aligned_copy(aligned) is aligned
-    shifted = np.arange(68, dtype=np.float32)[4:]  # 16 bytes further on: off a cache line, unless malloc's start was
+    raw = np.arange(80, dtype=np.float32)
+    skip = (16 - raw.ctypes.data % 64) % 64 // 4
+    shifted = raw[skip:skip + 64]  # 16 bytes past a cache line
     moved = aligned_copy(shifted)
+    assert shifted.ctypes.data % 64 == 16 and moved is not shifted
     assert moved.ctypes.data % 64 == 0 and np.array_equal(moved, shifted)
     strided = aligned_copy(np.arange(128, dtype=np.float32)[::2])
     assert strided.flags.c_contiguous and np.array_equal(strided, np.arange(0, 128, 2))
