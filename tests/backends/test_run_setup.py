@@ -100,3 +100,17 @@ def test_an_aligned_copy_is_made_only_when_needed():
     assert moved.ctypes.data % 64 == 0 and np.array_equal(moved, shifted)
     strided = aligned_copy(np.arange(128, dtype=np.float32)[::2])
     assert strided.flags.c_contiguous and np.array_equal(strided, np.arange(0, 128, 2))
+
+
+def test_a_dynamic_workload_keeps_the_set_up_of_its_latest_bindings_only(monkeypatch):
+    import sys
+    cpu = sys.modules["ptowsp.backends.cpu"]
+    monkeypatch.setattr(cpu, "KEPT_SETUPS", 3)
+    wl = pw.Workload("rows_setup")
+    x = wl.input("x", ("n", 16))
+    wl.output(wl.compute("y", ("n", 16), lambda i, j: x[i, j] * 2.0 + 1.0))
+    prog = pw.build(wl, "cpu", workers=2)
+    for n in (5, 9, 12, 30, 7, 5):
+        inputs = random_inputs(wl, sizes={"n": n})
+        np.testing.assert_allclose(prog.run(**inputs)["y"], inputs["x"] * 2.0 + 1.0, rtol=1e-6)
+        assert len(prog._executable._setups) <= 3

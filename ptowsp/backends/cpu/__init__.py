@@ -54,6 +54,9 @@ from ptowsp.workloads.intrinsic import lookup
 from ptowsp.workloads.reference import run_opaque
 
 
+KEPT_SETUPS = 64  # bindings of the sizes whose run set-up an executable keeps
+
+
 def _dump(node: object) -> str:
     """A complete, process-independent text of a compiler input: every op, dtype and argument."""
     if isinstance(node, Expr):
@@ -278,6 +281,8 @@ class CpuExecutable:
             if not (self.zeroed or self.conditions):  # else each run's table depends on its arrays
                 found.table = self.table_for(sizes)
                 found.native = self.native_tasks(found.table, key)
+            if len(self._setups) >= KEPT_SETUPS:  # a dynamic workload meets many bindings: keep the latest
+                self._setups.pop(next(iter(self._setups)))
             self._setups[key] = found
         return found
 
