@@ -312,9 +312,9 @@ class CpuExecutable:
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = dict(setup.memory)
-        # a folded output is shared by every run: each gets its own writable copy
-        return {name: placed.own[name] if name in placed.own else
-                np.array(self.constants[name]) if name in self.folded else launch.arrays[name]
+        # an output is a task's: stored in a buffer of its own, or folded at build time and shared by
+        # every run, when each gets its own writable copy
+        return {name: placed.own[name] if name in placed.own else np.array(self.constants[name])
                 for name in wl.outputs}, trace
 
 
