@@ -114,7 +114,9 @@ def damaged_object_is_rebuilt(root: str, damage: str) -> None:
     with cache_at(pathlib.Path(root)):
         obj, other = entry()[0], entry(16)[0]
         obj.write_bytes(OBJECT_DAMAGE[damage](obj.read_bytes(), other.read_bytes()))
-        assert obj.name in " ".join(build_and_check(damaged=True))
+        messages = " ".join(build_and_check(damaged=True))
+        assert obj.name in messages
+        print(f"rebuilt {obj.name}: {messages}")
 
 
 def mutated_objects(scratch: str, examples: str) -> None:
@@ -131,8 +133,11 @@ def mutated_objects(scratch: str, examples: str) -> None:
             obj, _ = entry()
             obj.write_bytes(mutate(obj.read_bytes(), mutation))
             assert "the object code does not match" in " ".join(build_and_check(damaged=True))
+            checked.append(mutation)
 
+    checked: list = []
     check()
+    print(f"{len(checked)} mutations rebuilt")
 
 
 MUTATION = st.one_of(
@@ -154,12 +159,14 @@ def mutate(data: bytes, mutation: tuple) -> bytes:
     return data[:at] + rest[0] + data[at:]
 
 
-def in_subprocess(call: str, *args: str) -> None:
-    """Run `call` of this module in a fresh interpreter; it must exit with 0 (not crash)."""
+def in_subprocess(call: str, *args: str) -> str:
+    """Run `call` of this module in a fresh interpreter; it must exit with 0 (not crash).  Returns what
+    it printed."""
     code = f"import sys; from tests.robustness.test_kernel_cache import {call}; {call}(*sys.argv[1:])"
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
 
 
 def read_manifest(path: pathlib.Path) -> dict:
@@ -218,11 +225,13 @@ def test_half_an_entry_is_a_miss_not_damage(cache, missing):
 
 @pytest.mark.parametrize("damage", list(OBJECT_DAMAGE))
 def test_damaged_object_code_is_recompiled(tmp_path, damage):
-    in_subprocess("damaged_object_is_rebuilt", str(tmp_path / "cache"), damage)
+    report = in_subprocess("damaged_object_is_rebuilt", str(tmp_path / "cache"), damage)
+    assert report.startswith("rebuilt ") and ".o:" in report, report
 
 
 def test_hypothesis_mutations_of_object_code(tmp_path):
-    in_subprocess("mutated_objects", str(tmp_path / "scratch"), "12")
+    report = in_subprocess("mutated_objects", str(tmp_path / "scratch"), "12")
+    assert "12 mutations rebuilt" in report, report
 
 
 # -- damaged or foreign manifests ----------------------------------------------------------------------

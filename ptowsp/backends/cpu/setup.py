@@ -12,6 +12,7 @@ device clock, debug checks) or a table depends on the run's arrays (tasks with a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -96,7 +97,6 @@ class RunSetup:
         """Every tensor of the run as an array (the arena's as views into it), for Python code."""
         arrays = {**constants, **inputs, **placed.own}
         for s in self.in_arena:
-            at = s.offset
-            nbytes = int(np.prod(s.shape, dtype=np.int64)) * s.dtype.itemsize
-            arrays[s.name] = placed.arena[at:at + nbytes].view(s.dtype).reshape(s.shape)
+            nbytes = math.prod(s.shape) * s.dtype.itemsize
+            arrays[s.name] = placed.arena[s.offset:s.offset + nbytes].view(s.dtype).reshape(s.shape)
         return arrays
