@@ -122,7 +122,10 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
     clamped = any(u is not None for u in unclamped)
     indices = [i if u is None else u for i, u in zip(indices, unclamped, strict=True)]
     forms = [_affine(i, inner, varying) for i in indices]
-    if all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
+    quotient = None if clamped else _quotient(indices, inner, varying)
+    if quotient is not None:
+        lo, hi, base = quotient
+    elif all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
         lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
         highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
         lo, hi = lows[0], highs[0]
@@ -144,6 +147,45 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
     start = base if isinstance(lo, int) and lo == 0 else _plus(base, sizes.as_expr(lo))
     start = start if start is not None else const(0, "int64")
     return (_shift_inwards(start, extent, size, known) if shift else start), extent
+
+
+def _quotient(indices: list[Expr], inner: dict, varying: frozenset[str]) -> tuple[int, int, Expr | None] | None:
+    """(lo, hi, base) of a dimension every index of which divides one affine form by one constant
+    d > 0 (`(base + a) // d`, a blocked layout's block index): its values are base // d + [lo, hi]
+    exactly when base is a multiple of d, else within one more block (a floor moves by at most
+    ceil(w / d) over a span of w).  None for anything else, which then falls back to numeric bounds."""
+    divisors = {i.src[1].arg for i in indices if i.op is Op.FLOORDIV and i.src[1].op is Op.CONST}
+    if len(divisors) != 1 or len(indices) != sum(i.op is Op.FLOORDIV for i in indices):
+        return None
+    d = divisors.pop()
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        return None
+    forms = [_affine(i.src[0], inner, varying) for i in indices]
+    if any(f is None for f in forms) or len({_key(f.base) for f in forms}) != 1:  # type: ignore[union-attr]
+        return None
+    lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
+    highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
+    if not all(isinstance(x, int) for x in (*lows, *highs)):
+        return None
+    lo, hi, base = min(lows), max(highs), forms[0].base  # type: ignore[union-attr]
+    if base is None:
+        return lo // d, hi // d, None
+    if _multiple(base, d):
+        return lo // d, hi // d, binary(Op.FLOORDIV, base, const(d, "int64"))
+    return 0, -(-(hi - lo) // d), binary(Op.FLOORDIV, _plus(base, const(lo, "int64")), const(d, "int64"))
+
+
+def _multiple(e: Expr, d: int) -> bool:
+    """Whether the int expression e is a multiple of d for every value of its variables."""
+    if e.op is Op.CONST:
+        return not isinstance(e.arg, bool) and isinstance(e.arg, int) and e.arg % d == 0
+    if e.op in (Op.ADD, Op.SUB):
+        return _multiple(e.src[0], d) and _multiple(e.src[1], d)
+    if e.op is Op.NEG:
+        return _multiple(e.src[0], d)
+    if e.op is Op.MUL:
+        return any(x.op is Op.CONST and _multiple(x, d) for x in e.src)
+    return False
 
 
 def _unclamped(index: Expr, size: sizes.Extent) -> Expr | None:

@@ -60,7 +60,6 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 
@@ -73,7 +72,7 @@ from ptowsp.runtime.idle import ParkedCauses
 from ptowsp.runtime import crew
 from ptowsp.runtime.native import NativeRun, Records
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
-from ptowsp.runtime.service import pinned, pool
+from ptowsp.runtime.service import pool
 from ptowsp.runtime.stops import describe, interrupts, raise_failure
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
@@ -233,11 +232,11 @@ def _serve_native(run: NativeRun) -> None:
     (Python raises KeyboardInterrupt in the caller's thread) stops the run within a slice; a timeout
     sets the loop's stop flag from the watchdog's thread.  It returns once every helper that claimed
     its worker has left the loop (one that had not claimed it yet never will)."""
-    with pool().threads(run.workers - 1) as threads, pinned() if threads else contextlib.nullcontext():
+    with pool().threads(run.workers - 1) as threads:
         for w, thread in enumerate(threads, start=1):
             thread.offer(run.buffer.address, w)
-        try:
-            while run.work(0, time.monotonic_ns() + SLICE_NS):
+        try:  # beside helpers the caller is pinned while it works (run.lead)
+            while run.lead(time.monotonic_ns() + SLICE_NS) if threads else run.work(0, time.monotonic_ns() + SLICE_NS):
                 pass
         except BaseException:  # Ctrl-C between two slices: the helpers stop at their next task boundary
             run.stop()

@@ -37,11 +37,12 @@ import ctypes
 import functools
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from ptowsp.runtime.native_ir import (
-    COMPLETED, EXITED, IDLE_SINCE, LINE, POINTERS, RECORDED, SLOTS, STOP, TAIL, WAITED,
+    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED,
     compile_ir, loop_ir,
 )
 from ptowsp.runtime.table import TaskTable
@@ -63,6 +64,8 @@ class _Loop:
         self.engine = compile_ir(lambda triple: loop_ir(x86=triple.startswith(("x86_64", "i686", "i386"))))
         self.address = self.engine.get_function_address("ptowsp_native_worker")
         self.worker = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(self.address)
+        self.lead = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("ptowsp_native_lead"))
 
 
 @functools.cache
@@ -78,11 +81,12 @@ def worker_address() -> int:
 class NativeTasks:
     """What a backend gives for a native run of one table: per instance the address of its kernel's
     thunk and where its arguments start in `arguments` (a thunk reads its pointer arguments as
-    indices into the run's `pointers`, its integers as they are).  It keeps a finished run's buffer
-    for the next run, so a run allocates nothing."""
+    indices into the run's pointer table of `slots` addresses, its integers as they are).  It keeps
+    a finished run's buffer, pointer table included, for the next run, so a run allocates nothing
+    and rewrites only the addresses that changed (a `Fill`)."""
 
-    def __init__(self, thunks: np.ndarray, offsets: np.ndarray, arguments: np.ndarray):
-        self.thunks, self.offsets, self.arguments = thunks, offsets, arguments
+    def __init__(self, thunks: np.ndarray, offsets: np.ndarray, arguments: np.ndarray, slots: int):
+        self.thunks, self.offsets, self.arguments, self.slots = thunks, offsets, arguments, max(1, slots)
         self._kept: dict[int, _Buffer] = {}  # per worker count
 
     def acquire(self, table: TaskTable, workers: int) -> _Buffer:
@@ -95,14 +99,27 @@ class NativeTasks:
         self._kept[buffer.workers] = buffer
 
 
+# fill(table, filled): write a run's addresses into the pointer table of its buffer, where `filled`
+# (a dict kept with the buffer, empty when the buffer is new) remembers what earlier runs wrote there
+Fill = Callable[[np.ndarray, dict], None]
+
+
+def fixed_pointers(addresses: np.ndarray) -> Fill:
+    """A Fill that writes the same addresses every run."""
+    def fill(table: np.ndarray, filled: dict) -> None:
+        table[:] = addresses
+    return fill
+
+
 _META_AT = -(-SLOTS // LINE) * LINE  # the workers' lines start on a cache line of their own
 
 
 class _Buffer:
     """The int64 buffer the loop reads and writes: the state slots, a line per worker, the
-    dependency counts, the queues, the task records and the idle spans; and its head as every run
-    starts (every address set but the run's pointer table; the queues hold the instances ready at
-    the start, dealt round robin as the Python scheduler deals them)."""
+    dependency counts, the queues, the task records, the idle spans and the pointer table; and its
+    head as every run starts (the queues hold the instances ready at the start, dealt round robin
+    as the Python scheduler deals them).  A run resets the head and rewrites what changed in the
+    pointer table, which lies past the head."""
 
     def __init__(self, table: TaskTable, tasks: NativeTasks, workers: int):
         n = len(table)
@@ -111,11 +128,14 @@ class _Buffer:
         queues_at = remaining_at + n
         self.records_at = queues_at + workers * n
         self.waits_at = self.records_at + workers * n * 3
-        self.array = np.zeros(self.waits_at + workers * (n + 1) * 2, np.int64)
+        pointers_at = self.pointers_at = self.waits_at + workers * (n + 1) * 2
+        self.array = np.zeros(pointers_at + tasks.slots, np.int64)
         base = self.array.ctypes.data
+        self.pointers = self.array[pointers_at:]  # the run's pointer table: outside the head, kept between runs
+        self.filled: dict = {}  # what the runs' Fill wrote into it
         head = self.head = np.zeros(queues_at + workers * n, np.int64)
         head[:SLOTS] = [n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
-                        tasks.arguments.ctypes.data, 0, starts.ctypes.data, successors.ctypes.data,
+                        tasks.arguments.ctypes.data, base + 8 * pointers_at, starts.ctypes.data, successors.ctypes.data,
                         base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
                         base + 8 * self.records_at, base + 8 * self.waits_at, 0]
         meta = head[_META_AT:remaining_at].reshape(workers, LINE)
@@ -127,7 +147,6 @@ class _Buffer:
             head[queues_at + w * n:queues_at + w * n + len(mine)] = mine
             meta[w, TAIL] = len(mine)
         self.state = self.array[:SLOTS]
-        self.meta = self.array[_META_AT:remaining_at].reshape(workers, LINE)
         self.n, self.workers, self.address = n, workers, base
         self._keep = (tasks.thunks, tasks.offsets, tasks.arguments, starts, successors)  # what the loop reads
 
@@ -138,17 +157,23 @@ class _Buffer:
 class NativeRun:
     """One run of a table on the native loop."""
 
-    def __init__(self, table: TaskTable, tasks: NativeTasks, pointers: np.ndarray, workers: int):
-        self.tasks, self.pointers = tasks, pointers  # the loop reads them: alive for the run
+    def __init__(self, table: TaskTable, tasks: NativeTasks, fill: Fill, workers: int):
+        self.tasks = tasks
         self.buffer = buffer = tasks.acquire(table, workers)
-        buffer.state[POINTERS] = pointers.ctypes.data
+        fill(buffer.pointers, buffer.filled)
         self.workers = workers
-        self._worker = _loop().worker
+        loop = _loop()
+        self._worker, self._lead = loop.worker, loop.lead
 
     def work(self, w: int, deadline_ns: int = 0) -> bool:
         """Worker w runs tasks (GIL released) until the table is done or stopped (False), or until
         a task ends past `deadline_ns` on the monotonic clock (True: call again)."""
         return bool(self._worker(self.buffer.address, w, deadline_ns))
+
+    def lead(self, deadline_ns: int) -> bool:
+        """work(0, deadline_ns) with the calling thread pinned to the first CPU it may use meanwhile
+        (its affinity given back before this returns): worker 0 beside helper threads."""
+        return bool(self._lead(self.buffer.address, deadline_ns))
 
     def stop(self) -> None:
         """Workers stop at their next task boundary."""
@@ -175,21 +200,24 @@ class NativeRun:
         """Every worker's task records and idle spans, copied out of the run's buffer in one piece
         (the next run reuses the buffer)."""
         b = self.buffer
-        return Records(b.n, b.workers, b.meta.copy(), b.array[b.records_at:].copy(), b.waits_at - b.records_at)
+        return Records(b.n, b.workers, b.array[_META_AT:b.pointers_at].copy(), b.records_at - _META_AT,
+                       b.waits_at - _META_AT)
 
 
 class Records:
-    """The records of a finished native run (NativeRun.records), read per worker when its trace is made."""
+    """The records of a finished native run (NativeRun.records): a copy of the buffer from the
+    workers' lines to the idle spans, read per worker when its trace is made."""
 
-    def __init__(self, n: int, workers: int, meta: np.ndarray, region: np.ndarray, waits_at: int):
-        self.n, self.workers, self.meta, self.region, self.waits_at = n, workers, meta, region, waits_at
+    def __init__(self, n: int, workers: int, region: np.ndarray, records_at: int, waits_at: int):
+        self.n, self.workers, self.region = n, workers, region
+        self.records_at, self.waits_at = records_at, waits_at
 
     def runs(self, w: int) -> np.ndarray:
         """Worker w's tasks: rows of (instance, start ns, end ns)."""
-        at = w * self.n * 3
-        return self.region[at:at + int(self.meta[w, RECORDED]) * 3].reshape(-1, 3)
+        at = self.records_at + w * self.n * 3
+        return self.region[at:at + int(self.region[w * LINE + RECORDED]) * 3].reshape(-1, 3)
 
     def idle(self, w: int) -> np.ndarray:
         """Worker w's idle spans: rows of (start ns, end ns)."""
         at = self.waits_at + w * (self.n + 1) * 2
-        return self.region[at:at + int(self.meta[w, WAITED]) * 2].reshape(-1, 2)
+        return self.region[at:at + int(self.region[w * LINE + WAITED]) * 2].reshape(-1, 2)

@@ -19,6 +19,7 @@ HEAD, TAIL, LOCK, RECORDED, WAITED, IDLE_SINCE = range(6)
 LINE = 8
 SPIN_NS, YIELD_NS, POLL_NS = 200_000, 2_000_000, 100_000
 CLOCK_MONOTONIC = 1  # Linux's id
+CPU_WORDS = 16  # the lead's affinity masks: 1024 CPUs
 
 
 # `@now()`: CLOCK_MONOTONIC in nanoseconds, the clock of time.perf_counter on Linux
@@ -338,6 +339,57 @@ over:
   call void @end_idle(ptr %state, i64 %w, i64 %te)
   ret i64 0
 }}
+
+; worker 0 on the caller's thread, pinned for the call to the first CPU it may use and given its
+; affinity back after (as service.pinned does, without Python's set of CPUs and its two cold system
+; calls per run); a mask that does not fit CPU_WORDS words, or one CPU, leaves the thread as it is
+define i64 @ptowsp_native_lead(ptr %state, i64 %deadline) {{
+entry:
+  %saved = alloca [{CPU_WORDS} x i64], align 8
+  %one = alloca [{CPU_WORDS} x i64], align 8
+  call void @llvm.memset.p0.i64(ptr %one, i8 0, i64 {8 * CPU_WORDS}, i1 false)
+  %got = call i32 @sched_getaffinity(i32 0, i64 {8 * CPU_WORDS}, ptr %saved)
+  %ok = icmp eq i32 %got, 0
+  br i1 %ok, label %word, label %free
+word:
+  %k = phi i64 [0, %entry], [%k1, %word]
+  %bits = phi i64 [0, %entry], [%bits1, %word]
+  %first = phi i64 [-1, %entry], [%first1, %word]
+  %p = getelementptr i64, ptr %saved, i64 %k
+  %v = load i64, ptr %p
+  %c = call i64 @llvm.ctpop.i64(i64 %v)
+  %bits1 = add i64 %bits, %c
+  %none = icmp eq i64 %first, -1
+  %nz = icmp ne i64 %v, 0
+  %take = and i1 %none, %nz
+  %first1 = select i1 %take, i64 %k, i64 %first
+  %k1 = add i64 %k, 1
+  %end = icmp eq i64 %k1, {CPU_WORDS}
+  br i1 %end, label %decide, label %word
+decide:
+  %many = icmp sgt i64 %bits1, 1
+  br i1 %many, label %pin, label %free
+pin:
+  %fp = getelementptr i64, ptr %saved, i64 %first1
+  %f = load i64, ptr %fp
+  %low = call i64 @llvm.cttz.i64(i64 %f, i1 true)
+  %bit = shl i64 1, %low
+  %op = getelementptr i64, ptr %one, i64 %first1
+  store i64 %bit, ptr %op
+  call i32 @sched_setaffinity(i32 0, i64 {8 * CPU_WORDS}, ptr %one)
+  %r = call i64 @ptowsp_native_worker(ptr %state, i64 0, i64 %deadline)
+  call i32 @sched_setaffinity(i32 0, i64 {8 * CPU_WORDS}, ptr %saved)
+  ret i64 %r
+free:
+  %r2 = call i64 @ptowsp_native_worker(ptr %state, i64 0, i64 %deadline)
+  ret i64 %r2
+}}
+
+declare i32 @sched_getaffinity(i32, i64, ptr)
+declare i32 @sched_setaffinity(i32, i64, ptr)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare i64 @llvm.ctpop.i64(i64)
+declare i64 @llvm.cttz.i64(i64, i1)
 """
 
 

@@ -16,7 +16,8 @@ started once per process, parked when idle, and lent to one run at a time:
   sends a sitting thread back to Python first, and so does the
   interpreter's exit (whose teardown frees the native code it runs).
 - `pinned()` pins the calling thread (the run's worker 0) to the first CPU
-  for the duration of a run; pool thread k is pinned to CPU k+1 (modulo the
+  for the duration of a run (a native run's caller pins itself in native
+  code: native.py `lead`); pool thread k is pinned to CPU k+1 (modulo the
   CPUs the process may use).  On this VM unpinned worker threads made the
   same kernels up to 2x slower from run to run (docs/runtime.md).
 

@@ -75,6 +75,29 @@ def test_read_box_is_symbolic_in_outer_loops_and_clamped():
     assert str(box.starts[0]) == "minimum(i * 4, 35)"
 
 
+def test_read_box_of_a_block_index_is_exact_when_the_base_is_a_multiple_of_the_block():
+    o = var("o", 2)
+    c = var("c", 32)
+    aligned = read_box([((o * 32 + c) // 16,)], {"c": 32}, (4,), shift=False)
+    assert aligned.extents == (2,) and str(aligned.starts[0]) == "o * 32 // 16"
+    shifted = read_box([((o * 32 + c + 3) // 16,)], {"c": 32}, (8,), shift=False)
+    assert shifted.extents == (3,) and str(shifted.starts[0]) == "o * 32 // 16"  # 3..34: blocks 0..2
+    unaligned = read_box([((o * 24 + c) // 16,)], {"c": 16}, (8,), shift=False)
+    assert unaligned.extents == (2,)  # 16 values starting anywhere span at most 2 blocks
+
+
+@pytest.mark.parametrize("tile", [4, 6])
+def test_a_producer_read_through_a_division_is_computed_per_tile(tile):
+    wl = pw.Workload("upsample")
+    x = wl.input("x", (24,))
+    a = wl.compute("a", (12,), lambda i: x[2 * i] + x[2 * i + 1])
+    wl.output(wl.compute("b", (24,), lambda i: a[i // 2] * 3.0))
+    s = wl.schedule().split("b", "i", tile).compute_at("a", "b", "i.outer")
+    source = lower_program(wl, s).source("b")
+    assert f"local a: float32[{tile // 2}]" in source  # a tile of b reads tile / 2 elements of a, not 12
+    assert_same(s)
+
+
 def test_compute_at_a_grid_loop_stages_per_task_instance():
     wl = zoo.rmsnorm(6, 20)
     s = wl.schedule().parallel("Y", "i").compute_at("Y_ms", "Y", "i")

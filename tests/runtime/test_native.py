@@ -14,7 +14,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.runtime import Instance, Options, TaskTable, execute
-from ptowsp.runtime.native import NativeRun, NativeTasks, supported
+from ptowsp.runtime.native import NativeRun, NativeTasks, fixed_pointers, supported
 
 pytestmark = pytest.mark.skipif(supported() is not None, reason=str(supported()))
 
@@ -62,8 +62,8 @@ class Stamps:
         self.counter = np.zeros(1, np.int64)
         self.out = np.full(n, -1, np.int64)
         words = np.array([[i, sleep_us] for i in range(n)], np.int64).ravel()
-        tasks = NativeTasks(np.full(n, _stamp()[1], np.int64), np.arange(n, dtype=np.int64) * 2, words)
-        self.native = (tasks, np.array([self.counter.ctypes.data, self.out.ctypes.data], np.int64))
+        tasks = NativeTasks(np.full(n, _stamp()[1], np.int64), np.arange(n, dtype=np.int64) * 2, words, 2)
+        self.native = (tasks, fixed_pointers(np.array([self.counter.ctypes.data, self.out.ctypes.data], np.int64)))
         self.in_python = 0
 
     def compute(self, i: int) -> None:  # the Python executor's path: stamp from Python
@@ -173,8 +173,9 @@ def test_what_the_loop_does_not_implement_runs_in_python(options):
 
 def test_a_cpu_build_runs_natively_and_matches_the_python_executor(monkeypatch):
     calls = []
-    work = NativeRun.work
+    work, lead = NativeRun.work, NativeRun.lead
     monkeypatch.setattr(NativeRun, "work", lambda self, *a: calls.append(a) or work(self, *a))
+    monkeypatch.setattr(NativeRun, "lead", lambda self, *a: calls.append(a) or lead(self, *a))
     wl = pw.zoo.transformer_block(16, 32, 2, 64)
     inputs = pw.workloads.random_inputs(wl)
     native = pw.build(wl, "cpu", workers=2)
@@ -197,3 +198,32 @@ def test_a_one_instance_run_on_two_workers_traces_its_one_task():
     assert launch.in_python == 0
     assert [(e.name, e.worker) for e in trace.events] == [("step", 0)]
     assert trace.summary().tasks == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs a thread allowed on two CPUs")
+def test_the_lead_pins_the_caller_to_its_first_cpu_and_gives_the_affinity_back():
+    before = os.sched_getaffinity(0)
+    table = layered(5, layers=2, width=4)
+    launch = Stamps(table, sleep_us=3000)
+    tasks, fill = launch.native
+    run = NativeRun(table, tasks, fill, 1)
+    caller, seen, done = threading.get_native_id(), [], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(frozenset(os.sched_getaffinity(caller)))
+            time.sleep(5e-4)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        while run.lead(0):
+            pass
+    finally:
+        done.set()
+        watcher.join()
+    run.release()
+    assert sorted(launch.out) == list(range(len(table)))  # every task ran once
+    assert frozenset({min(before)}) in seen  # pinned while it ran
+    assert os.sched_getaffinity(0) == before  # and free again after

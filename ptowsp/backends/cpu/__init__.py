@@ -36,7 +36,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Buffer, Program, lower_program
 from ptowsp.lower.formula import formula_of
 from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute, rouse
-from ptowsp.runtime.native import NativeTasks
+from ptowsp.runtime.native import Fill, NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.blocking import block_convolutions
@@ -254,7 +254,7 @@ class CpuExecutable:
             words += [*tensors[inst.name], *inst.coords, *sizes]
         else:
             found = NativeTasks(np.array(thunks, np.int64), np.array(offsets, np.int64),
-                                np.array(words or [0], np.int64))
+                                np.array(words or [0], np.int64), len(self.arguments))
         if cached:
             self._native[sizes] = found
         return found
@@ -308,7 +308,8 @@ class CpuExecutable:
         python = options.debug or execute_table is not None or native is None
         launch = _Launch(self, table, setup.bound, setup.key,
                          lambda: arrays or setup.arrays(placed, inputs, self.constants),
-                         None if python else (native, setup.pointers(placed, inputs)), options.debug)
+                         None if python else (native, lambda table, filled: setup.fill_pointers(
+                             table, filled, placed, inputs)), options.debug)
         trace = (execute_table or execute)(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = dict(setup.memory)
@@ -372,7 +373,7 @@ class _Launch:
     load = store = None
 
     def __init__(self, exe: CpuExecutable, table: TaskTable, workload: Workload, sizes: tuple[int, ...],
-                 arrays: Callable[[], dict[str, np.ndarray]], native: tuple[NativeTasks, np.ndarray] | None,
+                 arrays: Callable[[], dict[str, np.ndarray]], native: tuple[NativeTasks, Fill] | None,
                  debug: bool = False):
         self.exe, self.instances = exe, table.instances
         self.workload = workload

@@ -81,16 +81,24 @@ class RunSetup:
                 array.fill(0)
         return Placed(arena, buffers.address(ARENA), own, own_at)
 
-    def pointers(self, placed: Placed, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The pointer table of a native run: every kernel argument's address, in `arguments` order."""
-        table = self.template.copy()
-        if len(self.arena_slots):
+    def fill_pointers(self, table: np.ndarray, filled: dict, placed: Placed, inputs: Mapping[str, np.ndarray]) -> None:
+        """Write a native run's addresses into the pointer table its buffer keeps (`arguments` order;
+        a runtime.native Fill): the constants' once per buffer, the arena's and the own buffers'
+        only when they moved (the Recycler hands out the same ones run after run), the inputs'
+        every run.  Each numpy call skipped matters: after a run that streamed megabytes they run
+        with cold caches, several microseconds each (docs/performance.md)."""
+        if not filled:
+            table[:] = self.template
+            filled[ARENA] = None
+        if filled[ARENA] != placed.at and len(self.arena_slots):
             table[self.arena_slots] = self.arena_offsets + placed.at
+            filled[ARENA] = placed.at
         for k, name in self.input_slots:
             table[k] = inputs[name].ctypes.data
         for k, name in self.own_slots:
-            table[k] = placed.own_at[name]
-        return table
+            at = placed.own_at[name]
+            if filled.get(k) != at:
+                table[k] = filled[k] = at
 
     def arrays(self, placed: Placed, inputs: Mapping[str, np.ndarray],
                constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
