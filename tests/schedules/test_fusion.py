@@ -89,6 +89,33 @@ def test_a_producer_with_several_consumers_stays_stored_unless_fused_explicitly(
     assert "Y_exp" not in stored(prog)
 
 
+def gelu_after_matmul(shift: int) -> pw.Workload:
+    """H = X W + b, then gelu written as ONNX spells it, as separate tasks: H is read by two of
+    them (x and erf(x / sqrt 2)), at the same point, or `shift` columns apart."""
+    wl = pw.Workload("mm_gelu")
+    x, w, b = wl.input("X", (16, 24)), wl.input("W", (24, 32)), wl.input("b", (32,))
+    k = pw.reduce_axis(24, "k")
+    mm = wl.compute("M", (16, 32), lambda i, j: pw.sum(x[i, k] * w[k, j], k))
+    h = wl.compute("H", (16, 32), lambda i, j: mm[i, j] + b[j])
+    e = wl.compute("E", (16, 32), lambda i, j: pw.erf(h[i, j] * 0.7071067811865476) + 1.0)
+    wl.output(wl.compute("G", (16, 32), lambda i, j: h[i, (j + shift) % 32 if shift else j] * e[i, j] * 0.5))
+    return wl
+
+
+def test_a_producer_whose_consumers_all_inline_into_one_task_at_one_point_is_inlined_there_too():
+    s = gelu_after_matmul(shift=0).schedule().fuse_by_category()
+    text = s.explain()
+    assert "fused H -> E: inlined into E" in text  # E and G both read H[i, j], and E is inlined into G
+    assert "fused M -> G: computed per output tile inside G (epilogue)" in text  # so G is the matmul's epilogue
+    assert stored(built(s)) == {"G"}
+
+
+def test_a_producer_read_at_two_points_of_its_one_reader_stays_stored():
+    s = gelu_after_matmul(shift=1).schedule().fuse_by_category()
+    assert "'H' has 2 consumers (E, G); fuse_by_category keeps it materialised" in s.explain()
+    assert "H" in stored(built(s))
+
+
 @pytest.mark.parametrize("producer, consumer, reason", [
     ("Y_max", "Y_exp", "no rule fuses a reduction producer into an injective consumer"),
     ("Y_max", "Y", "'Y' does not read 'Y_max'"),

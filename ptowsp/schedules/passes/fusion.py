@@ -114,9 +114,16 @@ def plan(s: Schedule, keep: Mapping[str, str] | None = None) -> FusionPlan:
     inlined = set(s.inlined)
     injective = [r for r in requests if wl.category(r[0]) is Category.INJECTIVE]
     into_contraction = [r for r in injective if wl.category(r[1]) is Category.COMPLEX_OUT_FUSABLE]
-    for p, c, explicit in [r for r in injective if r not in into_contraction]:  # first: an epilogue looks through them
+    # first: an epilogue looks through them; consumers before producers, so that a producer whose
+    # consumers all inline into one task (gelu's x and erf(x / sqrt 2)) is read by that one task
+    chains = [r for r in injective if r not in into_contraction]
+    order = {t: k for k, t in enumerate(wl.tasks)}
+    first, refused = len(out.fusions), len(out.refused)
+    for p, c, explicit in sorted(chains, key=lambda r: -order[r[0]]):
         if _inline(s, out, p, c, explicit, inlined, keep or {}):
             inlined.add(p)
+    out.fusions[first:] = sorted(out.fusions[first:], key=lambda f: order[f.producer])  # the steps in task order
+    out.refused[refused:] = sorted(out.refused[refused:], key=lambda r: (order[r[0]], order[r[1]]))
     for p, c, explicit in requests:
         if wl.category(p) is Category.INJECTIVE:
             continue
@@ -145,7 +152,7 @@ def _inline(s: Schedule, out: FusionPlan, p: str, c: str, explicit: bool, inline
         anchor = next(f.producer for f in out.fusions if f.kind == "epilogue" and f.consumer == p)
         reason = f"{p!r} already holds the epilogue of {anchor!r}"
     else:
-        reason = check_pair(s, p, c) or _inline_problem(s, p, explicit)
+        reason = check_pair(s, p, c) or _inline_problem(s, p, explicit, inlined)
     if reason is None and not explicit and p in keep:
         reason = keep[p]
     if reason is None and not explicit and wl.category(c) is Category.COMPLEX_OUT_FUSABLE:
@@ -172,14 +179,28 @@ def _try(s: Schedule, out: FusionPlan, fusion: Fusion | None, p: str, c: str, re
     return False
 
 
-def _inline_problem(s: Schedule, producer: str, explicit: bool) -> str | None:
+def _inline_problem(s: Schedule, producer: str, explicit: bool, inlined: Collection[str]) -> str | None:
     consumers = list(s.workload.graph.successors(producer))
-    if not explicit and len(consumers) > 1:
+    if not explicit and len(consumers) > 1 and not _one_point_of_one_reader(s.workload, producer, inlined):
         return (f"{producer!r} has {len(consumers)} consumers ({', '.join(consumers)}); fuse_by_category keeps it "
                 "materialised rather than recompute it in each (fuse_tasks recomputes it)")
     if producer in s.compute_at_locations:
         return f"{producer!r} is already placed by compute_at"
     return None
+
+
+def _one_point_of_one_reader(wl: Workload, producer: str, inlined: Collection[str]) -> bool:
+    """Whether every consumer of `producer` is inlined into one task, which reads it at one index only
+    (gelu's `x * erf(x / sqrt 2)`): inlined there, each of its points is computed once, as if stored."""
+    found = readers(wl, producer, inlined)
+    if len(found) != 1:
+        return False
+    task = wl.task(next(iter(found)))
+    if not isinstance(task, ComputeTask):
+        return False
+    loads = [n for n in walk(inline_producers(task.value, wl, set(inlined))) if n.op is Op.LOAD and n.arg.name == producer]
+    return all(len(n.src) == len(loads[0].src) and all(a.same_as(b) for a, b in zip(n.src, loads[0].src))
+               for n in loads)
 
 
 def readers(wl: Workload, task: str, inlined: Collection[str]) -> set[str]:
