@@ -171,6 +171,7 @@ def compare(name: str, model, x: np.ndarray, output: str, torch_run, args) -> No
     rows = {"ptowsp default (cpu, 2 workers)": lambda: prog.run(x=x)}
     if args.tuned:
         start = time.perf_counter()
+        os.makedirs(args.log_dir, exist_ok=True)
         log = os.path.join(args.log_dir, f"{wl.name}.jsonl")
         res = pw.AutoScheduler.search(wl, "cpu", num_trials=args.tuned, log_file=log, seed=0, workers=2,
                                       confirm=2, progress=True)
