@@ -104,13 +104,6 @@ class NativeTasks:
 Fill = Callable[[np.ndarray, dict], None]
 
 
-def fixed_pointers(addresses: np.ndarray) -> Fill:
-    """A Fill that writes the same addresses every run."""
-    def fill(table: np.ndarray, filled: dict) -> None:
-        table[:] = addresses
-    return fill
-
-
 _META_AT = -(-SLOTS // LINE) * LINE  # the workers' lines start on a cache line of their own
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.runtime import Instance, Options, TaskTable, execute
-from ptowsp.runtime.native import NativeRun, NativeTasks, fixed_pointers, supported
+from ptowsp.runtime.native import NativeRun, NativeTasks, supported
 
 pytestmark = pytest.mark.skipif(supported() is not None, reason=str(supported()))
 
@@ -63,7 +63,8 @@ class Stamps:
         self.out = np.full(n, -1, np.int64)
         words = np.array([[i, sleep_us] for i in range(n)], np.int64).ravel()
         tasks = NativeTasks(np.full(n, _stamp()[1], np.int64), np.arange(n, dtype=np.int64) * 2, words, 2)
-        self.native = (tasks, fixed_pointers(np.array([self.counter.ctypes.data, self.out.ctypes.data], np.int64)))
+        addresses = np.array([self.counter.ctypes.data, self.out.ctypes.data], np.int64)
+        self.native = (tasks, lambda table, filled: table.__setitem__(slice(None), addresses))  # a native.Fill
         self.in_python = 0
 
     def compute(self, i: int) -> None:  # the Python executor's path: stamp from Python
