@@ -179,14 +179,20 @@ class Tuner:
         return len(set(self.keys))
 
     def _confirm(self, runner: Measurer, num_trials: int, count: int) -> None:
-        """Measure the `count` best schedules again until each has CONFIRM_TIMES measurements, at
-        different moments: on a noisy machine the lowest of many measurements is often a lucky one,
-        and the result is chosen by the median of each schedule's measurements."""
+        """Measure the `count` best schedules, and the default they are judged against, again until
+        each has CONFIRM_TIMES measurements, at different moments: on a noisy machine the lowest of
+        many measurements is often a lucky one, and the result is chosen by the median of each
+        schedule's measurements."""
         measured: dict[str, list[float]] = {}
         for r, k in zip(self.history, self.keys):
             if r.seconds is not None:
                 measured.setdefault(k, []).append(r.seconds)
         finalists = sorted(measured, key=lambda k: statistics.median(measured[k]))[:count]
+        default = self.candidates.key(self.space.default())
+        if finalists and default in measured and default not in finalists:
+            # the yardstick too: measured once, first, it would meet finalists' medians of three, and a
+            # gain over one unlucky (or early, not yet warm) measurement of it is no gain
+            finalists.append(default)
         done = {k: len(measured[k]) for k in finalists}  # a failed re-measurement counts: not retried
         for _ in range(CONFIRM_TIMES - 1):  # round-robin over the finalists: each at other moments
             again = [k for k in finalists if done[k] < CONFIRM_TIMES]

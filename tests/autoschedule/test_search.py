@@ -134,3 +134,16 @@ def test_a_batch_prefers_points_far_from_those_measured():
     # the neighbour comes first among equal predictions: only the novelty term can put `far` ahead
     search._anneal = lambda: {search.candidates.key(p): (1.0, p) for p in (neighbour, far)}
     assert search._best_predicted(1, taken=set()) == [far]
+
+
+def test_the_default_is_measured_again_with_the_finalists():
+    """A gain is judged against the default's median too, not against its one (first) measurement."""
+    wl = _matmul()
+    with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=6, seed=0, runner=runner, batch=3, confirm=1)
+    default = records.steps_key(records.TrialRecord.of(res.default_schedule, "cpu", 0, 1.0))
+    best = records.steps_key(res.best_record)
+    assert best != default  # else the default is the one finalist anyway
+    counts = {k: sum(records.steps_key(r) == k for r in res.history) for k in (best, default)}
+    assert counts == {best: tuner.CONFIRM_TIMES, default: tuner.CONFIRM_TIMES}
+    assert res.confirmations == 2 * (tuner.CONFIRM_TIMES - 1)
