@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from ptowsp.autoschedule import measure, records, tuner
 from ptowsp.autoschedule.measure import Runner, time_program
 from ptowsp.autoschedule.space import Space
 from ptowsp.workloads import zoo
-from tests.autoschedule.faults import crash_or_hang, made_up_cost
+from tests.autoschedule.faults import crash_or_hang, lucky_first_cost, made_up_cost
 
 
 def _matmul():
@@ -147,3 +148,14 @@ def test_the_default_is_measured_again_with_the_finalists():
     counts = {k: sum(records.steps_key(r) == k for r in res.history) for k in (best, default)}
     assert counts == {best: tuner.CONFIRM_TIMES, default: tuner.CONFIRM_TIMES}
     assert res.confirmations == 2 * (tuner.CONFIRM_TIMES - 1)
+
+
+def test_finalists_that_fall_back_on_a_second_look_let_the_next_best_be_confirmed(tmp_path):
+    """Every first measurement is lucky (half the true cost): the confirmed finalists fall back, so
+    the next best are confirmed in turn, for CONFIRM_ROUNDS rounds."""
+    wl = _matmul()
+    with Runner(wl, "cpu", workers=2, evaluate=functools.partial(lucky_first_cost, seen=str(tmp_path))) as runner:
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=8, seed=0, runner=runner, batch=4, confirm=1)
+    confirmed = {records.steps_key(r) for r in res.history[len(res.history) - res.confirmations:]}
+    assert len(confirmed) == tuner.CONFIRM_ROUNDS + 1  # a finalist per round, and the default once
+    assert res.confirmations == 2 * len(confirmed)
