@@ -185,7 +185,7 @@ class Tuner:
         many measurements is often a lucky one, and the result is chosen by the median of each
         schedule's measurements.  Confirmed finalists that fall back let the next best in, which
         are confirmed in turn (at most CONFIRM_ROUNDS rounds): otherwise the best would be the
-        luckiest schedule measured once (BERT's FFN: 1.88 ms once, 2.10-2.15 ms again, like the
+        luckiest schedule measured once (BERT's FFN: 1.87 ms once, 2.10-2.15 ms again, like the
         default's 2.15-2.23)."""
         default = self.candidates.key(self.space.default())
         confirmed: set[str] = set()
