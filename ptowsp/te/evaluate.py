@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptowsp.errors import BoundsError
-from ptowsp.te.dtypes import cast_array
+from ptowsp.te.dtypes import cast_array, is_bfloat16
 from ptowsp.te.expr import Expr, Op, walk
 from ptowsp.te.reducer import Component, TupleReducer, UserReducer, same_reduction
 
@@ -60,7 +60,7 @@ def _accumulator_dtype(kind: str, dtype: str) -> str:
 
 def _computing(args: list[np.ndarray]) -> list[np.ndarray]:
     """Operands as an operation computes on them: bfloat16 widened to float32 (exact)."""
-    return [a.astype(np.float32) if a.dtype.name == "bfloat16" else a for a in args]
+    return [a.astype(np.float32) if is_bfloat16(a.dtype) else a for a in args]
 
 
 def iter_boxes(shape: tuple[int, ...], max_elements: int) -> Iterator[Box]:

@@ -34,7 +34,7 @@ def constant_array(what: str, value: object, dtype: object) -> np.ndarray:
         name = dtypes.normalize(dtype)
     except DTypeError as e:
         raise DTypeError(f"{what}: {e}; pass dtype= or convert the array") from None
-    numbers = found.dtype.kind in "biuf" or found.dtype.name == "bfloat16"  # ml_dtypes' kind is "V"
+    numbers = found.dtype.kind in "biuf" or dtypes.is_bfloat16(found.dtype)  # ml_dtypes' kind is "V"
     if not numbers or not np.can_cast(found.dtype, name, casting="same_kind"):
         raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
                          "convert it explicitly")

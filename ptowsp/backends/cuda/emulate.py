@@ -28,7 +28,7 @@ from ptowsp.lower.ir import SHARED, Allocate, Barrier, Block, For, IfThen, Let, 
 
 def _poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     array = np.empty(shape, dtype)
-    kind = dtypes.kind(array.dtype.name)  # bfloat16 is a float here (numpy says "V")
+    kind = dtypes.kind(dtypes.name_of(array.dtype))  # bfloat16 is a float here (numpy says "V")
     array.fill(np.nan if kind == "f" else -123 if kind == "i" else np.iinfo(array.dtype).max if kind == "u" else True)
     return array
 
