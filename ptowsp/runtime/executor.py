@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import time
 
-
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import DepQueue, sleep
 from ptowsp.runtime.dispatch import TaskTimes, placer

@@ -384,7 +384,7 @@ class _Launch:
         self.gathers = {name: value for name in exe.entries if gather_indices(
             value := inline_producers(workload.task(name).value, workload, exe.schedule.inlined))} if debug else {}
         self.bound: dict | None = None  # (task, version) -> (function, pointers), made when Python first calls one
-        self.native = native  # the native loop's view of the run: its kernels' thunks, and the tensors' addresses
+        self.native = native  # the native loop's view of the run: its kernels' thunks, and what writes the tensors' addresses
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
