@@ -15,6 +15,7 @@ import numpy as np
 
 import ptowsp as pw
 from ptowsp.schedules.passes.blocking import block_convolutions
+from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.random_schedule import read_entries
@@ -167,6 +168,9 @@ CASES = [
     # the blocked form itself (pad, packed weights, NCHW8c contraction, unpack) under every schedule and target
     Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
+    # Winograd's F(4x4, 3x3) form (pad, tile transforms, 36 products, output transforms: passes/winograd.py)
+    Case("conv2d_winograd", lambda: winograd_convolutions(zoo.conv2d(1, 8, 26, 28, 8, 3, 1, 1), 8),
+         lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
     # a 1x1 convolution of an input as a matmul over its flattened pixels, read back (passes/blocking.py)
     Case("conv1x1_pixels", lambda: block_convolutions(zoo.conv2d(1, 8, 4, 8, 8, 1, 1, 0), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 0)}),

@@ -45,7 +45,7 @@ from ptowsp.workloads.copying import compute_as, fresh_name, plain, rebuild
 
 
 @dataclass(frozen=True)
-class _Conv:
+class Convolution:
     act: Expr  # the input's load (its indices stripped of boundary-view clamps)
     weight: Expr  # the weight's load W[o, ...]
     pads: tuple[tuple[int, int], ...]  # zeros before and after each input dimension (0 where unguarded)
@@ -56,14 +56,14 @@ def block_convolutions(wl: Workload, lanes: int) -> Workload:
     there is none (or the workload has a task this pass does not copy)."""
     if lanes < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
         return wl
-    found = {t: c for t in wl.tasks if (c := _convolution(wl, wl.task(t), lanes)) is not None}
+    found = {t: c for t in wl.tasks if (c := convolution(wl, wl.task(t), lanes)) is not None}
     if not found:
         return wl
     return rebuild(wl, {t: (lambda out, task, c=c: _over_pixels(out, task, c) if _pointwise(wl, task, c, lanes)
                             else _blocked(out, task, c, lanes)) for t, c in found.items()})
 
 
-def _pointwise(wl: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> bool:
+def _pointwise(wl: Workload, task: ComputeTask, conv: Convolution, lanes: int) -> bool:
     """A 1x1 convolution, stride 1, no padding, of an input of the workload (NCHW, and nothing before
     it to carry a blocked layout), whose pixels fill whole register tiles (2 vectors)."""
     n, o, y, x = task.loop_names
@@ -77,6 +77,17 @@ def _pointwise(wl: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> bool
 def _plus_unit(index: Expr, var: str, ones: set[str]) -> bool:
     """`index` is the loop variable `var`, plus multiples of reduce axes of extent 1 (a 1x1 kernel's
     taps, always 0) and of 0: `y * 1 + r * 1 - 0` as a user writes a general stride and padding."""
+    found = affine(index)
+    if found is None:
+        return False
+    terms, constant = found
+    return constant == 0 and all(c == 0 or n == var or n in ones for n, c in terms.items()) and \
+        {n: c for n, c in terms.items() if c and n not in ones} == {var: 1}
+
+
+def affine(index: Expr) -> tuple[dict[str, int], int] | None:
+    """An integer index as {loop variable or reduce axis: coefficient} and a constant, when it is a
+    sum of constant multiples of them (`y * 1 + r - 1`: {y: 1, r: 1}, -1); None otherwise."""
     terms: dict[str, int] = {}
     constant = 0
 
@@ -85,8 +96,8 @@ def _plus_unit(index: Expr, var: str, ones: set[str]) -> bool:
         if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
             constant += k * e.arg
             return True
-        if e.op is Op.VAR or (e.op is Op.RVAR and e.arg[0] in ones):
-            terms[e.arg[0]] = terms.get(e.arg[0], 0) + (k if e.op is Op.VAR else 0)
+        if e.op in (Op.VAR, Op.RVAR):
+            terms[e.arg[0]] = terms.get(e.arg[0], 0) + k
             return True
         if e.op in (Op.ADD, Op.SUB):
             return collect(e.src[0], k) and collect(e.src[1], k if e.op is Op.ADD else -k)
@@ -94,10 +105,10 @@ def _plus_unit(index: Expr, var: str, ones: set[str]) -> bool:
             return collect(e.src[0], k * e.src[1].arg)
         return False
 
-    return collect(index, 1) and constant == 0 and {n: c for n, c in terms.items() if c} == {var: 1}
+    return (terms, constant) if collect(index, 1) else None
 
 
-def _over_pixels(out: Workload, task: ComputeTask, conv: _Conv) -> None:
+def _over_pixels(out: Workload, task: ComputeTask, conv: Convolution) -> None:
     """The 1x1 convolution as a matmul over the flattened pixels, `Y_pixels[n, o, y * W + x]`, its taps
     and its bounds checks (every read is inside) dropped, and Y as that result read back
     (te/indices.py: the reads stay contiguous)."""
@@ -128,7 +139,7 @@ def _over_pixels(out: Workload, task: ComputeTask, conv: _Conv) -> None:
     compute_as(out, task.name, task.tensor.shape, task.loop_names, lambda vn, vo, vy, vx: pixels[vn, vo, vy * width + vx])
 
 
-def _convolution(wl: Workload, task, lanes: int) -> _Conv | None:
+def convolution(wl: Workload, task, lanes: int) -> Convolution | None:
     """The pattern's parts when `task` is a convolution this pass blocks."""
     body = task.body
     if len(task.loop_names) != 4 or body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "float32":
@@ -156,7 +167,7 @@ def _convolution(wl: Workload, task, lanes: int) -> _Conv | None:
         pads = _pads(guard, indices, act.arg.shape)
         if pads is None or task.tensor.shape[1] % lanes or weight.dtype != "float32":
             continue
-        return _Conv(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads)
+        return Convolution(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads)
     return None
 
 
@@ -216,7 +227,7 @@ def _bound_check(atom: Expr, indices: tuple[Expr, ...], shape: tuple[int, ...]) 
     return None
 
 
-def _blocked(out: Workload, task: ComputeTask, conv: _Conv, lanes: int) -> None:
+def _blocked(out: Workload, task: ComputeTask, conv: Convolution, lanes: int) -> None:
     """The four tasks that stand for the convolution `task` in `out`."""
     name, body = task.name, task.body
     n, o, y, x = task.loop_names

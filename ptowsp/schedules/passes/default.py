@@ -53,8 +53,8 @@ from ptowsp.schedules.passes.tiles import (
 )
 from ptowsp.schedules.scan_rules import independent_axes, scan_loops
 from ptowsp.schedules.schedule import Schedule
-from ptowsp.te import Expr, Op, walk
-from ptowsp.te.bounds import shift_of
+from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te.bounds import interval, shift_of
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
@@ -226,8 +226,8 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
             # a block of rows for a contraction, and for a stencil's producer (its halo is recomputed per
             # block, not per row); one row (in L1) for anything else.  Stored where a block of rows would
             # re-read a large weight matrix: each of the root's row tasks would read all of it
-            wide = _largest_operand(wl, x, anchors) > ROW_GROUP_BYTES or _largest_operand(
-                wl, next(iter(found)), anchors) > ROW_GROUP_BYTES
+            wide = _largest_operand(wl, x, anchors, depth) > ROW_GROUP_BYTES or _largest_operand(
+                wl, next(iter(found)), anchors, depth) > ROW_GROUP_BYTES
             default = "root" if wide else "outer" if contraction or halo else "inner"
             at = choose(f"{x}.at", ("outer", "inner", "root"), default)
             if at != "root":
@@ -235,15 +235,30 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
     return out
 
 
-def _largest_operand(wl: Workload, task: str, anchors: dict[str, str]) -> int:
-    """Bytes of the largest tensor the contraction of `task`'s group reads (its own inputs, and those
-    of the producer it is the epilogue of); 0 when neither is a contraction."""
+def _largest_operand(wl: Workload, task: str, anchors: dict[str, str], depth: int) -> int:
+    """Bytes of the largest operand the contraction of `task`'s group reads in one iteration of its
+    first `depth` loops (its own inputs, and those of the producer it is the epilogue of); 0 when
+    neither is a contraction.  A dimension indexed through those loops' variables counts by the span
+    of its index with them fixed (Winograd's filter `U[e, f, k, o]`, read per point (e, f) of its
+    tile, is 16 KB a point, not 590 KB; a block of rows `X[4 * b + a]` is 6 rows)."""
     producers = [p for p, e in anchors.items() if e == task]
     found = 0
     for t in [task, *producers]:
         if wl.category(t) is Category.COMPLEX_OUT_FUSABLE:
-            found = max([found, *(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in wl.task(t).inputs)])
+            compute = wl.task(t)
+            fixed = {name: const(0, "int64") for name in compute.loop_names[:depth]}
+            for load in (n for n in walk(compute.body) if n.op is Op.LOAD):
+                spans = [_span(index, extent, fixed) for index, extent in zip(load.src, load.arg.shape)]
+                found = max(found, math.prod(spans) * np.dtype(load.arg.dtype).itemsize)
     return found
+
+
+def _span(index: Expr, extent: int, fixed: dict[str, Expr]) -> int:
+    """How many values `index` takes with the loop variables in `fixed` held (at most `extent`)."""
+    if not any(n.op is Op.VAR and n.arg[0] in fixed for n in walk(index)):
+        return extent
+    bounds = interval(substitute(index, lambda e: fixed.get(e.arg[0]) if e.op is Op.VAR else None))
+    return extent if bounds is None else min(extent, bounds[1] - bounds[0] + 1)
 
 
 def _leading_match(body: Expr, tensor: str, loops: tuple[str, ...]) -> tuple[int, bool]:

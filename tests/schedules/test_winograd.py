@@ -1,0 +1,67 @@
+"""Winograd's F(4x4, 3x3) for the cpu's 3x3 convolutions (schedules/passes/winograd.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+from ptowsp.schedules.passes.winograd import transforms, winograd_convolutions
+from ptowsp.workloads import random_inputs
+from tests.schedules.test_blocking import conv
+
+
+def test_the_transforms_compute_a_one_dimensional_convolution_exactly():
+    at, g, bt = transforms()
+    assert at.shape == (4, 6) and g.shape == (6, 3) and bt.shape == (6, 6)
+    rng = np.random.default_rng(0)
+    d, w = rng.standard_normal(6), rng.standard_normal(3)
+    direct = np.array([d[i:i + 3] @ w for i in range(4)])
+    np.testing.assert_allclose(at @ ((g @ w) * (bt @ d)), direct, rtol=1e-12, atol=1e-12)
+
+
+def test_a_convolution_becomes_the_winograd_tasks_with_blocks_of_whole_register_tiles():
+    wl = conv(channels=8, size=28, out=16)
+    rewritten = winograd_convolutions(wl, 8)
+    assert rewritten.tasks == ["Y_pad", "Y_rows", "Y_input", "Y_filter_rows", "Y_filter", "Y_product", "Y_columns",
+                               "Y_blocked", "Y"]
+    assert rewritten.inputs == wl.inputs and rewritten.outputs == wl.outputs
+    # 28 = 7 tiles of 4 a side, padded to 8 tiles a row: blocks of one tile row are 8 register-tile rows
+    assert rewritten.tensor("Y_product").shape == (7, 6, 6, 8, 16)
+    assert rewritten.tensor("Y_filter").shape == (6, 6, 1, 8, 16)  # one panel of 2 vectors of columns
+    assert rewritten.tensor("Y_blocked").shape == (1, 2, 28, 28, 8)  # blocking.py's layout: propagation goes on
+    assert rewritten.category("Y_product") is pw.Category.COMPLEX_OUT_FUSABLE
+
+
+@pytest.mark.parametrize("options", [{}, {"view": True}, {"padding": 0, "size": 30}], ids=str)
+def test_the_winograd_workload_computes_what_the_convolution_does(options):
+    wl = conv(channels=8, size=options.pop("size", 28), out=16, **options)
+    rewritten = winograd_convolutions(wl, 8)
+    assert rewritten is not wl
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Y"]
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(pw.reference(rewritten, **inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("options", [
+    {"stride": 2}, {"dilation": 2, "padding": 2}, {"kernel": 5, "padding": 2}, {"kernel": 1, "padding": 0},
+    {"size": 24}, {"channels": 4},
+], ids=str)
+def test_other_convolutions_are_left_to_blocking(options):
+    """Strided, dilated and other kernels have no F(4x4, 3x3); an output under 7 tiles a side reuses
+    its 4x larger filter too little; input channels that are not whole vectors do not block."""
+    wl = conv(**{"channels": 8, "size": 28, "out": 16, **options})
+    assert winograd_convolutions(wl, 8) is wl
+
+
+def test_the_cpu_default_takes_winograd_and_computes_the_input_transform_inside_the_product():
+    wl = conv(channels=16, size=28, out=32)  # whole vectors of channels with AVX2's 8 lanes and AVX-512's 16
+    built = pw.build(wl, "cpu", workers=2)
+    placed = built.schedule.compute_at_locations
+    # the filter (36 x 16 x 32 floats) is read per point (e, f) of the tile, 2 KB a point: not too wide to group
+    assert placed["Y_input"][0] == "Y_product" and placed["Y_rows"][0] == "Y_product"
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Y"]
+    np.testing.assert_allclose(built.run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
