@@ -169,7 +169,7 @@ CASES = [
     Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
     # Winograd's F(4x4, 3x3) form (pad, tile transforms, 36 products, output transforms: passes/winograd.py)
-    Case("conv2d_winograd", lambda: winograd_convolutions(zoo.conv2d(1, 8, 26, 28, 8, 3, 1, 1), 8),
+    Case("conv2d_winograd", lambda: winograd_convolutions(zoo.conv2d(1, 4, 26, 28, 4, 3, 1, 1), 4),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
     # a 1x1 convolution of an input as a matmul over its flattened pixels, read back (passes/blocking.py)
     Case("conv1x1_pixels", lambda: block_convolutions(zoo.conv2d(1, 8, 4, 8, 8, 1, 1, 0), 8),
