@@ -393,8 +393,8 @@ def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: 
         consumer = schedule.compute_at_locations[name][0]
         raise BuildError(f"task {name!r} is computed at {consumer!r}, so its parallel loops "
                          f"{', '.join(g for g, _ in lowering.grid)} cannot form a task grid; drop parallel from it")
-    stmt = tensorize(place(wl, schedule, name, lowering.lower(), ()), name, schedule.tensorized.get(name),
-                     set(schedule.reduce_loops(name)))
+    placed = place(wl, schedule, name, lowering.lower(), (), within=f"{name}.")
+    stmt = tensorize(placed, name, schedule.tensorized.get(name), set(schedule.reduce_loops(name)))
     stmt = rename_loops(stmt, f"{name}.")
     starts = {h.arg[0]: start for h, start in zip(holders.values(), box.starts, strict=True)}
     return map_exprs(stmt, lambda e: substitute(e, lambda n: starts.get(n.arg[0]) if n.op is Op.VAR else None))
@@ -414,8 +414,12 @@ def _copy_from(tensor: Buffer):
     return fill
 
 
-def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tuple[tuple[str, int], ...]) -> Stmt:
+def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tuple[tuple[str, int], ...],
+          within: str = "") -> Stmt:
     """Stage the consumer's read caches, then the producers computed at its loops (placement.py).
+
+    `within`: the prefix of a producer's region's read caches (`A.local` of a producer computed
+    inside a task that caches A too would be two buffers of one name in one kernel).
 
     A staged buffer is filled before the body of its loop, so what its fill
     or its box reads must be staged after it (around it): producers go in
@@ -423,7 +427,7 @@ def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tup
     own consumer covers that consumer's reads too, and a producer whose values
     index the reads of another (a computed gather index) goes after that one.
     """
-    stages = [(tensor, loop, f"{tensor}.{scope}", scope, None)
+    stages = [(tensor, loop, f"{within}{tensor}.{scope}", scope, None)
               for task, tensor, scope, loop in schedule.cache_reads if task == consumer]
     order = {t: n for n, t in enumerate(wl.tasks)}
     producers = sorted(((p, loop) for p, (c, loop) in schedule.compute_at_locations.items() if c == consumer),

@@ -183,3 +183,20 @@ def test_vectorized_reductions_keep_partials_per_lane():
     k = pw.reduce_axis(29, "k")
     ints.output(ints.compute("s", (4,), lambda i: pw.sum(x[i, k], k)))
     assert_same(ints.schedule().split("s", "k", 8).vectorize("s", "k.inner"), exact=True)
+
+
+def test_a_producer_inside_a_task_caches_the_tensor_they_both_read_in_a_buffer_of_its_own():
+    """Both cache K locally, each its own box (the consumer all of K at e, the producer computed inside
+    at f its row e): one name for the two buffers made the consumer read the producer's one row
+    (the fuzz found it in Winograd's two transform stages, each reading the same table)."""
+    wl = pw.Workload("two_caches")
+    x, k = wl.input("A", (2, 12)), wl.constant("K", np.arange(36, dtype=np.float32).reshape(6, 6))
+    a, r = pw.reduce_axis(6, "a"), pw.reduce_axis(6, "r")
+    p = wl.compute("P", (2, 6, 6), lambda b, e, w: pw.sum(k[e, a] * x[b, a + w], axis=a))
+    wl.output(wl.compute("Q", (2, 6, 6), lambda b, e, f: pw.sum(k[f, r] * p[b, e, r], axis=r)))
+    s = wl.schedule().compute_at("P", "Q", "f").cache_read("P", "K", "local", loop="w") \
+        .cache_read("Q", "K", "local", loop="e")
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Q"]
+    for target in ("numpy", "cpu"):
+        np.testing.assert_allclose(pw.build(s, target).run(**inputs)["Q"], expected, rtol=1e-5, err_msg=target)
