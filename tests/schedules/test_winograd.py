@@ -26,8 +26,9 @@ def test_a_convolution_becomes_the_winograd_tasks_with_blocks_of_whole_register_
     assert rewritten.tasks == ["Y_pad", "Y_rows", "Y_input", "Y_filter_rows", "Y_filter", "Y_product", "Y_columns",
                                "Y_blocked", "Y"]
     assert rewritten.inputs == wl.inputs and rewritten.outputs == wl.outputs
-    # 28 = 7 tiles of 4 a side, padded to 8 tiles a row: blocks of one tile row are 8 register-tile rows
-    assert rewritten.tensor("Y_product").shape == (7, 6, 6, 8, 16)
+    # 28 = 7 tiles of 4 a side: 2 blocks of 4 tile rows, 28 register-tile rows each (winograd.py `_blocks`:
+    # 7 blocks of one tile row padded to 8 would read the whole filter 7 times)
+    assert rewritten.tensor("Y_product").shape == (2, 6, 6, 28, 16)
     assert rewritten.tensor("Y_filter").shape == (6, 6, 1, 8, 16)  # one panel of 2 vectors of columns
     assert rewritten.tensor("Y_blocked").shape == (1, 2, 28, 28, 8)  # blocking.py's layout: propagation goes on
     assert rewritten.category("Y_product") is pw.Category.COMPLEX_OUT_FUSABLE

@@ -55,6 +55,10 @@ KERNEL = 3
 POINTS = (0, 1, -1, 2, -2)  # with infinity: TILE + KERNEL - 1 interpolation points
 MIN_TILES = 7  # output tiles across each side below which the direct convolution is kept
 MAX_BLOCK_TILES = 32  # tiles per block: the product's rows; a block's transforms stay in L2
+# One more block reads the whole filter once more, from L3 at ~5 G floats/s a core, while a tile's
+# products take 1/20 of a float's read per filter element at ~100 G multiply-adds/s: a block costs
+# about 20 tiles (ResNet-18's 28x28 stage in 2 blocks of 28 tiles, not 7 of 8: 1.02-1.03x)
+FILTER_READ = 20
 
 
 def winograd_convolutions(wl: Workload, lanes: int) -> Workload:
@@ -124,16 +128,17 @@ def transforms(points: tuple[int, ...] = POINTS, kernel: int = KERNEL) -> tuple[
 
 
 def _blocks(tiles_y: int, tiles_x: int) -> tuple[int, int]:
-    """(tile rows per block, tiles per row padded): the fewest tiles computed in all, each block a
-    whole number of the register tile's rows (4, or 8 where the waste is no more)."""
+    """(tile rows per block, tiles per row padded): each block a whole number of the register tile's
+    rows (4; 8 where the waste is no more), at least cost: the tiles computed, padding included,
+    and FILTER_READ tiles' worth for each block, which reads the whole filter again."""
     best = None
     for row in range(tiles_x, 2 * tiles_x + 1):
         for rows in (1, 2, 4, 8):
             per_block = rows * row
             if per_block % 4 or per_block > MAX_BLOCK_TILES:
                 continue
-            total = -(-tiles_y // rows) * per_block
-            cost = total * (1.0 if per_block % 8 == 0 else 1.05)
+            blocks = -(-tiles_y // rows)
+            cost = blocks * per_block * (1.0 if per_block % 8 == 0 else 1.05) + FILTER_READ * blocks
             if best is None or cost < best[0]:
                 best = (cost, rows, row)
     if best is None:
