@@ -168,8 +168,10 @@ CASES = [
     # the blocked form itself (pad, packed weights, NCHW8c contraction, unpack) under every schedule and target
     Case("conv2d_nchwc", lambda: block_convolutions(zoo.conv2d(2, 3, 11, 10, 16, 3, 2, 2), 8),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 2, 2)}),
-    # Winograd's F(4x4, 3x3) form (pad, tile transforms, 36 products, output transforms: passes/winograd.py)
+    # Winograd's F(4x4, 3x3) and F(2x2, 3x3) forms (pad, tile transforms, products, output transforms)
     Case("conv2d_winograd", lambda: winograd_convolutions(zoo.conv2d(1, 4, 26, 28, 4, 3, 1, 1), 4),
+         lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
+    Case("conv2d_winograd_2x2", lambda: winograd_convolutions(zoo.conv2d(1, 4, 14, 13, 4, 3, 1, 1), 4),
          lambda p: {"Y": _conv2d(p["X"], p["W"], 1, 1)}),
     # a 1x1 convolution of an input as a matmul over its flattened pixels, read back (passes/blocking.py)
     Case("conv1x1_pixels", lambda: block_convolutions(zoo.conv2d(1, 8, 4, 8, 8, 1, 1, 0), 8),

@@ -6,17 +6,19 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
-from ptowsp.schedules.passes.winograd import transforms, winograd_convolutions
-from ptowsp.workloads import random_inputs
+from ptowsp.schedules.passes.winograd import POINTS, transforms, winograd_convolutions
+from ptowsp.workloads import random_inputs, zoo
 from tests.schedules.test_blocking import conv
 
 
-def test_the_transforms_compute_a_one_dimensional_convolution_exactly():
-    at, g, bt = transforms()
-    assert at.shape == (4, 6) and g.shape == (6, 3) and bt.shape == (6, 6)
+@pytest.mark.parametrize("tile", sorted(POINTS))
+def test_the_transforms_compute_a_one_dimensional_convolution_exactly(tile):
+    at, g, bt = transforms(POINTS[tile])
+    size = tile + 2
+    assert at.shape == (tile, size) and g.shape == (size, 3) and bt.shape == (size, size)
     rng = np.random.default_rng(0)
-    d, w = rng.standard_normal(6), rng.standard_normal(3)
-    direct = np.array([d[i:i + 3] @ w for i in range(4)])
+    d, w = rng.standard_normal(size), rng.standard_normal(3)
+    direct = np.array([d[i:i + 3] @ w for i in range(tile)])
     np.testing.assert_allclose(at @ ((g @ w) * (bt @ d)), direct, rtol=1e-12, atol=1e-12)
 
 
@@ -34,7 +36,13 @@ def test_a_convolution_becomes_the_winograd_tasks_with_blocks_of_whole_register_
     assert rewritten.category("Y_product") is pw.Category.COMPLEX_OUT_FUSABLE
 
 
-@pytest.mark.parametrize("options", [{}, {"view": True}, {"padding": 0, "size": 30}], ids=str)
+def test_an_image_too_small_for_tiles_of_4_takes_tiles_of_2():
+    rewritten = winograd_convolutions(conv(channels=8, size=14, out=16), 8)  # 4 tiles of 4 a side, 7 of 2
+    assert rewritten.tensor("Y_product").shape[1:3] == (4, 4)  # F(2x2, 3x3): a 4x4 input tile
+    assert rewritten.tensor("Y_blocked").shape == (1, 2, 14, 14, 8)
+
+
+@pytest.mark.parametrize("options", [{}, {"view": True}, {"padding": 0, "size": 30}, {"size": 14}], ids=str)
 def test_the_winograd_workload_computes_what_the_convolution_does(options):
     wl = conv(channels=8, size=options.pop("size", 28), out=16, **options)
     rewritten = winograd_convolutions(wl, 8)
@@ -46,13 +54,22 @@ def test_the_winograd_workload_computes_what_the_convolution_does(options):
     np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * scale)
 
 
+def test_a_batch_of_images_has_its_own_blocks_per_image():
+    wl = zoo.conv2d(2, 8, 14, 15, 8, 3, 1, 1)  # F(2x2, 3x3): 7 and 8 tiles a side
+    rewritten = winograd_convolutions(wl, 8)
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Y"]
+    np.testing.assert_allclose(pw.reference(rewritten, **inputs)["Y"], expected, rtol=1e-4,
+                               atol=1e-5 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("options", [
     {"stride": 2}, {"dilation": 2, "padding": 2}, {"kernel": 5, "padding": 2}, {"kernel": 1, "padding": 0},
-    {"size": 24}, {"channels": 4},
+    {"size": 12}, {"channels": 4},
 ], ids=str)
 def test_other_convolutions_are_left_to_blocking(options):
-    """Strided, dilated and other kernels have no F(4x4, 3x3); an output under 7 tiles a side reuses
-    its 4x larger filter too little; input channels that are not whole vectors do not block."""
+    """Strided, dilated and other kernels have no F(m x m, 3x3); an output under 7 tiles of 2 a side
+    reuses its larger filter too little; input channels that are not whole vectors do not block."""
     wl = conv(**{"channels": 8, "size": 28, "out": 16, **options})
     assert winograd_convolutions(wl, 8) is wl
 

@@ -1,40 +1,43 @@
-"""Winograd convolutions F(4x4, 3x3): the graph pass the cpu's default build runs before blocking.
+"""Winograd convolutions F(4x4, 3x3) and F(2x2, 3x3): a graph pass the cpu's default build runs before blocking.
 
 A 3x3 convolution of stride 1 makes 9 multiply-adds per input channel and output element.
-Winograd's minimal filtering (Lavin and Gray 2016; TVM's conv2d_winograd) computes a 4x4 tile
-of output from a 6x6 tile of input with 36 products per channel pair, 4x fewer, by moving the
-work into transforms that are linear in the input and the output:
+Winograd's minimal filtering (Lavin and Gray 2016; TVM's conv2d_winograd) computes an m x m tile
+of output from an a x a tile of input (a = m + 2) with a * a products per channel pair, 36 for
+F(4x4, 3x3) where the direct sum makes 144 (4x fewer), 16 for F(2x2, 3x3) against 36 (2.25x),
+by moving the work into transforms that are linear in the input and the output:
 
     Y_tile = AT . (sum over c of (G . W[o, c] . GT) * (BT . X_tile[c] . B)) . A
 
-The sum over c is 36 independent matrix products, one per point of the 6x6 tile, which the
+The sum over c is a * a independent matrix products, one per point of the tile, which the
 default schedule gives its register tile.  This pass rewrites such a task into (names after
 the task `Y`, tiles grouped `rows` tile-rows at a time into `b` blocks):
 
     Y_pad[n, cb, h, w, cl]           = X[n, cb * L + cl, ..] with zeros around it, out to whole tiles
-    Y_rows[b, e, q, w, c]            = sum(BT[e, a] * Y_pad[n, c // L, 4 * (tile-row) + a, w, c % L], a)
-    Y_input[b, e, f, t, c]           = sum(BT[f, a] * Y_rows[b, e, t // TX, 4 * (t % TX) + a, c], a)
+    Y_rows[b, e, q, w, c]            = sum(BT[e, a] * Y_pad[n, c // L, m * (tile-row) + a, w, c % L], a)
+    Y_input[b, e, f, t, c]           = sum(BT[f, a] * Y_rows[b, e, t // TX, m * (t % TX) + a, c], a)
     Y_filter_rows[e, s, c, o]        = sum(G[e, r] * W[o, c, r, s], r)        (both folded when W is constant)
     Y_filter[e, f, ob, c, ol]        = sum(G[f, s] * Y_filter_rows[e, s, c, ob * P + ol], s)   (panels of P columns)
     Y_product[b, e, f, t, o]         = sum(Y_input[b, e, f, t, c] * Y_filter[e, f, o // P, c, o % P], c)
     Y_columns[b, i, f, t, o]         = sum(AT[i, a] * Y_product[b, a, f, t, o], a)
-    Y_blocked[n, ob, y, x, ol]       = sum(AT[x % 4, a] * Y_columns[b, y % 4, a, t(y, x), ob * L + ol], a)
+    Y_blocked[n, ob, y, x, ol]       = sum(AT[x % m, a] * Y_columns[b, y % m, a, t(y, x), ob * L + ol], a)
     Y[n, o, y, x]                    = Y_blocked[n, o // L, y, x, o % L]
 
 Every intermediate has the tile block first: the default schedule computes a block's input
 transform inside the product's tasks, where it stays in cache, and the last two match
 blocking.py's, so propagation.py carries the blocked layout on and the epilogue fuses as
-before.  The transforms are 5-point Cook-Toom ones (points 0, 1, -1, 2, -2, infinity); in
-float32 the result differs from the direct sum by a few units in the fifth significant digit
-of the output's largest element (docs/winograd.md).
+before.  The transforms are Cook-Toom ones over the points 0, 1, -1 (and 2, -2 for m = 4) and
+infinity; in float32, F(4x4, 3x3)'s result differs from the direct sum by a few units in the
+fifth significant digit of the output's largest element (docs/winograd.md).
 
 A task is rewritten when blocking.py would block it (`convolution`), its kernel is 3x3 at
 stride 1 and dilation 1, the input channels are whole vectors too, and the output is at least
-MIN_TILES tiles wide and high.  The filter is 36 / 9 = 4x the direct one's weights, and each of
-its elements serves one product per tile: with fewer tiles the weights' stream costs more than
-the products save.  ResNet-18 side by side (docs/winograd.md): its 56x56 and 28x28 stages (14 and
-7 tiles a side) gain, 1.10x for the whole model; the 14x14 stage (4 tiles, 9.4 MB of filter per
-convolution) ran 1.6x slower, and the model 0.97x with it.
+MIN_TILES tiles wide and high, with tiles of 4 where it is large enough, else of 2.  The filter
+holds a * a / 9 times the direct one's weights, and each of its elements serves one product per
+tile: with fewer tiles the weights' stream costs more than the products save.  ResNet-18 side by
+side (docs/winograd.md): F(4x4, 3x3) on its 56x56 and 28x28 stages (14 and 7 tiles a side),
+1.10x for the whole model, and F(2x2, 3x3) on the 14x14 stage (7 tiles of 2), 1.02x more; its
+14x14 stage by F(4x4, 3x3) (4 tiles, 9.4 MB of filter per convolution) ran the model at 0.97x,
+and every stage by F(2x2, 3x3) at 0.95x of F(4x4, 3x3) where it fits.
 """
 
 from __future__ import annotations
@@ -50,9 +53,8 @@ from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import compute_as, fresh_name, names_in, plain, rebuild
 
-TILE = 4  # outputs per tile side: F(4x4, 3x3)
+POINTS = {4: (0, 1, -1, 2, -2), 2: (0, 1, -1)}  # per tile side m, in the order tried; with infinity m + 2 points
 KERNEL = 3
-POINTS = (0, 1, -1, 2, -2)  # with infinity: TILE + KERNEL - 1 interpolation points
 MIN_TILES = 7  # output tiles across each side below which the direct convolution is kept
 MAX_BLOCK_TILES = 32  # tiles per block: the product's rows; a block's transforms stay in L2
 # One more block reads the whole filter once more, from L3 at ~5 G floats/s a core, while a tile's
@@ -62,8 +64,8 @@ FILTER_READ = 20
 
 
 def winograd_convolutions(wl: Workload, lanes: int) -> Workload:
-    """`wl` with every 3x3 stride-1 convolution this pass takes computed by Winograd's F(4x4, 3x3);
-    `wl` itself when there is none."""
+    """`wl` with every 3x3 stride-1 convolution this pass takes computed by Winograd's F(4x4, 3x3) or
+    F(2x2, 3x3); `wl` itself when there is none."""
     if lanes < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
         return wl
     found = {t: c for t in wl.tasks if (c := _eligible(wl, wl.task(t), lanes)) is not None}
@@ -71,15 +73,16 @@ def winograd_convolutions(wl: Workload, lanes: int) -> Workload:
         return wl
     taken = names_in(wl)
     names = {}
-    for label in ("AT", "G", "BT"):  # the transforms, shared by every convolution
-        names[label] = fresh_name(f"winograd_{label}", taken)
-        taken.add(names[label])
+    for tile in POINTS:  # the transforms, shared by every convolution of one tile size
+        for label in ("AT", "G", "BT"):
+            names[label, tile] = fresh_name(f"winograd{tile}_{label}", taken)
+            taken.add(names[label, tile])
     return rebuild(wl, {t: (lambda out, task, c=c: _winograd(out, task, c, names, lanes)) for t, c in found.items()})
 
 
-def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution, tuple[int, int]] | None:
-    """The convolution's parts and the input's row and column offsets (`y + r - 1`: -1) when this
-    pass takes `task`."""
+def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution, tuple[int, int], int] | None:
+    """The convolution's parts, the input's row and column offsets (`y + r - 1`: -1) and the tile
+    side when this pass takes `task`."""
     conv = convolution(wl, task, lanes)
     if conv is None:
         return None
@@ -87,7 +90,8 @@ def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution,
     weight, act = conv.weight, conv.act
     if weight.arg.shape[2:] != (KERNEL, KERNEL) or act.arg.shape[1] % lanes:
         return None
-    if any(-(-e // TILE) < MIN_TILES for e in task.tensor.shape[2:]):
+    tile = next((m for m in POINTS if all(-(-e // m) >= MIN_TILES for e in task.tensor.shape[2:])), None)
+    if tile is None:
         return None
     taps = [i.arg[0] if i.op is Op.RVAR else None for i in weight.src[1:]]
     if None in taps or act.src[1].arg[0] != taps[0]:
@@ -98,10 +102,10 @@ def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution,
         if found is None or {k: v for k, v in found[0].items() if v} != {var: 1, tap: 1}:
             return None  # strided, dilated, or the taps read otherwise
         offsets.append(found[1])
-    return conv, (offsets[0], offsets[1])
+    return conv, (offsets[0], offsets[1]), tile
 
 
-def transforms(points: tuple[int, ...] = POINTS, kernel: int = KERNEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def transforms(points: tuple[int, ...] = POINTS[4], kernel: int = KERNEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AT (m x a), G (a x r) and BT (a x a) of the Cook-Toom algorithm F(m, r) over `points` and
     infinity (a = m + r - 1 = len(points) + 1), exact in rationals before rounding to float64."""
     pts = [Fraction(p) for p in points]
@@ -146,10 +150,10 @@ def _blocks(tiles_y: int, tiles_x: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[int, int]], names: dict[str, str],
-              lanes: int) -> None:
+def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[int, int], int],
+              names: dict[tuple[str, int], str], lanes: int) -> None:
     """The tasks that stand for the convolution `task` in `out` (the module docstring)."""
-    conv, (off_y, off_x) = found
+    conv, (off_y, off_x), tile = found
     name = task.name
     taken = names_in(out)
 
@@ -161,16 +165,16 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
     batch, o_count, height, width = task.tensor.shape
     x_in, w_in = out.tensor(conv.act.arg.name), out.tensor(conv.weight.arg.name)
     channels, in_h, in_w = x_in.shape[1:]
-    size = TILE + KERNEL - 1
-    if names["AT"] not in out.constants:
-        for label, matrix in zip(("AT", "G", "BT"), transforms(), strict=True):
-            out.constant(names[label], matrix.astype(np.float32))
-    at, g, bt = (out.tensor(names[label]) for label in ("AT", "G", "BT"))
-    tiles_y, tiles_x = -(-height // TILE), -(-width // TILE)
+    size = tile + KERNEL - 1
+    if names["AT", tile] not in out.constants:
+        for label, matrix in zip(("AT", "G", "BT"), transforms(POINTS[tile]), strict=True):
+            out.constant(names[label, tile], matrix.astype(np.float32))
+    at, g, bt = (out.tensor(names[label, tile]) for label in ("AT", "G", "BT"))
+    tiles_y, tiles_x = -(-height // tile), -(-width // tile)
     rows, row = _blocks(tiles_y, tiles_x)
     per_image = -(-tiles_y // rows)
     blocks, per_block = batch * per_image, rows * row
-    pad_h, pad_w = TILE * per_image * rows + KERNEL - 1, TILE * row + KERNEL - 1
+    pad_h, pad_w = tile * per_image * rows + KERNEL - 1, tile * row + KERNEL - 1
 
     def padded(vn, vb, vh, vw, vl):
         sy, sx = vh + off_y, vw + off_x
@@ -182,14 +186,14 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
 
     def rows_of(vb, ve, vq, vw, vc):
         a = _axis("a", size)
-        y = TILE * (rows * (vb % per_image) + vq) + a
+        y = tile * (rows * (vb % per_image) + vq) + a
         return _sum(bt[ve, a] * pad[vb // per_image, vc // lanes, y, vw, vc % lanes], a)
 
     across = compute_as(out, fresh("rows"), (blocks, size, rows, pad_w, channels), ("b", "e", "q", "w", "c"), rows_of)
 
     def input_of(vb, ve, vf, vt, vc):
         a = _axis("a", size)
-        return _sum(bt[vf, a] * across[vb, ve, vt // row, TILE * (vt % row) + a, vc], a)
+        return _sum(bt[vf, a] * across[vb, ve, vt // row, tile * (vt % row) + a, vc], a)
 
     tiles = compute_as(out, fresh("input"), (blocks, size, size, per_block, channels), ("b", "e", "f", "t", "c"),
                        input_of)
@@ -220,14 +224,14 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
         a = _axis("a", size)
         return _sum(at[vi, a] * products[vb, a, vf, vt, vo], a)
 
-    columns = compute_as(out, fresh("columns"), (blocks, TILE, size, per_block, o_count), ("b", "i", "f", "t", "o"),
+    columns = compute_as(out, fresh("columns"), (blocks, tile, size, per_block, o_count), ("b", "i", "f", "t", "o"),
                          columns_of)
 
     def output_of(vn, vb, vy, vx, vl):
         a = _axis("a", size)
-        block = vn * per_image + vy // (TILE * rows)
-        tile = (vy % (TILE * rows)) // TILE * row + vx // TILE
-        return _sum(at[vx % TILE, a] * columns[block, vy % TILE, a, tile, vb * lanes + vl], a)
+        block = vn * per_image + vy // (tile * rows)
+        at_tile = (vy % (tile * rows)) // tile * row + vx // tile
+        return _sum(at[vx % tile, a] * columns[block, vy % tile, a, at_tile, vb * lanes + vl], a)
 
     blocked = compute_as(out, fresh_name(f"{name}_blocked", taken), (batch, o_count // lanes, height, width, lanes),
                          ("n", "ob", "y", "x", "ol"), output_of)
