@@ -54,6 +54,17 @@ def test_the_winograd_workload_computes_what_the_convolution_does(options):
     np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * scale)
 
 
+def test_an_image_wider_than_a_block_goes_one_tile_row_a_block():
+    """34 tiles a row exceed MAX_BLOCK_TILES: one tile row, padded to 36, is a block (it once found none)."""
+    wl = conv(channels=8, size=136, out=8)
+    rewritten = winograd_convolutions(wl, 8)
+    assert rewritten.tensor("Y_product").shape[0] == 34 and rewritten.tensor("Y_product").shape[3] == 36
+    inputs = random_inputs(wl)
+    expected = pw.reference(wl, **inputs)["Y"]
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4,
+                               atol=1e-5 * np.abs(expected).max())
+
+
 def test_a_batch_of_images_has_its_own_blocks_per_image():
     wl = zoo.conv2d(2, 8, 14, 15, 8, 3, 1, 1)  # F(2x2, 3x3): 7 and 8 tiles a side
     rewritten = winograd_convolutions(wl, 8)

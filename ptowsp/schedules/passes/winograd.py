@@ -48,7 +48,7 @@ from fractions import Fraction
 import numpy as np
 
 from ptowsp.schedules.passes.blocking import Convolution, affine, convolution
-from ptowsp.te import Expr, Op, const, reduce_axis, reduce_sum
+from ptowsp.te import Op, const, reduce_axis, reduce_sum
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import compute_as, fresh_name, names_in, plain, rebuild
@@ -133,21 +133,17 @@ def transforms(points: tuple[int, ...] = POINTS[4], kernel: int = KERNEL) -> tup
 
 def _blocks(tiles_y: int, tiles_x: int) -> tuple[int, int]:
     """(tile rows per block, tiles per row padded): each block a whole number of the register tile's
-    rows (4; 8 where the waste is no more), at least cost: the tiles computed, padding included,
-    and FILTER_READ tiles' worth for each block, which reads the whole filter again."""
-    best = None
-    for row in range(tiles_x, 2 * tiles_x + 1):
-        for rows in (1, 2, 4, 8):
-            per_block = rows * row
-            if per_block % 4 or per_block > MAX_BLOCK_TILES:
-                continue
-            blocks = -(-tiles_y // rows)
-            cost = blocks * per_block * (1.0 if per_block % 8 == 0 else 1.05) + FILTER_READ * blocks
-            if best is None or cost < best[0]:
-                best = (cost, rows, row)
-    if best is None:
-        raise AssertionError("MIN_TILES guarantees a block")  # pragma: no cover
-    return best[1], best[2]
+    rows (4; 8 where the waste is no more) and at most MAX_BLOCK_TILES, or one tile row of a wider
+    image, at least cost: the tiles computed, padding included, and FILTER_READ tiles' worth for
+    each block, which reads the whole filter again."""
+    def cost(shape: tuple[int, int]) -> float:
+        rows, row = shape
+        blocks = -(-tiles_y // rows)
+        return blocks * rows * row * (1.0 if rows * row % 8 == 0 else 1.05) + FILTER_READ * blocks
+
+    shapes = [(rows, row) for row in range(tiles_x, 2 * tiles_x + 1) for rows in (1, 2, 4, 8)
+              if rows * row % 4 == 0 and (rows == 1 or rows * row <= MAX_BLOCK_TILES)]
+    return min(shapes, key=cost)
 
 
 def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[int, int], int],
@@ -185,63 +181,55 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
                      padded)
 
     def rows_of(vb, ve, vq, vw, vc):
-        a = _axis("a", size)
+        a = reduce_axis(size, "a")
         y = tile * (rows * (vb % per_image) + vq) + a
-        return _sum(bt[ve, a] * pad[vb // per_image, vc // lanes, y, vw, vc % lanes], a)
+        return reduce_sum(bt[ve, a] * pad[vb // per_image, vc // lanes, y, vw, vc % lanes], a)
 
     across = compute_as(out, fresh("rows"), (blocks, size, rows, pad_w, channels), ("b", "e", "q", "w", "c"), rows_of)
 
     def input_of(vb, ve, vf, vt, vc):
-        a = _axis("a", size)
-        return _sum(bt[vf, a] * across[vb, ve, vt // row, tile * (vt % row) + a, vc], a)
+        a = reduce_axis(size, "a")
+        return reduce_sum(bt[vf, a] * across[vb, ve, vt // row, tile * (vt % row) + a, vc], a)
 
     tiles = compute_as(out, fresh("input"), (blocks, size, size, per_block, channels), ("b", "e", "f", "t", "c"),
                        input_of)
 
     def half_of(ve, vs, vc, vo):  # G . W: the one pass that reads W across its output channels
-        r = _axis("r", KERNEL)
-        return _sum(g[ve, r] * w_in[vo, vc, r, vs], r)
+        r = reduce_axis(KERNEL, "r")
+        return reduce_sum(g[ve, r] * w_in[vo, vc, r, vs], r)
 
     half = compute_as(out, fresh("filter_rows"), (size, KERNEL, channels, o_count), ("e", "s", "c", "o"), half_of)
 
     panel = 2 * lanes if o_count % (2 * lanes) == 0 else lanes  # the register tile's columns: one panel
 
     def filter_of(ve, vf, vj, vc, vl):
-        s = _axis("s", KERNEL)
-        return _sum(g[vf, s] * half[ve, s, vc, vj * panel + vl], s)
+        s = reduce_axis(KERNEL, "s")
+        return reduce_sum(g[vf, s] * half[ve, s, vc, vj * panel + vl], s)
 
     filters = compute_as(out, fresh("filter"), (size, size, o_count // panel, channels, panel),
                          ("e", "f", "ob", "c", "ol"), filter_of)
 
     def product(vb, ve, vf, vt, vo):
-        k = _axis("k", channels)
-        return _sum(tiles[vb, ve, vf, vt, k] * filters[ve, vf, vo // panel, k, vo % panel], k)
+        k = reduce_axis(channels, "k")
+        return reduce_sum(tiles[vb, ve, vf, vt, k] * filters[ve, vf, vo // panel, k, vo % panel], k)
 
     products = compute_as(out, fresh("product"), (blocks, size, size, per_block, o_count), ("b", "e", "f", "t", "o"),
                           product)
 
     def columns_of(vb, vi, vf, vt, vo):
-        a = _axis("a", size)
-        return _sum(at[vi, a] * products[vb, a, vf, vt, vo], a)
+        a = reduce_axis(size, "a")
+        return reduce_sum(at[vi, a] * products[vb, a, vf, vt, vo], a)
 
     columns = compute_as(out, fresh("columns"), (blocks, tile, size, per_block, o_count), ("b", "i", "f", "t", "o"),
                          columns_of)
 
     def output_of(vn, vb, vy, vx, vl):
-        a = _axis("a", size)
+        a = reduce_axis(size, "a")
         block = vn * per_image + vy // (tile * rows)
         at_tile = (vy % (tile * rows)) // tile * row + vx // tile
-        return _sum(at[vx % tile, a] * columns[block, vy % tile, a, at_tile, vb * lanes + vl], a)
+        return reduce_sum(at[vx % tile, a] * columns[block, vy % tile, a, at_tile, vb * lanes + vl], a)
 
     blocked = compute_as(out, fresh_name(f"{name}_blocked", taken), (batch, o_count // lanes, height, width, lanes),
                          ("n", "ob", "y", "x", "ol"), output_of)
     compute_as(out, name, task.tensor.shape, task.loop_names,
                lambda vn, vo, vy, vx: blocked[vn, vo // lanes, vy, vx, vo % lanes])
-
-
-def _axis(name: str, extent: int) -> Expr:
-    return reduce_axis(extent, name)
-
-
-def _sum(body: Expr, *axes: Expr) -> Expr:
-    return reduce_sum(body, axis=axes if len(axes) > 1 else axes[0])
