@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.winograd import POINTS, transforms, winograd_convolutions
 from ptowsp.workloads import random_inputs, zoo
 from tests.schedules.test_blocking import conv
@@ -28,12 +29,30 @@ def test_a_convolution_becomes_the_winograd_tasks_with_blocks_of_whole_register_
     assert rewritten.tasks == ["Y_pad", "Y_rows", "Y_input", "Y_filter_rows", "Y_filter", "Y_product", "Y_columns",
                                "Y_blocked", "Y"]
     assert rewritten.inputs == wl.inputs and rewritten.outputs == wl.outputs
-    # 28 = 7 tiles of 4 a side: 2 blocks of 4 tile rows, 28 register-tile rows each (winograd.py `_blocks`:
-    # 7 blocks of one tile row padded to 8 would read the whole filter 7 times)
-    assert rewritten.tensor("Y_product").shape == (2, 6, 6, 28, 16)
+    # 28 = 7 tiles of 4 a side: one block of 8 tile rows (the last padded), 56 register-tile rows
+    # (winograd.py `_blocks`: 2 blocks of 4 tile rows compute as many tiles and read the filter twice)
+    assert rewritten.tensor("Y_product").shape == (1, 6, 6, 56, 16)
     assert rewritten.tensor("Y_filter").shape == (6, 6, 1, 8, 16)  # one panel of 2 vectors of columns
     assert rewritten.tensor("Y_blocked").shape == (1, 2, 28, 28, 8)  # blocking.py's layout: propagation goes on
     assert rewritten.category("Y_product") is pw.Category.COMPLEX_OUT_FUSABLE
+
+
+@pytest.mark.parametrize("channels, blocks", [(8, (7, 28)), (128, (4, 56))])
+def test_blocks_are_larger_where_the_filter_must_come_from_memory_again_for_each(channels, blocks):
+    """56 = 14 tiles of 4 a side.  A filter that fits in L2 (36 x 8 x 8 floats) is re-read from there:
+    blocks of 2 tile rows waste nothing.  One of 2.4 MB (128 channels) costs a read from memory per
+    block: blocks of 4 tile rows (56 tiles, the last two tile rows padded) read it 4 times, not 7."""
+    rewritten = winograd_convolutions(conv(channels=channels, size=56, out=channels), 8)
+    product = rewritten.tensor("Y_product").shape
+    assert (product[0], product[3]) == blocks
+
+
+def test_with_avx512_the_filter_is_stored_as_panels_of_4_vectors_the_product_a_tile_of_4_rows():
+    wl = winograd_convolutions(conv(channels=16, size=28, out=64), 16)
+    assert wl.tensor("Y_filter").shape == (6, 6, 1, 16, 64)
+    schedule = default_schedule(wl, vector_bytes=64, workers=2)
+    assert {"t": 4, "o": 64} in [step.factors for step in schedule.steps if getattr(step, "task", None) ==
+                                 "Y_product" and step.kind == "tile"]
 
 
 def test_an_image_too_small_for_tiles_of_4_takes_tiles_of_2():
@@ -55,10 +74,10 @@ def test_the_winograd_workload_computes_what_the_convolution_does(options):
 
 
 def test_an_image_wider_than_a_block_goes_one_tile_row_a_block():
-    """34 tiles a row exceed MAX_BLOCK_TILES: one tile row, padded to 36, is a block (it once found none)."""
-    wl = conv(channels=8, size=136, out=8)
+    """66 tiles a row exceed MAX_BLOCK_TILES: one tile row, padded to 68, is a block (it once found none)."""
+    wl = conv(channels=8, size=264, out=8)
     rewritten = winograd_convolutions(wl, 8)
-    assert rewritten.tensor("Y_product").shape[0] == 34 and rewritten.tensor("Y_product").shape[3] == 36
+    assert rewritten.tensor("Y_product").shape[0] == 66 and rewritten.tensor("Y_product").shape[3] == 68
     inputs = random_inputs(wl)
     expected = pw.reference(wl, **inputs)["Y"]
     np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["Y"], expected, rtol=1e-4,
@@ -89,8 +108,9 @@ def test_the_cpu_default_takes_winograd_and_computes_the_input_transform_inside_
     wl = conv(channels=16, size=28, out=32)  # whole vectors of channels with AVX2's 8 lanes and AVX-512's 16
     built = pw.build(wl, "cpu", workers=2)
     placed = built.schedule.compute_at_locations
-    # the filter (36 x 16 x 32 floats) is read per point (e, f) of the tile, 2 KB a point: not too wide to group
-    assert placed["Y_input"][0] == "Y_product" and placed["Y_rows"][0] == "Y_product"
+    # the filter (36 x 16 x 32 floats) is read per point (e, f) of the tile, 2 KB a point: not too wide to
+    # group.  One block (56 tiles): the grid splits the points, the rows' transform is shared by them
+    assert placed["Y_input"][0] == "Y_product" and "Y_rows" not in placed
     inputs = random_inputs(wl)
     expected = pw.reference(wl, **inputs)["Y"]
     np.testing.assert_allclose(built.run(**inputs)["Y"], expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())

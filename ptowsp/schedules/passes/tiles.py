@@ -57,8 +57,9 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
                                                                                      and not stored):
         return None
     wide = lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 and WIDE_REGISTER_ROWS in rows_fit
-    rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide else REGISTER_ROWS)
     vectors = choose(f"{task}.tile_vectors", vectors_fit, vectors_fit[0] if stored else 2)
+    # 16 accumulators with AVX-512's 32 registers (8 with 16): fewer rows for a wider panel
+    rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide and vectors <= 2 else REGISTER_ROWS)
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
     # a panel read through flattened indices (an NCHW image's pixels) is not packed: a copy's region is
     # bounded per dimension; its rows then lie a whole image apart, and fewer of them share L1's sets

@@ -56,11 +56,17 @@ from ptowsp.workloads.copying import compute_as, fresh_name, names_in, plain, re
 POINTS = {4: (0, 1, -1, 2, -2), 2: (0, 1, -1)}  # per tile side m, in the order tried; with infinity m + 2 points
 KERNEL = 3
 MIN_TILES = 7  # output tiles across each side below which the direct convolution is kept
-MAX_BLOCK_TILES = 32  # tiles per block: the product's rows; a block's transforms stay in L2
-# One more block reads the whole filter once more, from L3 at ~5 G floats/s a core, while a tile's
-# products take 1/20 of a float's read per filter element at ~100 G multiply-adds/s: a block costs
-# about 20 tiles (ResNet-18's 28x28 stage in 2 blocks of 28 tiles, not 7 of 8: 1.02-1.03x)
+MAX_BLOCK_TILES = 64  # tiles per block: the product's rows; a block's transforms stay in L2
+# One more block reads the whole filter once more, from memory at ~5 G floats/s a core, while a
+# tile's products take 1/20 of a float's read per filter element at ~100 G multiply-adds/s: a block
+# costs about 20 tiles.  ResNet-18's 28x28 and 14x14 stages (7 x 7 tiles; filters of 2.4 and 4.2 MB)
+# then take one block of 56 tiles, not two of 28, which read the filter twice.  A filter that fits
+# in a core's L2 (CACHED_FILTER_BYTES: 1 MB or more on the x86 hosts we meet) is re-read from there:
+# a block costs about FILTER_READ_CACHED tiles (the 56x56 stage: 590 KB, 7 blocks of 28 tiles; in
+# 4 blocks of 56 its products took 0.68 against 0.63 core-ms)
 FILTER_READ = 20
+FILTER_READ_CACHED = 4
+CACHED_FILTER_BYTES = 1 << 20
 
 
 def winograd_convolutions(wl: Workload, lanes: int) -> Workload:
@@ -131,15 +137,18 @@ def transforms(points: tuple[int, ...] = POINTS[4], kernel: int = KERNEL) -> tup
     return tuple(np.array([[float(v) for v in row] for row in m]) for m in (at, g, bt))
 
 
-def _blocks(tiles_y: int, tiles_x: int) -> tuple[int, int]:
+def _blocks(tiles_y: int, tiles_x: int, filter_bytes: int) -> tuple[int, int]:
     """(tile rows per block, tiles per row padded): each block a whole number of the register tile's
     rows (4; 8 where the waste is no more) and at most MAX_BLOCK_TILES, or one tile row of a wider
-    image, at least cost: the tiles computed, padding included, and FILTER_READ tiles' worth for
-    each block, which reads the whole filter again."""
+    image, at least cost: the tiles computed, padding included, and for each block, which reads
+    the whole filter (`filter_bytes`) again, FILTER_READ tiles' worth (FILTER_READ_CACHED where
+    the filter stays in L2)."""
+    read = FILTER_READ if filter_bytes > CACHED_FILTER_BYTES else FILTER_READ_CACHED
+
     def cost(shape: tuple[int, int]) -> float:
         rows, row = shape
         blocks = -(-tiles_y // rows)
-        return blocks * rows * row * (1.0 if rows * row % 8 == 0 else 1.05) + FILTER_READ * blocks
+        return blocks * rows * row * (1.0 if rows * row % 8 == 0 else 1.05) + read * blocks
 
     shapes = [(rows, row) for row in range(tiles_x, 2 * tiles_x + 1) for rows in (1, 2, 4, 8)
               if rows * row % 4 == 0 and (rows == 1 or rows * row <= MAX_BLOCK_TILES)]
@@ -167,7 +176,7 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
             out.constant(names[label, tile], matrix.astype(np.float32))
     at, g, bt = (out.tensor(names[label, tile]) for label in ("AT", "G", "BT"))
     tiles_y, tiles_x = -(-height // tile), -(-width // tile)
-    rows, row = _blocks(tiles_y, tiles_x)
+    rows, row = _blocks(tiles_y, tiles_x, size * size * channels * o_count * 4)
     per_image = -(-tiles_y // rows)
     blocks, per_block = batch * per_image, rows * row
     pad_h, pad_w = tile * per_image * rows + KERNEL - 1, tile * row + KERNEL - 1
@@ -200,7 +209,10 @@ def _winograd(out: Workload, task: ComputeTask, found: tuple[Convolution, tuple[
 
     half = compute_as(out, fresh("filter_rows"), (size, KERNEL, channels, o_count), ("e", "s", "c", "o"), half_of)
 
-    panel = 2 * lanes if o_count % (2 * lanes) == 0 else lanes  # the register tile's columns: one panel
+    # the register tile's columns: one panel.  4 vectors with AVX-512's 32 registers (4 rows x 4
+    # vectors, 16 accumulators: 8 loads per 16 multiply-adds where 4 x 2 makes 6 per 8), else 2
+    widest = 4 if lanes >= 16 else 2
+    panel = next(v * lanes for v in (widest, 2, 1) if o_count % (v * lanes) == 0)
 
     def filter_of(ve, vf, vj, vc, vl):
         s = reduce_axis(KERNEL, "s")
