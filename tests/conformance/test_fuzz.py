@@ -1,0 +1,32 @@
+"""The fuzz's verdict on one run (tests/conformance/fuzz.py): a device buffer overflow is the target's
+typed refusal, counted apart from failures; a match is no problem."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import ptowsp as pw
+from tests.backends.test_aicore import matmul_tiled
+from tests.conformance.fuzz import REFUSED, problem
+
+
+@pytest.fixture(scope="module")
+def overflowing():
+    """A legal schedule whose 128 x 512 fp16 blocks (128 KiB) overflow the aicore's L0A."""
+    wl, s = matmul_tiled(n=512, tile=128, k_block=512)
+    inputs = pw.workloads.random_inputs(wl)
+    return s, inputs, pw.reference(wl, **inputs)
+
+
+def test_a_device_buffer_overflow_is_a_refusal_not_a_failure(overflowing):
+    s, inputs, expected = overflowing
+    assert problem(SimpleNamespace(rtol=1e-2), s, "aicore", inputs, expected) is REFUSED
+
+
+def test_the_same_schedule_matches_on_cpu_and_a_wrong_reference_is_a_mismatch(overflowing):
+    s, inputs, expected = overflowing
+    assert problem(SimpleNamespace(rtol=1e-2), s, "cpu", inputs, expected) is None
+    wrong = {name: -value for name, value in expected.items()}
+    assert problem(SimpleNamespace(rtol=1e-2), s, "cpu", inputs, wrong).startswith("mismatch in")
