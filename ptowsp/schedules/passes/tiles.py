@@ -2,11 +2,10 @@
 
 `contraction_tile`: `C[.., i, j] = sum(A[.., i, k] * B[.., k, j], k)` gets rows x (2 vectors) of
 accumulators (a B stored in wider panels: its panel's vectors, fewer rows) with k blocked and B's
-panel packed per block (`rows_inside_panel` then keeps a
-task's row tiles inside each panel).  `vector_tile`: a reduction whose last axis is exactly one
-vector (a channel-blocked convolution, blocking.py) gets pixels x one vector.  `stream_reduction`:
-a lone reduction over a non-contiguous axis (GEMV) streams rows.  Every number is a decision of
-`choose` (default.py's module docstring).
+panel packed per block (`rows_inside_panel` then keeps a task's row tiles inside each panel).
+`vector_tile`: a reduction whose last axis is exactly one vector (a channel-blocked convolution,
+blocking.py) gets pixels x one vector.  `stream_reduction`: a lone reduction over a non-contiguous
+axis (GEMV) streams rows.  Every number is a decision of `choose` (default.py's module docstring).
 """
 
 from __future__ import annotations
