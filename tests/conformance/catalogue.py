@@ -15,9 +15,9 @@ import numpy as np
 
 import ptowsp as pw
 from ptowsp.schedules.passes.blocking import block_convolutions
-from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
+from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.random_schedule import read_entries
 from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: the tests import it from here
 from ptowsp.workloads.zoo import layers

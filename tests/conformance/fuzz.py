@@ -25,7 +25,7 @@ from ptowsp.backends.aicore.cost import BufferOverflow
 from ptowsp.schedules.random_schedule import random_schedule
 from tests.conformance.catalogue import CASES, random_inputs
 
-REFUSED = "refused"  # what _problem says of a schedule the target refuses, typed
+REFUSED = "refused"  # what `problem` says of a schedule the target refuses, typed
 
 
 def main() -> int:
@@ -47,7 +47,7 @@ def main() -> int:
             inputs, expected = prepared[case.name]
             for target in targets:
                 schedule = random_schedule(wl, seed, layouts=target != "cuda")  # cuda refuses layouts
-                found = problem(case, schedule, target, inputs, expected)
+                found = problem(schedule, target, inputs, expected, case.rtol)
                 if found is REFUSED:
                     refused += 1
                     continue
@@ -65,16 +65,17 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def problem(case, schedule: pw.Schedule, target: str, inputs: dict, expected: dict) -> str | None:
-    """What is wrong with the run of `schedule` on `target` (None: it matches the reference), or
-    REFUSED: the schedule's tiles overflow a device buffer (a typed ScheduleError)."""
+def problem(schedule: pw.Schedule, target: str, inputs: dict, expected: dict, rtol: float) -> str | None:
+    """What is wrong with the run of `schedule` on `target` (None: it matches `expected` within
+    `rtol`, at least 1e-5), or REFUSED: the schedule's tiles overflow a device buffer (a typed
+    ScheduleError)."""
     try:
         got = pw.build(schedule, target=target).run(**inputs)
     except BufferOverflow:
         return REFUSED
     except Exception as e:  # noqa: BLE001 - every crash is a finding
         return f"{type(e).__name__}: {e}"
-    tol = max(case.rtol, 1e-5)
+    tol = max(rtol, 1e-5)
     for name, value in expected.items():
         scale = max(1.0, float(np.max(np.abs(value.astype(np.float64)))))
         if not np.allclose(got[name], value, rtol=tol, atol=tol * scale, equal_nan=True):

@@ -3,8 +3,6 @@ typed refusal, counted apart from failures; a match is no problem."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 import ptowsp as pw
@@ -22,11 +20,11 @@ def overflowing():
 
 def test_a_device_buffer_overflow_is_a_refusal_not_a_failure(overflowing):
     s, inputs, expected = overflowing
-    assert problem(SimpleNamespace(rtol=1e-2), s, "aicore", inputs, expected) is REFUSED
+    assert problem(s, "aicore", inputs, expected, 1e-2) is REFUSED
 
 
 def test_the_same_schedule_matches_on_cpu_and_a_wrong_reference_is_a_mismatch(overflowing):
     s, inputs, expected = overflowing
-    assert problem(SimpleNamespace(rtol=1e-2), s, "cpu", inputs, expected) is None
+    assert problem(s, "cpu", inputs, expected, 1e-2) is None
     wrong = {name: -value for name, value in expected.items()}
-    assert problem(SimpleNamespace(rtol=1e-2), s, "cpu", inputs, wrong).startswith("mismatch in")
+    assert problem(s, "cpu", inputs, wrong, 1e-2).startswith("mismatch in")

@@ -40,11 +40,11 @@ from ptowsp.runtime.native import Fill, NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.blocking import block_convolutions
-from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.passes.panels import pack_panels
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.passes.transposing import transpose_operands
+from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
