@@ -85,7 +85,7 @@ def kernel_groups(wl: Workload, schedule: Schedule) -> dict[str, list[str]]:
         key = task_key(wl, planned, root)
         members, stack = {root}, [key]
         while stack:
-            _, _, _, _, inlined, placed_here = stack.pop()
+            *_, inlined, placed_here = stack.pop()  # task_key ends with these two
             members |= inlined
             for task, _loop, inner in placed_here:
                 members.add(task)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ptowsp.errors import TaskError
-from ptowsp.lower.ir import Tensorized, Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store
+from ptowsp.lower.ir import Tensorized, Allocate, Barrier, Block, For, IfThen, Let, Prefetch, Stmt, Store
 from ptowsp.lower.program import Program
 from ptowsp.te import Expr, Op, const, substitute
 from ptowsp.te.evaluate import Domain, Evaluator
@@ -78,7 +78,7 @@ class Interpreter:
             if any(not 0 <= i < n for i, n in zip(index, target.shape, strict=True)):
                 raise TaskError(f"store to {s.buffer.name}{list(index)} outside shape {target.shape}")
             target[index] = self.value(s.value, env)
-        elif not isinstance(s, Barrier):
+        elif not isinstance(s, (Barrier, Prefetch)):  # a prefetch changes no value
             raise TypeError(f"unknown statement {s!r}")
 
     @contextlib.contextmanager

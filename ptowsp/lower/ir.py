@@ -146,6 +146,16 @@ class Tensorized(Stmt):
 
 
 @dataclass(frozen=True)
+class Prefetch(Stmt):
+    """Bring the cache line holding `buffer[indices]` closer (a software prefetch: schedule step
+    prefetch_tensor).  A hint: it changes no value, and an index past the buffer's end (the lines
+    after the last iteration's) is harmless, so nothing bounds-checks it."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
 class Barrier(Stmt):
     """All threads of a block wait here (GPU shared-memory exchange)."""
 
@@ -175,6 +185,8 @@ def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
     """The expressions a statement itself holds (not its children's)."""
     if isinstance(s, Store):
         return (*s.indices, s.value)
+    if isinstance(s, Prefetch):
+        return s.indices
     if isinstance(s, IfThen):
         return (s.cond,)
     if isinstance(s, Let):
@@ -188,6 +200,8 @@ def map_exprs(s: Stmt, fn, loop_name=lambda name: name) -> Stmt:
     """Rebuild a statement with fn applied to every expression it holds and loop_name to every loop."""
     if isinstance(s, Store):
         return Store(s.buffer, tuple(fn(i) for i in s.indices), fn(s.value))
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, tuple(fn(i) for i in s.indices))
     if isinstance(s, IfThen):
         return IfThen(fn(s.cond), map_exprs(s.then, fn, loop_name))
     if isinstance(s, For):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Stmt, Store, Tensorized
+from ptowsp.lower.ir import Allocate, Barrier, Block, For, IfThen, Let, Prefetch, Stmt, Store, Tensorized
 
 INDENT = "  "
 
@@ -30,4 +30,6 @@ def to_source(s: Stmt, depth: int = 0) -> str:
                 f"{replaced}")
     if isinstance(s, Barrier):
         return f"{pad}barrier({s.scope})"
+    if isinstance(s, Prefetch):
+        return f"{pad}prefetch {s.buffer.name}[{', '.join(str(i) for i in s.indices)}]"
     raise TypeError(f"unknown statement {s!r}")

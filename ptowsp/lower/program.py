@@ -131,7 +131,8 @@ def task_key(wl: Workload, schedule: Schedule, name: str) -> tuple:
                 stack.append(tensor.name)
     placed = sorted((p, loop) for p, (c, loop) in schedule.compute_at_locations.items() if c == name)
     return (name, schedule.nest(name), schedule.cache_writes.get(name),
-            tuple(read for read in schedule.cache_reads if read[0] == name), frozenset(inlined),
+            tuple(read for read in schedule.cache_reads if read[0] == name),
+            tuple(fetch for fetch in schedule.prefetched if fetch[0] == name), frozenset(inlined),
             tuple((p, loop, task_key(wl, schedule, p)) for p, loop in placed))
 
 

@@ -16,7 +16,7 @@ shows it as one: compile time stays bounded and the results are the same.
 
 from __future__ import annotations
 
-from ptowsp.lower.ir import Allocate, Block, For, IfThen, Stmt, Store, map_exprs, stmt_exprs
+from ptowsp.lower.ir import Allocate, Block, For, IfThen, Prefetch, Stmt, Store, map_exprs, stmt_exprs
 from ptowsp.te import Expr, Op, const, substitute
 from ptowsp.te.bounds import interval
 from ptowsp.te.indices import collapsed
@@ -150,6 +150,8 @@ def tidy(s: Stmt) -> Stmt:
         return tidy(_with_value(s.body, s.var, zero))
     if isinstance(s, Store):
         return Store(s.buffer, tuple(simplify_index(_loads(i)) for i in s.indices), _loads(s.value))
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, tuple(simplify_index(_loads(i)) for i in s.indices))
     if isinstance(s, IfThen):
         return IfThen(_loads(s.cond), tidy(s.then))
     if isinstance(s, (For, Allocate, Block)):

@@ -14,7 +14,7 @@ import networkx as nx
 from ptowsp.errors import ScheduleError, WorkloadError
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.condition import parse_condition
-from ptowsp.schedules.loopnest import PARALLEL, UNROLLED, VECTORIZED, LoopNest, StepError
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, UNROLLED, VECTORIZED, LoopNest, StepError
 from ptowsp.schedules.layouts import layout_of
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.fusion import check_pair
@@ -61,6 +61,9 @@ def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where the cache of {tensor!r} is filled (cache_read); transform it first",
                            task)
+    for consumer, tensor, loop, _ in s._prefetched:
+        if consumer == task and loop in removed:
+            raise _on_task(f"loop {loop} is where {tensor!r} is prefetched (prefetch_tensor); transform it first", task)
     tensorized = s._tensorized.get(task)
     if tensorized is not None and tensorized[0] in removed:
         raise _on_task(f"loop {tensorized[0]} is where {tensorized[1]!r} is called (tensorize); "
@@ -113,7 +116,16 @@ def fuse(s: Schedule, step: st.Fuse) -> None:
     _set_nest(s, step.task, lambda nest: nest.fuse(step.outer, step.inner))
 
 
+def _keep_serial(s: Schedule, task: str, loops: list[str], annotation: str) -> None:
+    """A loop a tensor is prefetched at keeps running its iterations one after another."""
+    for consumer, tensor, loop, _ in s._prefetched:
+        if consumer == task and loop in loops:
+            raise _on_task(f"loop {loop} is where {tensor!r} is prefetched (prefetch_tensor), which needs its "
+                           f"iterations in order; it cannot be {annotation}", task)
+
+
 def vectorize(s: Schedule, step: st.Vectorize) -> None:
+    _keep_serial(s, step.task, [step.loop], VECTORIZED)
     _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], VECTORIZED))
 
 
@@ -127,6 +139,7 @@ def parallel(s: Schedule, step: st.Parallel) -> None:
     if step.task in s._compute_at:
         raise _on_task(f"it is computed inside {s._compute_at[step.task][0]!r} (compute_at), so its loops cannot "
                        "form a task grid", step.task)
+    _keep_serial(s, step.task, step.loops, PARALLEL)
     _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
 
 
@@ -198,22 +211,43 @@ def _scope(scope: str) -> None:
         raise StepError(f"unknown memory scope {scope!r}; scopes are {', '.join(st.SCOPES)}")
 
 
+def _reads_in_place(s: Schedule, task: str, tensor: str, step: str) -> None:
+    """The task reads `tensor` itself, in its own layout: what cache_read and prefetch_tensor take."""
+    _compute(s, task)
+    _not_a_scan(s, task, step)
+    if tensor in s._layouts:
+        raise _on_task(f"{tensor!r} is stored in another layout (transform_layout); {step} of it is not "
+                       "supported yet", task)
+    read = [t.name for t in s.workload.task(task).inputs]
+    if tensor not in read:
+        raise _on_task(f"it does not read {tensor!r}; it reads {', '.join(read) or 'nothing'}", task)
+
+
 def cache_read(s: Schedule, step: st.CacheRead) -> None:
-    _compute(s, step.task)
-    _not_a_scan(s, step.task, "cache_read")
-    if step.tensor in s._layouts:
-        raise _on_task(f"{step.tensor!r} is stored in another layout (transform_layout); cache_read of it is not "
-                       "supported yet", step.task)
+    _reads_in_place(s, step.task, step.tensor, "cache_read")
     _scope(step.scope)
-    read = [t.name for t in s.workload.task(step.task).inputs]
-    if step.tensor not in read:
-        raise _on_task(f"it does not read {step.tensor!r}; it reads {', '.join(read) or 'nothing'}", step.task)
     if any(t == step.task and n == step.tensor for t, n, _, _ in s._cache_reads):
         raise _on_task(f"{step.tensor!r} is already cached", step.task)
     loops = s._nests[step.task].names
     if step.loop is not None and step.loop not in loops:
         raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(loops)}", step.task)
     s._cache_reads.append((step.task, step.tensor, step.scope, step.loop))
+
+
+def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
+    _reads_in_place(s, step.task, step.tensor, "prefetch_tensor")
+    if step.ahead < 1:
+        raise _on_task(f"prefetch_tensor looks ahead by at least one iteration, got ahead={step.ahead}", step.task)
+    nest = s._nests[step.task]
+    if step.loop not in nest.names:
+        raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(nest.names)}", step.task)
+    annotation = nest.loops[nest.names.index(step.loop)].annotation
+    if annotation not in (SERIAL, UNROLLED):
+        raise _on_task(f"loop {step.loop} is {annotation}; prefetch_tensor needs a serial loop, whose next "
+                       "iteration comes after this one", step.task)
+    if any(t == step.task and n == step.tensor for t, n, _, _ in s._prefetched):
+        raise _on_task(f"{step.tensor!r} is already prefetched", step.task)
+    s._prefetched.append((step.task, step.tensor, step.loop, step.ahead))
 
 
 def cache_write(s: Schedule, step: st.CacheWrite) -> None:

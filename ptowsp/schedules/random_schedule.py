@@ -14,6 +14,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import SERIAL
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.schedules.steps import SCOPES
+from ptowsp.te import Op, outermost_reductions, walk
 from ptowsp.workloads import Category, Workload
 from ptowsp.workloads.checks import with_parameters
 
@@ -133,11 +134,28 @@ def random_layout(shape: tuple[int, ...], rng: random.Random) -> Callable[..., t
     return with_parameters(index_map, [f"a{k}" for k in range(dims)])
 
 
+def _prefetch(s: Schedule, task: str, rng: random.Random) -> None:
+    """Maybe prefetch an input the task reads itself at one of its serial loops, 1 or 2 ahead: a
+    spatial loop (every read is inside it), or a reduce loop for a tensor the reduction reads."""
+    cached = {n for t, n, _, _ in s.cache_reads if t == task}  # read through a cache: not inside the loops
+    read = [t.name for t in s.workload.task(task).inputs
+            if t.name not in s.inlined and t.name not in s.compute_at_locations and t.name not in cached]
+    if not read or rng.random() >= 0.3:
+        return
+    tensor = rng.choice(read)
+    reduced = {n.arg.name for r, _ in outermost_reductions(s.workload.task(task).body) for n in walk(r) if
+               n.op is Op.LOAD}
+    serial = [lp.name for lp in s.nest(task).loops if lp.annotation == SERIAL and (not lp.reduce or tensor in reduced)]
+    if serial:
+        s.prefetch_tensor(task, tensor, rng.choice(serial), ahead=rng.choice((1, 1, 2)))
+
+
 def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True,
-                    layouts: bool = False) -> Schedule:
+                    layouts: bool = False, prefetches: bool = False) -> Schedule:
     """A legal schedule of random placement (inline, compute_at), cache and loop steps, and with
     `layouts` (on targets that store tensors in other layouts) random layouts of intermediates and
-    constants (from their own random stream: the other steps are those of `layouts=False`).
+    constants, with `prefetches` (on the cpu) random prefetch_tensor steps, each from its own
+    random stream: the other steps are those of `layouts=False, prefetches=False`.
 
     Placement is decided consumers first, so a producer is only computed at a
     task that already holds every read of it.
@@ -162,6 +180,14 @@ def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at
                 _propose(s, task, rng)
             except ScheduleError:
                 pass  # illegal proposal: the schedule is unchanged, try another
+    if prefetches:
+        chooser = random.Random(f"prefetches {seed}")
+        for task in computes:
+            if task not in s.inlined:
+                try:
+                    _prefetch(s, task, chooser)
+                except ScheduleError:
+                    pass  # a task that reads no input of its own, or a task folded by fusion
     if layouts:
         chooser = random.Random(f"layouts {seed}")
         for tensor in [*wl.constants, *(t for t in computes if t not in wl.outputs)]:

@@ -65,6 +65,7 @@ class Schedule:
         self._compute_at: dict[str, tuple[str, str]] = {}
         self._cache_reads: list[tuple[str, str, str, str | None]] = []  # task, tensor, scope, loop
         self._cache_writes: dict[str, str] = {}
+        self._prefetched: list[tuple[str, str, str, int]] = []  # task, tensor, loop, ahead
         self._fused_tasks: list[tuple[str, str]] = []
         self._fuse_by_category = False
         self._dispatch: st.Dispatch | None = None
@@ -174,6 +175,17 @@ class Schedule:
         iteration of `loop`) reads: TVM's cache_read placed by compute_at."""
         return self._make(st.CacheRead, task=task, tensor=tensor, scope=scope, loop=loop)
 
+    def prefetch_tensor(self, task: str, tensor: str, loop: str, ahead: int = 1) -> Schedule:
+        """While iteration v of `loop` runs, prefetch into the cache the part of `tensor` that
+        iteration v + ahead reads, its lines spread over the iterations of the first serial loop
+        inside `loop` (Halide's and TVM's prefetch, spread so no iteration stalls on a burst).
+
+        For an operand re-read by the loops inside `loop` (a matmul's k block of B, read once per
+        row tile): the first pass over each block then finds it in the cache.  Past the last
+        iteration the lines continue in memory (for B stored as panels: the next panel).  A
+        hint for the cpu target; it never changes a result (docs/schedules.md)."""
+        return self._make(st.PrefetchTensor, task=task, tensor=tensor, loop=loop, ahead=ahead)
+
     def cache_write(self, task: str, scope: str) -> Schedule:
         """Compute one task instance's results into a `scope` buffer, then copy them out."""
         return self._make(st.CacheWrite, task=task, scope=scope)
@@ -270,6 +282,11 @@ class Schedule:
     def cache_reads(self) -> list[tuple[str, str, str, str | None]]:
         """(task, tensor, scope, loop or None for the whole task instance) per cache_read step."""
         return list(self._cache_reads)
+
+    @property
+    def prefetched(self) -> list[tuple[str, str, str, int]]:
+        """(task, tensor, loop, ahead) per prefetch_tensor step."""
+        return list(self._prefetched)
 
     @property
     def cache_writes(self) -> dict[str, str]:

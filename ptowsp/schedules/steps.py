@@ -106,6 +106,15 @@ class CacheRead(_Step):
     loop: str | None = None
 
 
+class PrefetchTensor(_Step):
+    kind: Literal["prefetch_tensor"] = "prefetch_tensor"
+    task: str
+    tensor: str
+    loop: str
+    ahead: int = 1
+    keyword_fields = frozenset({"ahead"})
+
+
 class CacheWrite(_Step):
     kind: Literal["cache_write"] = "cache_write"
     task: str
@@ -179,7 +188,7 @@ class Specialize(_Step):
 
 Step = Annotated[
     Split | Tile | Reorder | Fuse | Vectorize | Unroll | Parallel | ComputeInline | ComputeAt | CacheRead
-    | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind | Specialize | TransformLayout,
+    | PrefetchTensor | CacheWrite | FuseTasks | FuseByCategory | Dispatch | Prefetch | Bind | Specialize | TransformLayout,
     Field(discriminator="kind"),
 ]
 

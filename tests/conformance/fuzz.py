@@ -46,7 +46,8 @@ def main() -> int:
             seed = args.seed + n // len(workloads)
             inputs, expected = prepared[case.name]
             for target in targets:
-                schedule = random_schedule(wl, seed, layouts=target != "cuda")  # cuda refuses layouts
+                # cuda refuses layouts; prefetch_tensor is a cpu cache hint, which the others refuse
+                schedule = random_schedule(wl, seed, layouts=target != "cuda", prefetches=target == "cpu")
                 found = problem(schedule, target, inputs, expected, case.rtol)
                 if found is REFUSED:
                     refused += 1

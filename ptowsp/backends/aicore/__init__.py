@@ -43,6 +43,10 @@ class AicoreExecutable:
             raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
                              f"({', '.join(schedule.workload.sizes)}), which the aicore target does not take yet; "
                              "build Workload.bind(...) for one binding")
+        if schedule.prefetched:
+            task, tensor, _, _ = schedule.prefetched[0]
+            raise BuildError(f"task {task!r}: prefetch_tensor({tensor!r}) is a cpu cache hint, and an AICore has no "
+                             "data cache to fetch into (its inputs move by DMA); drop the step for this target")
         self.cpu = CpuExecutable(schedule)
         wl, program = schedule.workload, self.cpu.program
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}

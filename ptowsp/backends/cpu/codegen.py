@@ -28,16 +28,14 @@ from llvmlite import ir
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.backends.cpu.microkernel import intrinsic_function
-from ptowsp.backends.cpu.streams import (
-    store_fence, streamed_outputs,
-)
+from ptowsp.backends.cpu.streams import L2, prefetch, store_fence, streamed_outputs
 from ptowsp.backends.cpu.types import (
     I32, I64, ITEMSIZE, MEMORY, REGISTER, Conversions, is_float, is_unsigned, signed_constant,
 )
 from ptowsp.backends.cpu.vecmath import VectorMath
 from ptowsp.backends.cpu.vector_access import VectorAccess
 from ptowsp.lower import Kernel
-from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Stmt, Store, Tensorized
+from ptowsp.lower.ir import Allocate, Barrier, Block, Buffer, For, IfThen, Let, Prefetch, Stmt, Store, Tensorized
 from ptowsp.te import Expr, Op, sizes, walk
 from ptowsp.te.indices import collapsed
 from ptowsp.workloads.intrinsic import LOOPS, lookup
@@ -133,6 +131,8 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
             self.allocate(s)
         elif isinstance(s, Tensorized):
             self.call_intrinsic(s)
+        elif isinstance(s, Prefetch):
+            prefetch(self.b, self.module, self.address(s.buffer, s.indices, None), 0, write=False, level=L2)
         elif not isinstance(s, Barrier):  # one thread: a barrier is a no-op
             raise TypeError(f"cannot emit {s!r}")
 

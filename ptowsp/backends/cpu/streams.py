@@ -108,13 +108,17 @@ def prefetch_ahead(step_bytes: int | None, extent: int) -> int | None:
     return step_bytes * math.ceil(DISTANCE_BYTES / step_bytes)
 
 
-def prefetch(builder: ir.IRBuilder, module: ir.Module, pointer: ir.Value, ahead: int, write: bool) -> None:
-    """llvm.prefetch of `pointer + ahead` bytes, into all cache levels (for a store: in exclusive state)."""
+ALL_LEVELS, L2 = 3, 2  # llvm.prefetch's locality: prefetcht0 (into L1 and below), prefetcht1 (L2 and below)
+
+
+def prefetch(builder: ir.IRBuilder, module: ir.Module, pointer: ir.Value, ahead: int, write: bool,
+             level: int = ALL_LEVELS) -> None:
+    """llvm.prefetch of `pointer + ahead` bytes into the cache levels `level` says (for a store: in
+    exclusive state)."""
     target = builder.gep(pointer, [ir.Constant(ir.IntType(64), ahead)], source_etype=ir.IntType(8))
     fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType(), I32, I32, I32])
     fn = declare(module, "llvm.prefetch", [ir.PointerType()], fn_type)
-    # rw, locality 3 (keep in every level), data cache
-    builder.call(fn, [target, ir.Constant(I32, int(write)), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+    builder.call(fn, [target, ir.Constant(I32, int(write)), ir.Constant(I32, level), ir.Constant(I32, 1)])
 
 
 def streamed_outputs(kernel: Kernel) -> set[str]:

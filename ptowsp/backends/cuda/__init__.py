@@ -72,6 +72,10 @@ def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
     if schedule.layouts:
         raise BuildError(f"tensor {next(iter(schedule.layouts))!r} is stored in another layout (transform_layout), "
                          "which the cuda target does not take yet")
+    if schedule.prefetched:
+        task, tensor, _, _ = schedule.prefetched[0]
+        raise BuildError(f"task {task!r}: prefetch_tensor({tensor!r}) is a cpu cache hint, which the cuda target "
+                         "does not take; stage the tensor in shared memory (cache_read) instead")
     if schedule.variants:
         raise BuildError(f"task {next(iter(schedule.variants))!r} is specialized (Schedule.specialize), which the "
                          "cuda target does not take yet; build the schedule without specialize steps")

@@ -43,7 +43,7 @@ FUSION_RULES = {
         "injective consumers fuse into a complex-out-fusable producer as an epilogue",
 }
 LOOP_STEPS = frozenset({"split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel"})
-_TASK_STEPS = LOOP_STEPS | {"cache_read", "cache_write", "bind"}
+_TASK_STEPS = LOOP_STEPS | {"cache_read", "prefetch_tensor", "cache_write", "bind"}
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     body = s.workload.task(task).body
     panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
     # B stored as panels already (passes/panels.py): the tile's columns are one panel
-    stored = {w for n in walk(body) if n.op is Op.LOAD and (w := _panel_width(n, k.name, j.name)) is not None}
+    stored_in = {n.arg.name: w for n in walk(body) if n.op is Op.LOAD and (w := _panel_width(n, k.name, j.name))}
+    stored = set(stored_in.values())
     rows_fit = [r for r in (1, 2, 4, 6, 8) if i.extent % r == 0]
     vectors_fit = [v for v in (1, 2, 3, 4) if j.extent % (v * lanes) == 0]
     if stored:
@@ -88,6 +89,10 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     packable = not stored and not flattened and panels[0] in {t.name for t in s.workload.task(task).inputs}
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
+    # a stored panel's next k block fetched while the row tiles re-read this one: the first row tile
+    # would wait on it (BERT's layer: 1.17x, docs/performance.md)
+    if len(stored_in) == 1 and choose(f"{task}.prefetch_panel", (True, False), True):
+        s.prefetch_tensor(task, next(iter(stored_in)), panel_loop)
     return f"{i.name}.outer", panel_loop
 
 
