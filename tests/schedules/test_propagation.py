@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.schedules.passes import tiles
 from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.workloads import random_inputs
@@ -77,6 +78,13 @@ def test_the_cpu_build_runs_the_blocked_graph_to_the_reference(workers):
     np.testing.assert_allclose(prog.run(**inputs)["T"], pw.reference(wl, **inputs)["T"], rtol=1e-4, atol=1e-3)
 
 
+def test_weights_that_fit_a_core_s_l2_are_not_prefetched(monkeypatch):
+    monkeypatch.setattr(tiles, "STREAMED_WEIGHT_BYTES", 4 << 20)  # a core with 4 MB of L2: 2.4 MB stay there
+    prog = pw.build(block(channels=256, size=8), "cpu", workers=2)
+    assert [lp for lp in prog.schedule.nest("C2_raw_blocked").loops if lp.annotation != "parallel"][0].reduce
+    assert not [step for step in prog.schedule.steps if step.kind == "prefetch_tensor"]
+
+
 def test_a_long_reduction_over_a_blocked_input_walks_its_channel_blocks_outside_the_rows():
     wl = block(channels=256, size=8)  # the second convolution sums 9 taps x 256 channels
     prog = pw.build(wl, "cpu", workers=2)
@@ -84,5 +92,9 @@ def test_a_long_reduction_over_a_blocked_input_walks_its_channel_blocks_outside_
     serial = [lp for lp in loops if lp.annotation != "parallel"]
     assert serial[0].reduce and serial[0].extent == 256 // (prog.schedule.workload.tensor("C2_raw_blocked").shape[-1])
     assert not serial[1].reduce  # the rows come after the channel blocks
+    # its 2.4 MB of weights, more than a core's L2, are fetched a channel block ahead
+    fetched = [step.call() for step in prog.schedule.steps if step.kind == "prefetch_tensor"]
+    assert fetched == [f"prefetch_tensor('C2_raw_blocked', 'C2_raw_weights', '{serial[0].name}', ahead=1)"]
+    assert "prefetch C2_raw_weights[" in prog.source("C2_raw_blocked")
     inputs = random_inputs(wl, seed=5)
     np.testing.assert_allclose(prog.run(**inputs)["T"], pw.reference(wl, **inputs)["T"], rtol=1e-4, atol=2e-3)

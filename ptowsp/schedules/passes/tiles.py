@@ -31,6 +31,7 @@ VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector regist
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
 HOIST_TERMS = 2048  # a blocked convolution's reduction at least this long walks its channel blocks outside the rows
+STREAMED_WEIGHT_BYTES = 2 << 20  # weights larger than a core's L2 are prefetched a channel block ahead
 
 
 def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose,
@@ -219,6 +220,21 @@ def channel_block_loop(s: Schedule, task: str) -> str | None:
     blocks = {i.arg[0] for load in _lane_reads(s.workload.task(task).body) for i in load.src[:-1]
               if i.op is Op.RVAR and i.arg[0] in names}
     return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def streamed_weights(s: Schedule, task: str, block: str) -> str | None:
+    """The weights a hoisted channel-block loop walks (the one operand it indexes besides the blocked
+    input's lanes), when they are larger than a core's L2 (STREAMED_WEIGHT_BYTES) and so come from
+    memory on every run: what the default prefetches a block ahead."""
+    body = s.workload.task(task).body
+    lanes = {n.arg.name for n in _lane_reads(body)}
+    found = {n.arg for n in walk(body) if n.op is Op.LOAD and n.arg.name not in lanes
+             and any(x.op is Op.RVAR and x.arg[0] == block for i in n.src for x in walk(i))}
+    if len(found) != 1:
+        return None
+    (tensor,) = found
+    large = math.prod(tensor.shape) * np.dtype(tensor.dtype).itemsize > STREAMED_WEIGHT_BYTES
+    return tensor.name if large else None
 
 
 def _lane_reads(body: Expr) -> list[Expr]:
