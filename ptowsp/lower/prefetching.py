@@ -52,7 +52,7 @@ from ptowsp.lower.ir import (
 )
 from ptowsp.lower.placement import global_reads
 from ptowsp.lower.regions import read_box
-from ptowsp.te import Expr, Op, const, substitute
+from ptowsp.te import Expr, Op, const, substitute, walk
 
 LINE_BYTES = 64  # a cache line on every cpu this targets
 
@@ -85,14 +85,17 @@ def _with_prefetches(anchor: For, task: str, tensor: Buffer, ahead: int) -> Stmt
     reads = global_reads(anchor.body, tensor.name)
     shape = tensor.shape
     box = read_box([r.src for r in reads], bound_loops(anchor.body), shape, shift=False)
-    if not all(isinstance(n, int) for n in (*shape, *box.extents)):
-        raise BuildError(f"task {task!r}: prefetch_tensor of {tensor.name!r} needs static shapes; the box read at "
-                         f"loop {anchor.var} is {list(box.extents)} of {list(shape)}")
+    if not all(isinstance(n, int) for n in box.extents):
+        raise BuildError(f"task {task!r}: prefetch_tensor of {tensor.name!r} at loop {anchor.var}: the part read "
+                         f"there, {list(box.extents)}, has a symbolic size; prefetch at a loop inside the symbolic one")
+    if any(n.op is Op.LOAD for start in box.starts for n in walk(start)):
+        raise BuildError(f"task {task!r}: prefetch_tensor of {tensor.name!r} at loop {anchor.var}: the part read "
+                         "there depends on the values of another tensor (a gather), so it is not known ahead")
     at = var(anchor.var, anchor.extent)
     starts = [substitute(s, lambda n: at + ahead if n.op is Op.VAR and n.arg[0] == anchor.var else None)
               for s in box.starts]
     whole = len(shape) - 1  # the run: the first dimension the box does not span whole, and all after it
-    while whole > 0 and box.extents[whole] == shape[whole]:
+    while whole > 0 and isinstance(shape[whole], int) and box.extents[whole] == shape[whole]:
         whole -= 1
     run = box.extents[whole] * math.prod(shape[whole + 1:])
     per_line = max(1, LINE_BYTES // np.dtype(tensor.dtype).itemsize)

@@ -236,6 +236,11 @@ def cache_read(s: Schedule, step: st.CacheRead) -> None:
 
 def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
     _reads_in_place(s, step.task, step.tensor, "prefetch_tensor")
+    gathered = [str(n) for n in walk(s.workload.task(step.task).body) if n.op is Op.LOAD and n.arg.name == step.tensor
+                and any(x.op is Op.LOAD for i in n.src for x in walk(i))]
+    if gathered:
+        raise _on_task(f"it reads {step.tensor!r} where the values of another tensor say ({gathered[0]}), so what a "
+                       "later iteration reads is not known ahead", step.task)
     if step.ahead < 1:
         raise _on_task(f"prefetch_tensor looks ahead by at least one iteration, got ahead={step.ahead}", step.task)
     nest = s._nests[step.task]

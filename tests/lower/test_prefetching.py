@@ -147,3 +147,24 @@ def test_more_lines_than_iterations_go_several_an_iteration():
     found = _Lines(arrays, ("j.outer",))
     found.run(kernel.body, {})
     assert all(len(lines) == 512 for lines in found.lines.values())
+
+
+def test_rows_chosen_by_data_are_refused():
+    wl = pw.Workload("gather")
+    table = wl.input("T", (100, 64))
+    ids = wl.input("ids", (16,), dtype="int32")
+    wl.output(wl.compute("Y", (16, 64), lambda i, j: table[ids[i], j] * 2.0))
+    with pytest.raises(pw.ScheduleError, match="where the values of another tensor say"):
+        wl.schedule().prefetch_tensor("Y", "T", "i")
+
+
+def test_a_symbolic_size_outside_the_loop():
+    """Rows of a symbolic count: a prefetch at the row loop fetches the next row, whose length is fixed."""
+    wl = pw.Workload("rows")
+    x = wl.input("X", ("n", 64))
+    wl.output(wl.compute("Y", ("n", 64), lambda i, j: x[i, j] + 1.0))
+    s = wl.schedule().split("Y", "j", 16).vectorize("Y", "j.inner").prefetch_tensor("Y", "X", "i")
+    prog = pw.build(s, "cpu")
+    assert "prefetch X[" in prog.source("Y")
+    a = np.arange(5 * 64, dtype=np.float32).reshape(5, 64)
+    np.testing.assert_array_equal(prog.run(X=a)["Y"], a + 1)
