@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.backends.aicore.cost import TooManyBlocks
 from ptowsp.workloads import random_inputs, zoo
 
 SMALL = pw.DeviceModel(clusters=4, schedulers=2)
@@ -211,3 +212,13 @@ def test_the_default_streams_a_reduction_whose_blocks_overflow_a_buffer():
     loops = [lp.name for lp in prog.schedule.nest("Y").loops]
     assert any(name.startswith("c.") for name in loops)  # the channels stream in blocks
     np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)
+
+
+def test_tiles_so_small_that_an_instance_streams_millions_of_blocks_are_refused():
+    """2x2 tiles, two k a block: 2 million DMA, compute and store steps in one instance."""
+    wl = zoo.matmul(256, 256, 256, "float16")
+    s = (wl.schedule().tile("C", i=2, j=2).split("C", "k", 2)
+         .reorder("C", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner"))
+    with pytest.raises(TooManyBlocks, match=r"task 'C' streams 2,097,152 blocks per instance \(128 x 128 x 128"):
+        pw.build(s, target="aicore")
+    assert issubclass(TooManyBlocks, pw.ScheduleError)

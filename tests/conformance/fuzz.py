@@ -6,9 +6,10 @@ Each pair builds a catalogue workload under a seeded random schedule (with rando
 layouts of intermediates and constants where the target stores them), runs it
 and compares it with pw.reference.  Mismatches and crashes are written to the
 failures file (the workload name, seed and schedule JSON, enough to replay)
-and make the exit status 1.  A legal schedule whose tiles do not fit a device
-buffer (aicore's BufferOverflow, a ScheduleError naming the task and the
-buffer) is the target's typed refusal, not a finding: it is counted apart.
+and make the exit status 1.  A legal schedule the device cannot take as given
+(aicore's DeviceLimit, a ScheduleError naming the task: tiles that overflow a
+core buffer, or so small that an instance streams too many blocks) is the
+target's typed refusal, not a finding: it is counted apart.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 import ptowsp as pw
-from ptowsp.backends.aicore.cost import BufferOverflow
+from ptowsp.backends.aicore.cost import DeviceLimit
 from ptowsp.schedules.random_schedule import random_schedule
 from tests.conformance.catalogue import CASES, random_inputs
 
@@ -61,18 +62,18 @@ def main() -> int:
                 print(f"  {n + 1} pairs, {failed} failures, {refused} refused, {time.perf_counter() - start:.0f} s",
                       flush=True)
     print(f"fuzz: {checked} (workload, schedule, target) runs over {len(workloads)} workloads, "
-          f"{failed} failures, {refused} refused (a device buffer too small for the schedule's tiles), "
+          f"{failed} failures, {refused} refused (tiles a device cannot take), "
           f"{time.perf_counter() - start:.0f} s; failures in {args.failures}")
     return 1 if failed else 0
 
 
 def problem(schedule: pw.Schedule, target: str, inputs: dict, expected: dict, rtol: float) -> str | None:
     """What is wrong with the run of `schedule` on `target` (None: it matches `expected` within
-    `rtol`, at least 1e-5), or REFUSED: the schedule's tiles overflow a device buffer (a typed
+    `rtol`, at least 1e-5), or REFUSED: the device cannot take the schedule's tiles (a typed
     ScheduleError)."""
     try:
         got = pw.build(schedule, target=target).run(**inputs)
-    except BufferOverflow:
+    except DeviceLimit:
         return REFUSED
     except Exception as e:  # noqa: BLE001 - every crash is a finding
         return f"{type(e).__name__}: {e}"

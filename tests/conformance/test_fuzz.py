@@ -1,5 +1,6 @@
-"""The fuzz's verdict on one run (tests/conformance/fuzz.py): a device buffer overflow is the target's
-typed refusal, counted apart from failures; a match is no problem."""
+"""The fuzz's verdict on one run (tests/conformance/fuzz.py): tiles the device cannot take (a buffer
+overflow, too many blocks) are the target's typed refusal, counted apart from failures; a match is
+no problem."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def test_the_same_schedule_matches_on_cpu_and_a_wrong_reference_is_a_mismatch(ov
     assert problem(s, "cpu", inputs, expected, 1e-2) is None
     wrong = {name: -value for name, value in expected.items()}
     assert problem(s, "cpu", inputs, wrong, 1e-2).startswith("mismatch in")
+
+
+def test_tiles_too_small_for_the_device_are_a_refusal_too():
+    wl = pw.workloads.zoo.matmul(256, 256, 256, "float16")
+    s = (wl.schedule().tile("C", i=2, j=2).split("C", "k", 2)
+         .reorder("C", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner"))
+    inputs = pw.workloads.random_inputs(wl)
+    assert problem(s, "aicore", inputs, pw.reference(wl, **inputs), 1e-2) is REFUSED

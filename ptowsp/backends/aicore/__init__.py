@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.backends.aicore.cost import BufferOverflow, KernelShape, ModelCosts, check_buffers, itemsizes, kernel_shape
+from ptowsp.backends.aicore.cost import (BufferOverflow, KernelShape, ModelCosts, check_blocks, check_buffers, itemsizes,
+                                        kernel_shape)
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
@@ -74,6 +75,7 @@ class AicoreExecutable:
         names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
+        check_blocks(self.shapes)
 
     def _on_cores(self, table: TaskTable) -> TaskTable:
         """The cpu's table with each instance on its core class."""

@@ -293,12 +293,40 @@ class ModelCosts:
                 "l2_hit_bytes": self.l2_hits}
 
 
-class BufferOverflow(ScheduleError):
+class DeviceLimit(ScheduleError):
+    """A legal schedule the device cannot take as given; `task` says which task's tiles."""
+
+    def __init__(self, task: str, message: str):
+        super().__init__(message)
+        self.task = task
+
+
+class BufferOverflow(DeviceLimit):
     """A task's tile or blocks do not fit a core buffer; `task` and `buffer` say which."""
 
     def __init__(self, task: str, buffer: str, message: str):
-        super().__init__(message)
-        self.task, self.buffer = task, buffer
+        super().__init__(task, message)
+        self.buffer = buffer
+
+
+class TooManyBlocks(DeviceLimit):
+    """A task instance streams more blocks than MAX_BLOCKS: each is a DMA, compute and store step
+    that the AICPU-driven core takes (and the model simulates) one at a time."""
+
+
+MAX_BLOCKS = 1 << 18  # blocks of one task instance: about 2 s of the model's host time
+
+
+def check_blocks(shapes: Mapping[str, KernelShape]) -> None:
+    """Refuse, at build time, a task whose tiles are so small that one instance streams more than
+    MAX_BLOCKS blocks (a random schedule's eight tile loops made 46 million; the model would run for
+    hours, one event per block)."""
+    for name, shape in shapes.items():
+        if shape.blocks > MAX_BLOCKS:
+            loops = " x ".join(map(str, shape.path))
+            raise TooManyBlocks(name, f"task {name!r} streams {shape.blocks:,} blocks per instance ({loops}: its tile "
+                                f"loops and stream loop), more than the {MAX_BLOCKS:,} an aicore task takes; make its "
+                                "tiles larger (fewer, longer loops inside the task grid)")
 
 
 def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsize: Mapping[str, int],
