@@ -62,7 +62,7 @@ from ptowsp.lower.gathers import clamp_gathers
 from ptowsp.lower.layouts import in_stored_layouts, stored_buffer
 from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.placement import global_reads, indexed_by, stage
-from ptowsp.lower.prefetching import prefetch_ahead
+from ptowsp.lower.prefetching import place_prefetches
 from ptowsp.lower.regions import Box
 from ptowsp.lower.scan import lower_scan
 from ptowsp.lower.simplify import simplify, simplify_expr
@@ -454,20 +454,6 @@ def place(wl: Workload, schedule: Schedule, consumer: str, stmt: Stmt, grid: tup
     return stmt
 
 
-def _prefetched(wl: Workload, schedule: Schedule, name: str, stmt: Stmt) -> Stmt:
-    """The prefetches of the task and of the producers computed inside it (prefetching.py), placed once
-    the kernel is whole: a producer's box then starts where its consumer's iteration does, so the
-    lines fetched are exactly those read (inside the producer's own region the start is unknown)."""
-    for task, tensor, loop, ahead in schedule.prefetched:
-        chain = [task]  # task, the consumer it is computed at, ... up to this kernel's task
-        while chain[-1] != name and chain[-1] in schedule.compute_at_locations:
-            chain.append(schedule.compute_at_locations[chain[-1]][0])
-        if chain[-1] == name:  # its loops are named `Q.P.loop` for P computed at Q computed here
-            prefix = "".join(f"{t}." for t in reversed(chain[:-1]))
-            stmt = prefetch_ahead(stmt, task, buffer_of(wl.tensor(tensor)), prefix + loop, ahead)
-    return stmt
-
-
 def _next_producer(wl: Workload, stmt: Stmt, producers: list[tuple[str, str | None]]) -> tuple[str, str | None]:
     """The first producer that no other one left must be staged before: neither one reading it (a
     consumer) nor one whose reads it indexes.  With none (a cycle), the first: its box widens."""
@@ -484,7 +470,7 @@ def lower_task(wl: Workload, schedule: Schedule, name: str) -> Kernel:
     scan = lowering.task.scan is not None
     body = lower_scan(lowering, wl, schedule) if scan else lowering.lower()  # loops, reductions, guards, stores
     body = place(wl, schedule, name, body, lowering.grid)  # read caches and computed-at producers
-    body = _prefetched(wl, schedule, name, body)  # prefetch_tensor
+    body = place_prefetches(schedule, name, body, lambda t: buffer_of(wl.tensor(t)))  # prefetch_tensor
     body = in_stored_layouts(body, schedule.layouts)  # tensors stored in another layout (transform_layout)
     body = tensorize(body, name, schedule.tensorized.get(name), set(schedule.reduce_loops(name)))  # intrinsic calls
     body = tidy(body)  # unit loops dropped, indices folded

@@ -31,33 +31,39 @@ tensor's end a prefetch is harmless.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from ptowsp.errors import BuildError
-from ptowsp.lower.ir import (
-    Allocate,
-    Block,
-    Buffer,
-    For,
-    IfThen,
-    Let,
-    Prefetch,
-    Stmt,
-    block,
-    bound_loops,
-    var,
-    walk_stmts,
-)
+from ptowsp.lower.ir import (Allocate, Block, Buffer, For, IfThen, Let, Prefetch, Stmt, block, bound_loops, var,
+                             walk_stmts)
 from ptowsp.lower.placement import global_reads
 from ptowsp.lower.regions import read_box
+from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, const, substitute, walk
 
 LINE_BYTES = 64  # a cache line on every cpu this targets
 
 
-def prefetch_ahead(stmt: Stmt, task: str, tensor: Buffer, loop: str, ahead: int) -> Stmt:
+def place_prefetches(schedule: Schedule, name: str, stmt: Stmt, buffer: Callable[[str], Buffer]) -> Stmt:
+    """Kernel `name`'s body with the prefetches of its task and of the producers computed inside it,
+    placed once the kernel is whole: a producer's box then starts where its consumer's iteration
+    does, so the lines fetched are exactly those read (inside the producer's own region the start
+    is unknown).  `buffer`: the global buffer of a tensor name."""
+    placed = schedule.compute_at_locations
+    for task, tensor, loop, ahead in schedule.prefetched:
+        chain = [task]  # task, the consumer it is computed at, ... up to this kernel's task
+        while chain[-1] != name and chain[-1] in placed:
+            chain.append(placed[chain[-1]][0])
+        if chain[-1] == name:  # its loops are named `Q.P.loop` for P computed at Q computed here
+            prefix = "".join(f"{t}." for t in reversed(chain[:-1]))
+            stmt = _prefetch_at(stmt, task, buffer(tensor), prefix + loop, ahead)
+    return stmt
+
+
+def _prefetch_at(stmt: Stmt, task: str, tensor: Buffer, loop: str, ahead: int) -> Stmt:
     """`stmt` with the prefetches of `tensor` at every occurrence of loop `loop` (module docstring)."""
     found: list[For] = []  # the occurrences of the loop that read the tensor (not, say, an accumulator's zeroing)
 
