@@ -20,9 +20,17 @@ demo: $(STAMP)
 	$(VPY) examples/transformer_demo.py
 
 # one pytest worker per core (pytest-xdist); idle workers steal queued tests from busy ones.
+# The whole suite for the host CPU, then the conformance catalogue, lowering, schedule and
+# AutoScheduler tests again for the other x86-64 level (PTOWSP_CPU: x86-64-v3 on an AVX-512 host,
+# x86-64-v4 on an AVX2 one, where its code is built and read but not run; docs/testing.md).
 # The run ends on pytest's own summary line, which CI reads.
+# (not what no CPU decides: the numpy and aicore targets' runs, the reference, the dask cluster's plumbing)
+ISA_TESTS := tests/conformance tests/lower tests/schedules tests/autoschedule -k "not numpy and not aicore and not dask"
+
 test: $(STAMP)
 	$(VPY) -m pytest -n auto --dist worksteal
+	level=$$($(VPY) -m tests.isa_levels); \
+	if [ -n "$$level" ]; then PTOWSP_CPU=$$level $(VPY) -m pytest -n auto --dist worksteal $(ISA_TESTS); fi
 
 # thousands of random legal schedules on every compiled target (not part of `make test`)
 fuzz: $(STAMP)

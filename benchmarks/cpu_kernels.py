@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from timing import side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
-from ptowsp.backends.cpu.jit import vector_bytes  # noqa: E402
+from ptowsp.backends.cpu.isa import target_cpu  # noqa: E402
 from ptowsp.workloads import zoo  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def matmul_case(n: int, blocks: int = 16):
     registers), k blocked by 256, and the 256 x (2 vectors) panel of B copied to a contiguous
     buffer per k block (cache_read): read in place, its rows lie 4 KB apart and all map to
     the same L1 set."""
-    lanes = vector_bytes() // 4
+    lanes = target_cpu().vector_bytes // 4
     wl = zoo.matmul(n, n, n)
     s = (wl.schedule().tile("C", i=4, j=2 * lanes).split("C", "k", 256).split("C", "j.inner", lanes)
          .split("C", "i.outer", n // 4 // blocks)

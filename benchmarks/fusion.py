@@ -22,7 +22,7 @@ import numpy as np
 from timing import side_by_side
 
 import ptowsp as pw
-from ptowsp.backends.cpu.jit import vector_bytes
+from ptowsp.backends.cpu.isa import target_cpu
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import zoo
 from ptowsp.workloads.zoo import layers
@@ -47,9 +47,9 @@ WORKLOADS = {
 def schedules(wl: pw.Workload) -> dict[str, pw.Schedule]:
     """Unfused (every task stored, each with the default loops and grid), category fusion on top
     of that, and the full default schedule (fusion plus grouping: what `pw.build(wl)` runs)."""
-    return {"unfused": default_schedule(wl, vector_bytes=vector_bytes(), workers=2, fuse=False),
-            "category": default_schedule(wl, vector_bytes=vector_bytes(), workers=2, fuse=False).fuse_by_category(),
-            "default": default_schedule(wl, vector_bytes=vector_bytes(), workers=2)}
+    return {"unfused": default_schedule(wl, vector_bytes=target_cpu().vector_bytes, workers=2, fuse=False),
+            "category": default_schedule(wl, vector_bytes=target_cpu().vector_bytes, workers=2, fuse=False).fuse_by_category(),
+            "default": default_schedule(wl, vector_bytes=target_cpu().vector_bytes, workers=2)}
 
 
 def main() -> None:

@@ -1,5 +1,7 @@
 """Test-wide settings: compiled kernels are cached in a per-session directory, not in ~/.cache;
-hypothesis checks properties, not timings (no per-example deadline)."""
+hypothesis checks properties, not timings (no per-example deadline); the CPU the cpu target
+compiles for (PTOWSP_CPU, backends/cpu/isa.py) is in the header, and where this host cannot run
+that CPU's code, a test that runs it is skipped saying so (its build and code checks still ran)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import os
 
 import pytest
 from hypothesis import settings
+
+from ptowsp.backends.cpu.isa import HostCannotRun, target_cpu
 
 # A 2-core VM stalls for hundreds of ms at times: a 200 ms deadline failed an example that
 # took 0.23 ms when hypothesis replayed it.  Speed is measured in benchmarks/, not here.
@@ -23,3 +27,28 @@ def kernel_cache(tmp_path_factory):
         os.environ.pop("PTOWSP_CACHE_DIR", None)
     else:
         os.environ["PTOWSP_CACHE_DIR"] = previous
+
+
+def pytest_report_header(config) -> str:
+    cpu = target_cpu()
+    runs = cpu.unrunnable_reason()
+    return f"ptowsp cpu target: {cpu.level} ({cpu.cpu}, {cpu.vector_bytes}-byte vectors)" + (
+        f"; compiled, not run: {runs}" if runs else "")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The AutoScheduler measures by running: its tests wait for a CPU this host can run."""
+    reason = target_cpu().unrunnable_reason()
+    if reason:
+        for item in items:
+            if "autoschedule" in item.path.parts:
+                item.add_marker(pytest.mark.skip(reason=f"the AutoScheduler measures by running: {reason}"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A program compiled for a CPU this host lacks was built and checked; running it is skipped."""
+    try:
+        return (yield)
+    except HostCannotRun as e:
+        pytest.skip(f"compiled, not run: {e}")

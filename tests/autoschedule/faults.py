@@ -26,16 +26,6 @@ def made_up_cost(built, inputs, repeat, min_time, budget) -> float:
     return 1e-3 * (1 + zlib.crc32(built.schedule.to_json().encode()) % 1000)
 
 
-_calls = [0]
-
-
-def noisy_cost(built, inputs, repeat, min_time, budget) -> float:
-    """The made-up cost, 1.0x, 1.5x or 0.8x in turn: a schedule measured again (a finalist) gets
-    another figure, as on a shared machine, so its median differs from its first measurement."""
-    _calls[0] += 1
-    return made_up_cost(built, inputs, repeat, min_time, budget) * (1.0, 1.5, 0.8)[_calls[0] % 3]
-
-
 def lucky_first_cost(built, inputs, repeat, min_time, budget, *, seen: str) -> float:
     """A made-up cost within 10% of 1 ms, halved the first time a schedule is measured (a lucky run,
     noted by a file in the directory `seen`: measuring processes come and go): measured again,

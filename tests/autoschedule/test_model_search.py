@@ -111,17 +111,18 @@ def test_a_tuned_task_s_loops_reach_every_occurrence(searched):
 
 def test_a_model_search_resumes_and_another_model_reuses_the_records(tmp_path):
     log = tmp_path / "model.jsonl"
-    first = _search(_model(seed=0), log, num_trials=36)
-    again = _search(_model(seed=0), log, num_trials=44)
-    assert again.trials == 44 and sum(len(t.search.history) for t in again.tasks) > 0
+    tasks = len(extract(_model(), vector_bytes=CPU.vector_bytes, workers=2))  # each task's default is a trial
+    first = _search(_model(seed=0), log, num_trials=tasks + 2)
+    again = _search(_model(seed=0), log, num_trials=tasks + 5)
+    assert again.trials == tasks + 5 and sum(len(t.search.history) for t in again.tasks) > 0
     assert all(t.search.resumed == len(f.search.history) for t, f in zip(again.tasks, first.tasks))
-    other = _search(_model(seed=1), log, num_trials=44)  # other weights, the same tasks: nothing new to measure
-    assert other.trials == 44
+    other = _search(_model(seed=1), log, num_trials=tasks + 5)  # other weights, the same tasks: nothing new to measure
+    assert other.trials == tasks + 5
     assert all(t.search.resumed == len(t.search.history) for t in other.tasks)
     # its curve is the log's, replayed in the order the trials were measured: the same warm-up, one
     # point per trial after it (re-measurements of a finalist are no new trials)
     assert other.warmup == again.warmup == len(other.tasks)
-    assert [n for n, _ in other.estimates] == list(range(other.warmup, 45))
+    assert [n for n, _ in other.estimates] == list(range(other.warmup, tasks + 6))
     assert other.estimates[-1][1] <= other.estimates[0][1]
 
 

@@ -19,6 +19,11 @@ def _matmul():
     return zoo.matmul(32, 32, 64)
 
 
+def _space(wl):
+    """The search's space, the same on every host (the default one follows the CPU's vector width)."""
+    return Space(wl, vector_bytes=32, workers=2)
+
+
 def test_a_crashing_or_hanging_candidate_is_recorded_and_tuning_goes_on(tmp_path):
     wl = _matmul()
     space = Space(wl, vector_bytes=32, workers=2)
@@ -66,9 +71,11 @@ def test_a_search_resumes_from_its_log(tmp_path):
     wl = _matmul()
     log = tmp_path / "tune.jsonl"
     with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
-        first = pw.AutoScheduler.search(wl, "cpu", num_trials=5, log_file=log, seed=0, runner=runner, batch=3)
-        again = pw.AutoScheduler.search(wl, "cpu", num_trials=9, log_file=log, seed=1, runner=runner, batch=3)
-    assert first.confirmations == 6  # the three best, measured twice more each
+        first = pw.AutoScheduler.search(wl, "cpu", num_trials=5, log_file=log, seed=0, runner=runner, batch=3,
+                                        space=_space(wl))
+        again = pw.AutoScheduler.search(wl, "cpu", num_trials=9, log_file=log, seed=1, runner=runner, batch=3,
+                                        space=_space(wl))
+    assert first.confirmations == 8  # the three best and the default, measured twice more each
     assert again.resumed == len(first.history) and again.history[:again.resumed] == first.history
     assert len(again.history) - again.confirmations == 9  # 5 from the log, 4 new
     assert len(records.load(log)) == len(again.history)
@@ -85,7 +92,7 @@ def test_the_same_seed_gives_the_same_search(strategy):
     wl = _matmul()
     with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
         runs = [pw.AutoScheduler.search(wl, "cpu", num_trials=10, cost_model=strategy, seed=seed, runner=runner,
-                                        batch=4, start_from_default=False) for seed in (3, 3, 4)]
+                                        batch=4, start_from_default=False, space=_space(wl)) for seed in (3, 3, 4)]
     steps = [[r.steps for r in res.history] for res in runs]
     assert steps[0] == steps[1]
     assert steps[0] != steps[2]
@@ -141,7 +148,8 @@ def test_the_default_is_measured_again_with_the_finalists():
     """A gain is judged against the default's median too, not against its one (first) measurement."""
     wl = _matmul()
     with Runner(wl, "cpu", workers=2, evaluate=made_up_cost) as runner:
-        res = pw.AutoScheduler.search(wl, "cpu", num_trials=6, seed=0, runner=runner, batch=3, confirm=1)
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=6, seed=0, runner=runner, batch=3, confirm=1,
+                                      space=_space(wl))
     default = records.steps_key(records.TrialRecord.of(res.default_schedule, "cpu", 0, 1.0))
     best = records.steps_key(res.best_record)
     assert best != default  # else the default is the one finalist anyway
@@ -155,7 +163,8 @@ def test_finalists_that_fall_back_on_a_second_look_let_the_next_best_be_confirme
     the next best are confirmed in turn, for CONFIRM_ROUNDS rounds."""
     wl = _matmul()
     with Runner(wl, "cpu", workers=2, evaluate=functools.partial(lucky_first_cost, seen=str(tmp_path))) as runner:
-        res = pw.AutoScheduler.search(wl, "cpu", num_trials=8, seed=0, runner=runner, batch=4, confirm=1)
+        res = pw.AutoScheduler.search(wl, "cpu", num_trials=8, seed=0, runner=runner, batch=4, confirm=1,
+                                      space=_space(wl))
     confirmed = {records.steps_key(r) for r in res.history[len(res.history) - res.confirmations:]}
     assert len(confirmed) == tuner.CONFIRM_ROUNDS + 1  # a finalist per round, and the default once
     assert res.confirmations == 2 * len(confirmed)

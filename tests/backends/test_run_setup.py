@@ -9,6 +9,7 @@ import pytest
 import ptowsp as pw
 from ptowsp.backends.buffers import Recycler, aligned_copy
 from ptowsp.workloads import random_inputs
+from tests.tolerance import assert_sums_close
 
 pytestmark = pytest.mark.skipif("cpu" not in pw.targets(), reason="the cpu target is unavailable here")
 
@@ -38,7 +39,7 @@ def test_inputs_accepted_before_do_not_let_a_bad_run_through(bad, message):
     prog.run(**inputs)  # the signature is remembered now
     with pytest.raises(pw.InputError, match=message):
         prog.run(**bad(inputs))
-    np.testing.assert_allclose(prog.run(**inputs)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5)
+    assert_sums_close(prog.run(**inputs)["D"], pw.reference(wl, **inputs)["D"], terms=32)
 
 
 def test_a_strided_input_after_a_contiguous_one_is_read_as_its_values():
@@ -49,7 +50,7 @@ def test_a_strided_input_after_a_contiguous_one_is_read_as_its_values():
     wide = np.zeros((8, 64), np.float32)
     wide[:, ::2] = inputs["A"]
     strided = {**inputs, "A": wide[:, ::2]}  # same shape and dtype, not contiguous
-    np.testing.assert_allclose(prog.run(**strided)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5)
+    assert_sums_close(prog.run(**strided)["D"], pw.reference(wl, **inputs)["D"], terms=32)
     assert not np.shares_memory(prog.run(**inputs)["D"], prog.run(**inputs)["D"])  # each run its own output
 
 
@@ -60,7 +61,7 @@ def test_new_buffers_after_the_caller_kept_the_last_ones_get_their_own_addresses
     kept = [prog.run(**inputs)["D"] for _ in range(3)]  # the caller holds each output: none is reused
     assert len({a.ctypes.data for a in kept}) == 3
     for out in kept:
-        np.testing.assert_allclose(out, pw.reference(wl, **inputs)["D"], rtol=1e-5)
+        assert_sums_close(out, pw.reference(wl, **inputs)["D"], terms=32)
 
 
 def test_the_recycler_knows_the_address_of_what_it_handed_out():

@@ -78,10 +78,15 @@ def test_prefetching_changes_no_result():
 
 
 def test_a_contiguous_block_is_one_run_of_lines():
-    """B stored as panels (a constant, the default's pass): the k block is one run of 32 KB."""
+    """B stored as panels (a constant, the default's pass): the k block, 256 rows of one panel, is
+    one contiguous run of lines, spread evenly over the row tiles' k steps.  The tile's rows and the
+    panel's width follow the target CPU's registers (8 x 32 with AVX-512, 4 x 16 with AVX2)."""
     prog = pw.build(matmul(128, 768, 256, constant=True), "cpu", workers=2)
     assert "prefetch_tensor('C', 'C_B_panels', 'k.outer', ahead=1)" in str(prog.schedule)
-    assert "k.inner) % 8 == 0:" in prog.source("C")  # 512 lines over 16 row tiles x 256 k steps
+    rows = prog.schedule.steps[0].factors["i"]
+    width = prog.schedule.workload.tensor("C_B_panels").shape[-1]
+    lines, steps = 256 * width * 4 // 64, 128 // rows * 256
+    assert f"k.inner) % {steps // lines} == 0:" in prog.source("C")  # one line every that many steps
     np.testing.assert_allclose(prog.run(A=np.ones((128, 768), np.float32))["C"], 768.0)
 
 

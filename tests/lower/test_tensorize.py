@@ -250,13 +250,16 @@ def test_gemm_i8_is_exact_with_and_without_a_short_group_of_k(k_block, target):
 
 
 @pytest.mark.skipif("cpu" not in pw.targets(), reason="needs the cpu target")
-def test_the_cpu_default_calls_gemm_i8_where_the_host_has_vnni():
-    from ptowsp.backends.cpu.microkernel import vnni
+def test_the_cpu_default_calls_gemm_i8_where_the_target_cpu_has_vnni(monkeypatch):
+    from ptowsp.backends.cpu.isa import target_cpu
 
     wl = int8_matmul(64, 64, 128)
+    monkeypatch.setenv("PTOWSP_CPU", "x86-64-v4")  # AVX-512 without VNNI: compiled, not run
+    assert "gemm_i8" not in str(pw.build(wl, target="cpu").schedule)
+    monkeypatch.setenv("PTOWSP_CPU", "host")
     prog = pw.build(wl, target="cpu")
-    assert ("kernel='gemm_i8'" in str(prog.schedule)) == vnni()
-    if vnni():
+    assert ("kernel='gemm_i8'" in str(prog.schedule)) == target_cpu("host").vnni
+    if target_cpu("host").vnni:
         assert "vpdpbusd" in prog.source("C", "asm")
 
 

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 import ptowsp as pw
 from ptowsp.backends.cpu import describe
 from ptowsp.backends.cpu.cache import KernelCacheWarning, cache_dir
+from ptowsp.backends.cpu.isa import target_cpu
 from ptowsp.backends.cpu.jit import cache_key
 from ptowsp.lower.formula import MAX_DEPTH, Formula, check_limits, formula_of
 
@@ -55,7 +56,7 @@ INPUTS = {"A": np.random.default_rng(0).standard_normal((32, 32)).astype(np.floa
 
 def entry(tile: int = 8) -> tuple[pathlib.Path, pathlib.Path]:
     """(object, manifest) of the schedule's entry in the current cache directory."""
-    key = cache_key(describe(schedule(tile)))
+    key = cache_key(describe(schedule(tile)), target_cpu())
     return cache_dir() / f"{key}.o", cache_dir() / f"{key}.json"
 
 

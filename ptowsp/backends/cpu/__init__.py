@@ -22,13 +22,14 @@ from llvmlite import ir
 
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.cpu.codegen import KernelEmitter
-from ptowsp.backends.cpu.microkernel import linked_ir, vnni
+from ptowsp.backends.cpu.isa import HostCannotRun, TargetCpu, target_cpu
+from ptowsp.backends.cpu.microkernel import linked_ir
 from ptowsp.backends.cpu.thunks import emit_thunk, thunk_symbol
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.setup import RunSetup, Stored
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
-    LoadedObject, cache_key, compile_object, optimised_module, target_machine, vector_bytes,
+    LoadedObject, cache_key, compile_object, optimised_module, target_machine,
 )
 from ptowsp.backends.buffers import Recycler, aligned_copy
 from ptowsp.backends.host import domain_outputs, run_table, tile_of
@@ -89,10 +90,11 @@ class CpuExecutable:
 
     source_kinds = ("llvm", "asm")
 
-    def __init__(self, schedule: Schedule):
+    def __init__(self, schedule: Schedule, cpu: TargetCpu | None = None):
         self.schedule = schedule
+        self.cpu = target_cpu() if cpu is None else cpu  # the CPU the kernels are compiled for
         start = time.perf_counter()
-        key = cache_key(describe(schedule))
+        key = cache_key(describe(schedule), self.cpu)
         self.module_text = ""  # the LLVM IR, when it was generated (not on a cache hit)
         cached = self._cached(key)
         self.from_cache = cached is not None
@@ -185,7 +187,7 @@ class CpuExecutable:
             cache.discard(path, problem)
             return None
         try:
-            loaded = LoadedObject(data)
+            loaded = LoadedObject(data, self.cpu)
         except RuntimeError as e:  # llvmlite's error for an object it cannot link
             cache.discard(obj, f"LLVM cannot load the object code ({e})")
             return None
@@ -201,7 +203,7 @@ class CpuExecutable:
         module = ir.Module(name=program.workload.name)
         kernels = {}
         for name, kernel in program.kernels.items():
-            symbol, variants = _emit_task(module, program, name)
+            symbol, variants = _emit_task(module, program, name, self.cpu)
             for s in (symbol, *variants):
                 emit_thunk(module, module.get_global(s))
             grid = tuple(formula_of(extent) for _, extent in kernel.grid)
@@ -211,8 +213,8 @@ class CpuExecutable:
             kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
                                         variants=variants)
         self.module_text = str(module)
-        data = compile_object(module, _linked(program))
-        return LoadedObject(data), cache.store(key, data, tuple(program.order), kernels)
+        data = compile_object(module, self.cpu, _linked(program))
+        return LoadedObject(data, self.cpu), cache.store(key, data, tuple(program.order), kernels)
 
     def source(self, task: str, kind: str) -> str:
         """The task's kernel (and its specialized versions) as LLVM IR after -O3 ("llvm") or as the
@@ -222,8 +224,8 @@ class CpuExecutable:
         if task not in program.kernels:
             program.source(task)  # raises BuildError saying why the task has no kernel
         module = ir.Module(name=program.workload.name)
-        _emit_task(module, program, task)
-        optimised, machine = optimised_module(module, _linked(program))
+        _emit_task(module, program, task, self.cpu)
+        optimised, machine = optimised_module(module, self.cpu, _linked(program))
         return str(optimised) if kind == "llvm" else machine.emit_assembly(optimised)
 
     def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
@@ -292,6 +294,9 @@ class CpuExecutable:
             ) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
         target's device clock).  The inputs were validated (pw.build's run checks them, sizes too)."""
+        unrunnable = self.cpu.unrunnable_reason()
+        if unrunnable:
+            raise HostCannotRun(f"workload {self.schedule.workload.name!r}: {unrunnable}")
         if execute_table is None:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
         wl = self.schedule.workload
@@ -349,11 +354,11 @@ def _linked(program: Program) -> list[str]:
     return linked_ir({name for _, name in program.schedule.tensorized.values()})
 
 
-def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tuple[str, ...]]:
-    """Emit a task's kernel and its specialized versions into `module`: (symbol, variant symbols)."""
+def _emit_task(module: ir.Module, program: Program, name: str, cpu: TargetCpu) -> tuple[str, tuple[str, ...]]:
+    """Emit a task's kernel and its specialized versions for `cpu` into `module`: (symbol, variant symbols)."""
     kernel = program.kernels[name]
     symbol = f"ptowsp_{name}"
-    KernelEmitter(module, kernel, symbol).emit()
+    KernelEmitter(module, kernel, symbol, cpu).emit()
     variants = []
     for k, (_, variant) in enumerate(program.variants.get(name, ()), 1):
         variants.append(f"{symbol}.v{k}")  # "." keeps it apart from any task name
@@ -361,7 +366,7 @@ def _emit_task(module: ir.Module, program: Program, name: str) -> tuple[str, tup
             raise BuildError(f"task {name!r}: variant {k} reads {sorted(b.name for b in variant.inputs)}, "
                              f"its own loops {sorted(b.name for b in kernel.inputs)}")
         variant = dataclasses.replace(variant, inputs=kernel.inputs)  # one argument list for all
-        KernelEmitter(module, variant, variants[-1]).emit()
+        KernelEmitter(module, variant, variants[-1], cpu).emit()
     return symbol, tuple(variants)
 
 
@@ -420,11 +425,16 @@ class CpuBackend:
 
     @property
     def vector_bytes(self) -> int:
-        return vector_bytes()
+        """The width of the chosen CPU's vector registers (isa.py: the host's unless PTOWSP_CPU names a level)."""
+        return target_cpu().vector_bytes
 
     def unavailable_reason(self) -> str | None:
         try:
-            target_machine()
+            cpu = target_cpu()
+        except BuildError as e:  # PTOWSP_CPU names no level
+            return str(e)
+        try:
+            target_machine(cpu)
         except Exception as e:  # noqa: BLE001 - any failure means no native target here
             return f"LLVM cannot target this host: {e}"
         return None
@@ -449,8 +459,8 @@ class CpuBackend:
         return split_reductions(pack_panels(wl, 2 * lanes))
 
     def schedule_choices(self, device: None) -> Choose:
-        """The default's answers, but an int8 register tile calls `gemm_i8` where the host has VNNI."""
-        if not vnni():
+        """The default's answers, but an int8 register tile calls `gemm_i8` where the chosen CPU has VNNI."""
+        if not target_cpu().vnni:
             return keep_default
 
         def choose(name, candidates, default):

@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from ptowsp.backends.cpu.arith import DivMod
 from ptowsp.backends.cpu.intrinsics import declare
+from ptowsp.backends.cpu.isa import TargetCpu, target_cpu
 from ptowsp.backends.cpu.microkernel import intrinsic_function
 from ptowsp.backends.cpu.streams import L2, prefetch, store_fence, streamed_outputs
 from ptowsp.backends.cpu.types import (
@@ -70,8 +71,9 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
 
     target = "cpu"  # whose implementation of an intrinsic a call uses
 
-    def __init__(self, module: ir.Module, kernel: Kernel, symbol: str):
+    def __init__(self, module: ir.Module, kernel: Kernel, symbol: str, cpu: TargetCpu | None = None):
         self.module, self.kernel = module, kernel
+        self.cpu = target_cpu() if cpu is None else cpu  # the CPU whose vectors the built-in micro-kernels use
         buffers = list(kernel.inputs) + list(kernel.outputs)
         scalars = len(kernel.grid) + len(kernel.sizes)
         fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * len(buffers) + [I64] * scalars)
@@ -174,7 +176,7 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
         if lookup(s.intrinsic).implementations.get(self.target) == LOOPS:
             self.stmt(s.body)
             return
-        fn = intrinsic_function(self.module, s, self.target, self.kernel.name)
+        fn = intrinsic_function(self.module, s, self.target, self.kernel.name, self.cpu)
         strides = []
         for o in s.operands:
             for d in o.dims:

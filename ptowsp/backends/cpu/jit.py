@@ -1,11 +1,11 @@
-"""Compile LLVM modules for the host CPU, and the key their object code is cached under.
+"""Compile LLVM modules for the chosen CPU (isa.py: the host or a named level), and the key their
+object code is cached under.
 
-The host's real CPU name and features, opt level 3.  The optimised object
-code is cached (cache.py) with a small manifest of its kernels, keyed by
-what was compiled (the workload and its schedule), the CPU, the LLVM
-version and the compiler's own source, so a second build of the same
-schedule skips lowering, LLVM IR generation, optimisation and code
-generation.
+The CPU's name and features, opt level 3.  The optimised object code is
+cached (cache.py) with a small manifest of its kernels, keyed by what was
+compiled (the workload and its schedule), the CPU, the LLVM version and the
+compiler's own source, so a second build of the same schedule skips
+lowering, LLVM IR generation, optimisation and code generation.
 """
 
 from __future__ import annotations
@@ -20,31 +20,22 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ptowsp.backends.cpu.isa import TargetCpu
 from ptowsp.errors import BuildError
 
 
-def new_target_machine() -> llvm.TargetMachine:
-    """A target machine for the host: its real CPU name and features, opt level 3."""
+def new_target_machine(cpu: TargetCpu) -> llvm.TargetMachine:
+    """A target machine for `cpu`: its CPU name and features, opt level 3."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True
-    )
+    return target.create_target_machine(cpu=cpu.cpu, features=cpu.features, opt=3, jit=True)
 
 
 @functools.cache
-def vector_bytes() -> int:
-    """The width of the host's widest SIMD registers (64: AVX-512, 32: AVX, else 16): what a
-    schedule's vector and register-tile sizes should be multiples of."""
-    features = llvm.get_host_cpu_features()
-    return 64 if features.get("avx512f") else 32 if features.get("avx") else 16
-
-
-@functools.cache
-def target_machine() -> llvm.TargetMachine:
-    """The machine code generation uses (an MCJIT engine owns its own: see LoadedObject)."""
-    return new_target_machine()
+def target_machine(cpu: TargetCpu) -> llvm.TargetMachine:
+    """The machine code generation for `cpu` uses (an MCJIT engine owns its own: see LoadedObject)."""
+    return new_target_machine(cpu)
 
 
 @functools.cache
@@ -55,11 +46,10 @@ def _compiler_digest() -> str:
     return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(package.rglob("*.py")))).hexdigest()
 
 
-def cache_key(description: str) -> str:
-    """Key for what is compiled: its description, the host CPU, LLVM and the compiler's source."""
-    target_machine()  # initialises LLVM's native target
-    parts = [description, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-             llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _compiler_digest()]
+def cache_key(description: str, cpu: TargetCpu) -> str:
+    """Key for what is compiled: its description, the CPU it is compiled for, LLVM and the compiler's source."""
+    target_machine(cpu)  # initialises LLVM's native target
+    parts = [description, cpu.level, cpu.cpu, cpu.features, llvm.get_process_triple(), llvmlite.__version__, str(llvm.llvm_version_info), _compiler_digest()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -95,27 +85,28 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
 COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
 
 
-def optimised_module(module: ir.Module, linked: Sequence[str] = ()) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
-    """The module (and the IR `linked` into it) after -O3 for the host, and the machine that emits its code."""
+def optimised_module(module: ir.Module, cpu: TargetCpu, linked: Sequence[str] = ()
+                     ) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """The module (and the IR `linked` into it) after -O3 for `cpu`, and the machine that emits its code."""
     module.triple = llvm.get_process_triple()
-    tm = target_machine()
+    tm = target_machine(cpu)
     return optimise(module, tm, vectorize=True, linked=linked), tm
 
 
-def compile_object(module: ir.Module, linked: Sequence[str] = ()) -> bytes:
-    """Optimise and compile the module for the host."""
+def compile_object(module: ir.Module, cpu: TargetCpu, linked: Sequence[str] = ()) -> bytes:
+    """Optimise and compile the module for `cpu`."""
     global COMPILATIONS
     COMPILATIONS += 1
-    optimised, tm = optimised_module(module, linked)
+    optimised, tm = optimised_module(module, cpu, linked)
     return tm.emit_object(optimised)
 
 
 class LoadedObject:
     """Object code linked into the process; keeps the engine alive while functions are used."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, cpu: TargetCpu):
         # the engine takes ownership of the target machine it is given, so it gets a fresh one
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(cpu))
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(data))
         self.engine.finalize_object()
 

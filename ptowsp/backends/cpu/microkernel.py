@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ptowsp.backends.cpu.jit import vector_bytes
+from ptowsp.backends.cpu.isa import TargetCpu
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import Tensorized
 from ptowsp.workloads.intrinsic import BUILTIN, LOOPS, Intrinsic, lookup
@@ -23,8 +23,9 @@ I64 = ir.IntType(64)
 F32 = ir.FloatType()
 
 
-def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: str) -> ir.Function:
-    """The function a call invokes on `target`: declared (its IR is linked in) or generated."""
+def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: str, cpu: TargetCpu) -> ir.Function:
+    """The function a call invokes on `target`: declared (its IR is linked in) or generated for
+    `cpu`'s vectors."""
     found = lookup(call.intrinsic)
     impl = found.implementations.get(target)
     if impl is None:
@@ -39,9 +40,9 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
     if found.name not in _BUILT:
         raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no built-in {target} micro-kernel")
     m, n, k = call.extents
-    lanes = vector_bytes() // 4  # float32 lanes of the host's vectors
+    lanes = cpu.vector_bytes // 4  # float32 lanes of the target's vectors
     unit = [o.dims[-1] == len(o.buffer.shape) - 1 for o in call.operands]  # rows contiguous: out, a, b
-    vector = unit[0] and unit[2] and (found.name == "gemm" or (vnni() and n % VNNI_LANES == 0))
+    vector = unit[0] and unit[2] and (found.name == "gemm" or (cpu.vnni and n % VNNI_LANES == 0))
     name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)
     if existing is not None:
@@ -126,13 +127,6 @@ def _gemm(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int
 
 
 VNNI_LANES = 16  # int32 accumulators per AVX-512 vector
-
-
-def vnni() -> bool:
-    """Whether the host has AVX-512 VNNI (`vpdpbusd`: 4 byte products summed into each int32 lane)."""
-    import llvmlite.binding as llvm  # the jit module has initialised the native target by now
-
-    return bool(llvm.get_host_cpu_features().get("avx512vnni"))
 
 
 def _gemm_i8(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int, k: int,
@@ -224,4 +218,4 @@ def _gemm_i8(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: 
 
 _BUILT = {"gemm": _gemm, "gemm_i8": _gemm_i8}
 
-__all__ = ["Intrinsic", "intrinsic_function", "linked_ir", "vnni"]
+__all__ = ["Intrinsic", "intrinsic_function", "linked_ir"]
