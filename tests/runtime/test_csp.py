@@ -176,6 +176,17 @@ def test_bad_arguments_are_typed():
 CLOCKS = ["real", "device"]
 
 
+async def until(condition, limit: float = 10.0) -> None:
+    """Wait (letting the other processes run) until `condition()` holds: a process that must act only
+    once its peers are parked waits for that, not for a sleep it hopes is long enough.  It looks every
+    millisecond of the run's clock, for at most `limit` seconds of it (then the test fails)."""
+    for _ in range(round(limit / 1e-3)):
+        if condition():
+            return
+        await csp.sleep(1e-3)
+    raise AssertionError(f"{condition} did not hold within {limit} s")
+
+
 @pytest.mark.parametrize("clock", CLOCKS)
 def test_a_rendezvous_send_waits_for_its_receiver(clock):
     channel = csp.Channel(0, name="rv")
@@ -224,7 +235,7 @@ def test_close_ends_waiting_receivers_and_fails_waiting_senders(clock):
             outcome["sender"] = str(e)
 
     async def closer():
-        await csp.sleep(0.01)
+        await until(lambda: empty.statistics().waiting_receivers == full.statistics().waiting_senders == 1)
         empty.close()
         full.close()
 
@@ -269,7 +280,7 @@ def test_a_parked_process_discarded_ends_where_it_waits_without_running_again(cl
             seen["cleanup on"] = threading.current_thread()
 
     async def discarder():
-        await csp.sleep(0.01)
+        await until(lambda: tokens.statistics().waiting == 1)
         engine, me = current()
         assert not engine.discard(me)  # running: not parked
         seen["discarded"] = engine.discard(seen["waiter"][1])

@@ -1,4 +1,11 @@
-"""The real-clock executor on synthetic task tables: dependencies, policies, prefetch, window, faults."""
+"""The real-clock executor on synthetic task tables: dependencies, policies, prefetch, window, faults.
+
+The tests control the interleavings they check instead of sleeping and hoping: tasks meet at barriers
+(two tasks that meet run at once, so on two workers), wait on events other tasks set, or wait until
+the run's own state says what they wait for (the other worker parked, the run stopped).  Every such
+wait gives up after WAIT_LIMIT seconds, so a broken runtime fails a test instead of hanging it.  A
+task that sleeps does so only where the sleep's length is a lower bound the test relies on.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,10 @@ import time
 import pytest
 
 import ptowsp as pw
-from ptowsp.runtime import Instance, Options, TaskTable, execute
+from ptowsp.runtime import Instance, Options, TaskTable, execute, watchdog
 from ptowsp.runtime.engines import RealEngine, current
+
+WAIT_LIMIT = 10.0  # seconds a test's wait for an interleaving lasts at most: then the runtime is broken
 
 
 class Launch:
@@ -37,6 +46,57 @@ class Launch:
         finally:
             with self.lock:
                 self.in_flight -= 1
+
+
+class Pairs:
+    """A task action: the tasks `meets` picks meet two by two in the order they start (the first
+    `limit` of them; None: all).  The first of a pair waits at a barrier for the second, so the two
+    run at once, on different workers; a barrier that waits WAIT_LIMIT seconds breaks, and the task
+    fails with BrokenBarrierError (a worker that could not get the task it needed)."""
+
+    def __init__(self, meets=lambda inst: True, limit=None):
+        self.meets, self.limit = meets, limit
+        self.started = 0
+        self.barriers: dict[int, threading.Barrier] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, inst) -> int | None:
+        """Meet, if inst is one of the tasks that meet; their number in start order (from 0)."""
+        if not self.meets(inst):
+            return None
+        with self.lock:
+            k, self.started = self.started, self.started + 1
+            if self.limit is not None and k >= self.limit:
+                return k
+            barrier = self.barriers.setdefault(k // 2, threading.Barrier(2, timeout=WAIT_LIMIT))
+        barrier.wait()
+        return k
+
+
+def until(condition) -> bool:
+    """Poll `condition` until it holds (True), or for WAIT_LIMIT seconds (False).  For task code that
+    waits for what the run's own state shows, which no event announces."""
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1e-4)
+    return True
+
+
+def this_run():
+    """The scheduler of the run whose task code calls this: its flags say whether the run was told
+    to stop (`stopped`) and whether Ctrl-C came (`interrupted`)."""
+    engine, _ = current()
+    return engine.sched
+
+
+def other_worker_parked():
+    """For task code: a test that the other worker's process is parked on its doorbell (nothing to
+    run).  Its parked stretch, as the trace records it, began before it parked."""
+    engine, me = current()
+    other = next(p for p in engine.procs if p.name.startswith("worker") and p is not me)
+    return lambda: other.waits_on is not None
 
 
 def tiles(name, count, reads=None, core=None, grid=("t",)):
@@ -75,36 +135,52 @@ def test_a_consumer_tile_starts_before_its_producer_operator_finishes():
 
 
 def test_round_robin_deals_tasks_in_turn():
+    """Task 0 holds worker 0 until worker 1, done with its own tasks, has parked: round robin gives
+    it none of the tasks queued on worker 0."""
     table = TaskTable(tiles("T", 8))
 
-    def slow_first(inst):
-        time.sleep(0.3 if inst.coords == (0,) else 0.01)
+    def hold_first(inst):
+        if inst.coords == (0,):
+            assert until(other_worker_parked()), "worker 1 never parked"
 
-    rr = by_task(run(table, Launch(table, action=slow_first), policy="round_robin"))
+    rr = by_task(run(table, Launch(table, action=hold_first), policy="round_robin"))
     assert [rr["T", (t,)].worker for t in range(8)] == [0, 1] * 4
-    assert rr["T", (4,)].start >= rr["T", (0,)].end  # queued behind the slow task on worker 0
-
+    assert max(rr["T", (t,)].end for t in (1, 3, 5, 7)) <= rr["T", (0,)].end  # worker 1 was done meanwhile
+    assert rr["T", (4,)].start >= rr["T", (0,)].end  # queued behind the held task on worker 0
 
 
 def test_work_stealing_spreads_what_one_worker_made_ready():
-    # P's eight consumers all become ready on the worker that ran P; the idle one steals
+    # P's eight consumers all become ready on the worker that ran P.  The first two to start meet, so
+    # they run at once: the idle worker must have stolen one (else the meeting breaks and the run fails)
     table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
-    launch = Launch(table, {"C": 0.02})
+    launch = Launch(table, action=Pairs(lambda inst: inst.name == "C", limit=2))
     events = by_task(run(table, launch, policy="work_stealing"))
     maker = events["P", ()].worker
-    thief = [t for t in range(8) if events["C", (t,)].worker != maker]
-    assert len(thief) >= 2
-    assert launch.peak == 2  # consumers ran on both workers at once (a wall-clock bound broke in a VM stall)
+    assert any(events["C", (t,)].worker != maker for t in range(8))
+    assert launch.peak == 2  # consumers ran on both workers at once
 
 
 def test_an_idle_worker_takes_a_busy_worker_s_pending_task():
-    """Eight equal tiles on two workers run four and four: the last tile does not wait in the pending
-    slot of a worker that took it a moment before the other one came back for work."""
-    for _ in range(3):
-        table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
-        events = by_task(run(table, Launch(table, {"C": 0.01}), policy="work_stealing"))
-        ran = [events["C", (t,)].worker for t in range(8)]
-        assert sorted(ran.count(w) for w in (0, 1)) == [4, 4], ran
+    """Eight tiles on two workers run four and four: the consumers meet two by two as they start,
+    so each pair needs both workers.  After each meeting but the last, the worker that ran P (all
+    eight are on its queue) looks for work first: it takes a tile to run and one into its pending
+    slot.  So with two tiles left, the other worker finds the queue empty and must take the tile
+    in that pending slot, or the last meeting breaks."""
+    table = TaskTable([Instance("P", (), (), (("P", ((0, 8),)),))] + tiles("C", 8, reads="P"))
+    pairs = Pairs(lambda inst: inst.name == "C")
+    maker = []
+
+    def action(inst):
+        if inst.name == "P":
+            maker.append(threading.current_thread())
+            return
+        k = pairs(inst)
+        if threading.current_thread() is not maker[0] and k < 6:  # until the maker has started the next pair
+            assert until(lambda: pairs.started > k // 2 * 2 + 2), "the maker never started another tile"
+
+    events = by_task(run(table, Launch(table, action=action), policy="work_stealing"))
+    ran = [events["C", (t,)].worker for t in range(8)]
+    assert sorted(ran.count(w) for w in (0, 1)) == [4, 4], ran
 
 
 def test_affinity_keys_on_grid_coordinates():
@@ -116,15 +192,16 @@ def test_affinity_keys_on_grid_coordinates():
 
 
 def test_locality_keeps_a_chain_on_the_worker_that_ran_its_producers():
+    """The chains' first tasks meet, so each chain starts on a worker of its own, and each stays
+    there, although the other worker, idle, could steal."""
     chains = []
     for c in range(2):
         chains += [Instance(f"c{c}", (k,), ((f"c{c}", ((k - 1, k),)),) if k else (), ((f"c{c}", ((k, k + 1),)),))
                    for k in range(10)]
     table = TaskTable(chains)
-    launch = Launch(table, {"c0": 0.005, "c1": 0.005})
-    events = by_task(run(table, launch, policy="locality"))
-    for c in range(2):
-        assert len({events[f"c{c}", (k,)].worker for k in range(10)}) == 1
+    events = by_task(run(table, Launch(table, action=Pairs(limit=2)), policy="locality"))
+    ran = [{events[f"c{c}", (k,)].worker for k in range(10)} for c in range(2)]
+    assert len(ran[0]) == len(ran[1]) == 1 and ran[0] != ran[1]
 
 
 def test_bound_tasks_run_only_on_workers_of_their_core_class():
@@ -193,10 +270,11 @@ def test_prefetch_tokens_let_loads_run_at_most_n_tasks_ahead():
 
 def test_the_task_window_bounds_admission():
     table = TaskTable(tiles("T", 60))
-    trace = run(table, Launch(table, {"T": 0.001}), window=4)
+    trace = run(table, window=4)
     window = trace.statistics["window"]
     assert window["capacity"] == 4 and window["peak"] == 4
-    assert window["waits"] > 0  # the orchestrator blocked on a full window
+    # the first batch fills the window before the workers start: every later admission waited for it
+    assert window["waits"] > 0
     assert any(w.kind == "window" for w in trace.waits)
     assert len(trace.events) == 60
 
@@ -211,7 +289,13 @@ def test_workers_are_csp_processes_each_pinned_to_one_thread():
         engine, proc = current()
         seen.add((isinstance(engine, RealEngine), proc.name, threading.current_thread()))
 
-    trace = run(table, Launch(table, {"T": 0.0002}, action=where), window=64)
+    pairs = Pairs(limit=2)  # the first two tasks meet: worker 1 certainly runs task code
+
+    def where_and_meet(inst):
+        where(inst)
+        pairs(inst)
+
+    trace = run(table, Launch(table, action=where_and_meet), window=64)
     assert {real for real, _, _ in seen} == {True}
     threads = {}
     for _, name, thread in seen:
@@ -226,42 +310,75 @@ def test_idle_worker_time_is_charged_to_a_cause_on_the_real_clock():
     """A chain keeps one of two workers parked on its doorbell: that is waiting for dependencies.
     Every idle instant of every worker gets exactly one cause, and the summary prints them."""
     table = TaskTable(tiles("A", 1) + tiles("B", 1, reads="A") + tiles("C", 1, reads="B"))
-    trace = run(table, Launch(table, {"A": 0.01, "B": 0.01, "C": 0.01}))
+
+    def beside_the_parked(inst):  # B and C each run 10 ms while the other worker is certainly parked
+        if inst.name != "A":
+            assert until(other_worker_parked()), "the other worker never parked"
+            time.sleep(0.01)
+
+    trace = run(table, Launch(table, action=beside_the_parked))
     causes = trace.statistics["idle"]
     assert set(causes) == {"dependencies", "dispatch", "starvation"}
     busy = sum(e.end - e.start for e in trace.events)
     assert sum(causes.values()) == pytest.approx(2 * trace.duration - busy, rel=1e-6)
-    assert causes["dependencies"] > 0.02  # the other worker waited through about two of the three tasks
+    assert causes["dependencies"] >= 0.02  # the other worker waited through B's and C's 10 ms at least
     assert "dependencies" in str(trace.summary())
+
+
+class Starts:
+    """Numbers the tasks in the order they start (from 1), whichever order the policy runs them in."""
+
+    def __init__(self):
+        self.coords: list[tuple[int, ...]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, inst) -> int:
+        with self.lock:
+            self.coords.append(inst.coords)
+            return len(self.coords)
 
 
 def test_a_failing_task_raises_task_error_and_stops_every_thread():
     table = TaskTable(tiles("T", 200))
+    started = Starts()
 
-    started = []
-
-    def fail_once(inst):  # the fourth task to start fails, whichever order the policy runs them in
-        started.append(inst.coords)
-        if len(started) == 4:
+    def fail_once(inst):  # the fourth task to start fails; a task started after it ends once the run stops
+        k, sched = started(inst), this_run()
+        if k == 4:
             raise ZeroDivisionError("division by zero in a tile")
+        if k > 4:
+            until(lambda: sched.stopped)
 
-    launch = Launch(table, {"T": 0.05}, action=fail_once)
-    start = time.perf_counter()
+    launch = Launch(table, action=fail_once)
     with pytest.raises(pw.TaskError, match=r"task 'T' at grid coordinates \(\d+,\) failed: ZeroDivisionError") as info:
         run(table, launch)
-    assert f"coordinates {started[3]} failed" in str(info.value)
-    assert time.perf_counter() - start < 1.0
+    assert f"coordinates {started.coords[3]} failed" in str(info.value)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert launch.in_flight == 0  # no worker still running a task
+    assert len(started.coords) <= 5  # the other worker started at most one task more, and no worker went on
 
 
-def test_timeout_cancels_the_run():
+@pytest.fixture
+def patient_watchdog(monkeypatch):
+    """A stopped run gets WAIT_LIMIT seconds to unwind before its thread is abandoned (watchdog.GRACE),
+    so whether its tasks end within the usual grace on a busy machine cannot flip a test's verdict."""
+    monkeypatch.setattr(watchdog, "GRACE", WAIT_LIMIT)
+
+
+def test_timeout_cancels_the_run(patient_watchdog):
+    """Every task runs until the run is stopped: the run can only end by its timeout."""
     table = TaskTable(tiles("T", 100))
-    launch = Launch(table, {"T": 0.05})
-    start = time.perf_counter()
-    with pytest.raises(pw.RunTimeout, match="within 0.2 s"):
-        run(table, launch, timeout=0.2)
-    assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
+    started = Starts()
+
+    def until_stopped(inst):
+        started(inst)
+        sched = this_run()
+        until(lambda: sched.stopped)
+
+    launch = Launch(table, action=until_stopped)
+    with pytest.raises(pw.RunTimeout, match=r"did not finish within 0.1 s \([0-2] of 100 task instances done\)"):
+        run(table, launch, timeout=0.1)
+    assert launch.in_flight == 0 and len(started.coords) <= 2  # the tasks running at the deadline, no more
 
 
 @pytest.fixture
@@ -275,6 +392,7 @@ def ctrl_c():
 
 def _signal_ctrl_c():
     os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
+    time.sleep(WAIT_LIMIT)  # Python raises KeyboardInterrupt in this (the main) thread by this sleep at the latest
 
 
 def _lose_ctrl_c():
@@ -287,19 +405,27 @@ def _lose_ctrl_c():
 
 @pytest.mark.parametrize("interrupt", [_signal_ctrl_c, _lose_ctrl_c], ids=["signal", "lost"])
 def test_ctrl_c_cancels_cleanly(ctrl_c, interrupt):
+    """Ctrl-C comes in the caller's thread (worker 0), where Python raises KeyboardInterrupt: the first
+    task worker 0 starts after two others have started interrupts.  A task worker 1 starts by then
+    runs until the run stops."""
     table = TaskTable(tiles("T", 100))
-    started = []
+    started, interrupted = Starts(), []
 
     def on_start(inst):
-        started.append(inst.coords)
-        if len(started) == 3:
+        k, sched = started(inst), this_run()
+        if k < 3:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            until(lambda: sched.stopped)
+        elif not interrupted:
+            interrupted.append(k)
             interrupt()
 
-    launch = Launch(table, {"T": 0.05}, action=on_start)
-    start = time.perf_counter()
+    launch = Launch(table, action=on_start)
     with pytest.raises(KeyboardInterrupt):
         run(table, launch)
-    assert time.perf_counter() - start < 1.0 and launch.in_flight == 0
+    assert interrupted and launch.in_flight == 0
+    assert len(started.coords) <= 4  # worker 1 started at most one task from the third on, worker 0 none after
 
 
 def test_chrome_trace_has_one_event_per_task_and_an_arrow_per_dependency(tmp_path):
@@ -320,11 +446,12 @@ def test_chrome_trace_has_one_event_per_task_and_an_arrow_per_dependency(tmp_pat
 
 def test_summary_and_gantt(tmp_path):
     table = TaskTable(tiles("P", 50) + tiles("C", 50, reads="P"))
-    trace = run(table, Launch(table, {"P": 0.001, "C": 0.001}))
+    # each task sleeps 1 ms at least, and the first two meet: both workers run task code
+    trace = run(table, Launch(table, {"P": 0.001, "C": 0.001}, action=Pairs(limit=2)))
     summary = trace.summary()
     assert summary.tasks == 100 and set(summary.busy) == {"worker0", "worker1"}
-    assert 0.002 <= summary.critical_path <= summary.makespan
-    assert 0 < summary.busy["worker0"] <= 1 and summary.overhead >= 0
+    assert 0.002 <= summary.critical_path <= summary.makespan  # a P -> C chain of two 1 ms sleeps, at least
+    assert 0 < summary.busy["worker0"] <= 1 and 0 < summary.busy["worker1"] <= 1 and summary.overhead >= 0
     assert "makespan" in str(summary) and "critical path" in str(summary)
     png = trace.plot(tmp_path / "gantt.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

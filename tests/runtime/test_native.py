@@ -1,4 +1,10 @@
-"""The native scheduler loop (runtime/native.py) on synthetic tables of compiled thunks: order, trace, stops."""
+"""The native scheduler loop (runtime/native.py) on synthetic tables of compiled thunks: order, trace, stops.
+
+The thunks control the interleavings the tests check instead of sleeping and hoping: a task can wait
+until a number of tasks have started (two tasks that meet run at once, so on two workers), until the
+run is stopped (its buffer's stop flag), and can send the process SIGINT itself.  Every such wait
+gives up after WAIT_NS, so a broken loop fails a test instead of hanging it.
+"""
 
 from __future__ import annotations
 
@@ -6,36 +12,113 @@ import functools
 import os
 import random
 import signal
-import threading
-import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 import ptowsp as pw
-from ptowsp.runtime import Instance, Options, TaskTable, execute
+from ptowsp.runtime import Instance, Options, TaskTable, execute, watchdog
+from ptowsp.runtime.executor import SLICE_NS
 from ptowsp.runtime.native import NativeRun, NativeTasks, supported
+from ptowsp.runtime.native_ir import CPU_WORDS, EXITED, NOW_IR, SLOTS, STOP
 
 pytestmark = pytest.mark.skipif(supported() is not None, reason=str(supported()))
 
-# a thunk that sleeps args[1] microseconds, then stamps out[args[0]] with the next tick of a shared counter
-# (pointers[0]: the counter, pointers[1]: out)
-_STAMP = """
+WAIT_LIMIT = 10.0  # seconds a test's wait for an interleaving lasts at most: then the runtime is broken
+WAIT_NS = int(WAIT_LIMIT * 1e9)
+
+# The stamp thunk.  Pointer table: the counter, out, the run's buffer (its state slots), the count of
+# tasks started, each task's CPU mask.  Arguments: the instance i, then what it does before it
+# stamps (a `Step`): meet, interrupt, until_stop, sleep_us.  It records its thread's CPU mask, then
+# stamps out[i] with the next tick of the counter.
+_STAMP = f"""
 declare i32 @usleep(i32)
-define void @stamp(ptr %pointers, ptr %args) {
-  %cp = load ptr, ptr %pointers
-  %op = getelementptr i64, ptr %pointers, i64 1
-  %o = load ptr, ptr %op
-  %i = load i64, ptr %args
-  %sp = getelementptr i64, ptr %args, i64 1
-  %us = load i64, ptr %sp
+declare i32 @getpid()
+declare i32 @kill(i32, i32)
+declare i32 @sched_getaffinity(i32, i64, ptr)
+{NOW_IR}
+
+; until *%word >= %least or *%either >= 1, looking every 20 us, for at most WAIT_NS
+define internal void @wait_for(ptr %word, i64 %least, ptr %either) {{
+entry:
+  %t0 = call i64 @now()
+  %deadline = add i64 %t0, {WAIT_NS}
+  br label %look
+look:
+  %v = load atomic i64, ptr %word seq_cst, align 8
+  %enough = icmp sge i64 %v, %least
+  %e = load atomic i64, ptr %either seq_cst, align 8
+  %other = icmp sge i64 %e, 1
+  %done = or i1 %enough, %other
+  br i1 %done, label %out, label %late
+late:
+  %t = call i64 @now()
+  %over = icmp sgt i64 %t, %deadline
+  br i1 %over, label %out, label %nap
+nap:
+  call i32 @usleep(i32 20)
+  br label %look
+out:
+  ret void
+}}
+
+define internal i64 @arg(ptr %args, i64 %k) {{
+  %p = getelementptr i64, ptr %args, i64 %k
+  %v = load i64, ptr %p
+  ret i64 %v
+}}
+
+define internal ptr @pointer(ptr %pointers, i64 %k) {{
+  %p = getelementptr ptr, ptr %pointers, i64 %k
+  %v = load ptr, ptr %p
+  ret ptr %v
+}}
+
+define void @stamp(ptr %pointers, ptr %args) {{
+entry:
+  %counter = call ptr @pointer(ptr %pointers, i64 0)
+  %out = call ptr @pointer(ptr %pointers, i64 1)
+  %state = call ptr @pointer(ptr %pointers, i64 2)
+  %started = call ptr @pointer(ptr %pointers, i64 3)
+  %masks = call ptr @pointer(ptr %pointers, i64 4)
+  %i = call i64 @arg(ptr %args, i64 0)
+  %meet = call i64 @arg(ptr %args, i64 1)
+  %interrupt = call i64 @arg(ptr %args, i64 2)
+  %until_stop = call i64 @arg(ptr %args, i64 3)
+  %us = call i64 @arg(ptr %args, i64 4)
+  atomicrmw add ptr %started, i64 1 seq_cst
+  %at = mul i64 %i, {CPU_WORDS}
+  %mask = getelementptr i64, ptr %masks, i64 %at
+  call i32 @sched_getaffinity(i32 0, i64 {8 * CPU_WORDS}, ptr %mask)
+  %meets = icmp sgt i64 %meet, 0
+  br i1 %meets, label %meeting, label %signal
+meeting:  ; until %meet tasks have started, or a helper has left the loop (it came after a stop)
+  %exited = getelementptr i64, ptr %state, i64 {EXITED}
+  call void @wait_for(ptr %started, i64 %meet, ptr %exited)
+  br label %signal
+signal:
+  %interrupts = icmp ne i64 %interrupt, 0
+  br i1 %interrupts, label %kill, label %gate
+kill:
+  %pid = call i32 @getpid()
+  call i32 @kill(i32 %pid, i32 {int(signal.SIGINT)})
+  br label %gate
+gate:
+  %gated = icmp ne i64 %until_stop, 0
+  br i1 %gated, label %stopping, label %work
+stopping:
+  %stop = getelementptr i64, ptr %state, i64 {STOP}
+  call void @wait_for(ptr %stop, i64 1, ptr %stop)
+  br label %work
+work:
   %us32 = trunc i64 %us to i32
   call i32 @usleep(i32 %us32)
-  %k = atomicrmw add ptr %cp, i64 1 seq_cst
-  %slot = getelementptr i64, ptr %o, i64 %i
+  %k = atomicrmw add ptr %counter, i64 1 seq_cst
+  %slot = getelementptr i64, ptr %out, i64 %i
   store i64 %k, ptr %slot
   ret void
-}
+}}
 """
 
 
@@ -47,25 +130,53 @@ def _stamp() -> tuple[object, int]:
     llvm.initialize_native_asmprinter()
     module = llvm.parse_assembly(_STAMP)
     module.triple = llvm.get_process_triple()
+    module.verify()
     engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine(jit=True))
     engine.finalize_object()
     return engine, engine.get_function_address("stamp")
 
 
+@dataclass(frozen=True)
+class Step:
+    """What a task's stamp thunk does before it stamps, in this order."""
+
+    meet: int = 0  # wait until this many tasks have started (0: don't), or a helper has left the loop
+    interrupt: bool = False  # send this process SIGINT, as Ctrl-C does
+    until_stop: bool = False  # wait until the run is stopped
+    sleep_us: int = 0
+
+
 class Stamps:
-    """A launcher whose every instance is the stamp thunk: Python's `compute` is only counted."""
+    """A launcher whose every instance is the stamp thunk: Python's `compute` is only counted.  Each
+    instance does `steps[i]`, by default `Step(meet, sleep_us=sleep_us)`."""
 
     load = store = None
 
-    def __init__(self, table: TaskTable, sleep_us: int = 0):
+    def __init__(self, table: TaskTable, sleep_us: int = 0, meet: int = 0, steps: dict[int, Step] | None = None):
         n = len(table)
         self.counter = np.zeros(1, np.int64)
         self.out = np.full(n, -1, np.int64)
-        words = np.array([[i, sleep_us] for i in range(n)], np.int64).ravel()
-        tasks = NativeTasks(np.full(n, _stamp()[1], np.int64), np.arange(n, dtype=np.int64) * 2, words, 2)
-        addresses = np.array([self.counter.ctypes.data, self.out.ctypes.data], np.int64)
-        self.native = (tasks, lambda table, filled: table.__setitem__(slice(None), addresses))  # a native.Fill
+        self.started = np.zeros(1, np.int64)
+        self.masks = np.zeros((n, CPU_WORDS), np.int64)
+        self.state = np.zeros(SLOTS, np.int64)  # the last native run's state slots (a view into its buffer)
+        default, steps = Step(meet, sleep_us=sleep_us), steps or {}
+        words = np.array([[i, step.meet, step.interrupt, step.until_stop, step.sleep_us]
+                          for i, step in ((i, steps.get(i, default)) for i in range(n))], np.int64).ravel()
+        tasks = NativeTasks(np.full(n, _stamp()[1], np.int64), np.arange(n, dtype=np.int64) * 5, words, 5)
+        self.native = (tasks, self.fill)
         self.in_python = 0
+
+    def fill(self, pointers: np.ndarray, filled: dict) -> None:
+        """A native.Fill: the pointer table is the tail of the run's buffer, whose head is the state."""
+        buffer = pointers.base
+        assert buffer is not None and buffer.ctypes.data + buffer.nbytes == pointers.ctypes.data + pointers.nbytes
+        self.state = buffer[:SLOTS]
+        pointers[:] = [self.counter.ctypes.data, self.out.ctypes.data, buffer.ctypes.data, self.started.ctypes.data,
+                       self.masks.ctypes.data]
+
+    def cpus(self, i: int) -> set[int]:
+        """The CPUs instance i's thread was allowed on while it ran (natively)."""
+        return set(np.flatnonzero(np.unpackbits(self.masks[i].view(np.uint8), bitorder="little")).tolist())
 
     def compute(self, i: int) -> None:  # the Python executor's path: stamp from Python
         self.in_python += 1
@@ -103,7 +214,7 @@ def test_every_instance_runs_once_after_its_producers(workers, seed):
 
 def test_the_trace_holds_every_task_and_idle_span_in_the_run():
     table = layered(3)
-    launch = Stamps(table, sleep_us=200)
+    launch = Stamps(table, sleep_us=200, meet=2)  # the first task waits for a second: both workers run tasks
     trace = execute(table, launch, Options(workers=(None, None)))
     assert sorted((e.name, e.coords) for e in trace.events) == sorted((i.name, i.coords) for i in table.instances)
     assert all(0 <= e.start <= e.end <= trace.duration for e in trace.events)
@@ -127,15 +238,29 @@ def chain(length: int) -> TaskTable:
                                grid=("k",)) for k in range(length)])
 
 
-def test_a_timeout_stops_the_native_loop_between_tasks():
-    table = chain(200)
-    launch = Stamps(table, sleep_us=5000)
-    start = time.perf_counter()
-    with pytest.raises(pw.RunTimeout, match="did not finish within 0.1 s"):
+def chains(length: int) -> TaskTable:
+    """Two chains, a then b: their first tasks, ready at the start, are dealt to worker 0 and worker 1."""
+    return TaskTable([Instance(c, (k,), ((c, ((k - 1, k),)),) if k else (), ((c, ((k, k + 1),)),), grid=("k",))
+                      for c in "ab" for k in range(length)])
+
+
+@pytest.fixture
+def patient_watchdog(monkeypatch):
+    """A stopped run gets WAIT_LIMIT seconds to unwind before its thread is abandoned (watchdog.GRACE),
+    so whether its workers leave the loop within the usual grace on a busy machine cannot flip a verdict."""
+    monkeypatch.setattr(watchdog, "GRACE", WAIT_LIMIT)
+
+
+def test_a_timeout_stops_the_native_loop_between_tasks(patient_watchdog):
+    """Each chain's first task runs until the run is stopped, and worker 0's first waits for the helper
+    to start the other (or to come and leave, if it came after the stop): the run can only end by its
+    timeout, and the helper is certainly in it."""
+    table = chains(100)
+    launch = Stamps(table, steps={0: Step(meet=2, until_stop=True), 100: Step(until_stop=True)})
+    with pytest.raises(pw.RunTimeout, match=r"did not finish within 0.1 s \([12] of 200 task instances done\)"):
         execute(table, launch, Options(workers=(None, None), timeout=0.1))
-    assert time.perf_counter() - start < 1.0
-    time.sleep(0.05)
-    assert 5 <= launch.counter[0] < 60  # stopped after the task running at the deadline
+    assert launch.state[EXITED] == 1  # the helper left the loop before the run returned: nothing runs on
+    assert launch.out[0] >= 0 and launch.counter[0] <= 2  # the tasks running at the deadline, none after
 
 
 @pytest.fixture
@@ -146,17 +271,18 @@ def ctrl_c():
 
 
 def test_ctrl_c_stops_the_native_loop(ctrl_c):
-    table = chain(200)
-    launch = Stamps(table, sleep_us=5000)
-    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.perf_counter()
-    timer.start()
+    """Worker 0's first task waits for the helper to start the other chain, sends SIGINT (what Ctrl-C
+    does), and runs past the end of the caller's time slice in the loop (SLICE_NS), so the caller is
+    certainly back in Python after it, where KeyboardInterrupt stops the run.  Every other task runs
+    until the run is stopped."""
+    table = chains(100)
+    steps = {i: Step(until_stop=True) for i in range(len(table))}
+    steps[0] = Step(meet=2, interrupt=True, sleep_us=SLICE_NS // 1000 + 5000)
+    launch = Stamps(table, steps=steps)
     with pytest.raises(KeyboardInterrupt):
         execute(table, launch, Options(workers=(None, None)))
-    assert time.perf_counter() - start < 1.0
-    done = launch.counter[0]
-    time.sleep(0.05)
-    assert launch.counter[0] == done < 200  # nothing runs on after the run returned
+    assert launch.state[EXITED] == 1  # the helper left the loop before the run returned: nothing runs on
+    assert launch.counter[0] == 2 and launch.out[0] >= 0 and launch.out[100] >= 0  # the chains' first tasks only
 
 
 @pytest.mark.parametrize("options", [dict(policy="round_robin"), dict(prefetch=1), dict(window=8),
@@ -206,25 +332,12 @@ def test_a_one_instance_run_on_two_workers_traces_its_one_task():
 def test_the_lead_pins_the_caller_to_its_first_cpu_and_gives_the_affinity_back():
     before = os.sched_getaffinity(0)
     table = layered(5, layers=2, width=4)
-    launch = Stamps(table, sleep_us=3000)
+    launch = Stamps(table)
     tasks, fill = launch.native
     run = NativeRun(table, tasks, fill, 1)
-    caller, seen, done = threading.get_native_id(), [], threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            seen.append(frozenset(os.sched_getaffinity(caller)))
-            time.sleep(5e-4)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        while run.lead(0):
-            pass
-    finally:
-        done.set()
-        watcher.join()
+    while run.lead(0):
+        pass
     run.release()
     assert sorted(launch.out) == list(range(len(table)))  # every task ran once
-    assert frozenset({min(before)}) in seen  # pinned while it ran
+    assert all(launch.cpus(i) == {min(before)} for i in range(len(table)))  # pinned while each task ran
     assert os.sched_getaffinity(0) == before  # and free again after
