@@ -20,8 +20,15 @@ settings.load_profile("ptowsp")
 
 @pytest.fixture(scope="session", autouse=True)
 def kernel_cache(tmp_path_factory):
+    """One cache for the session's pytest-xdist workers (the aicore target's host code is the cpu
+    target's, so the two targets' conformance runs share builds); entries are written atomically."""
     previous = os.environ.get("PTOWSP_CACHE_DIR")
-    os.environ["PTOWSP_CACHE_DIR"] = str(tmp_path_factory.mktemp("ptowsp-cache"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is this session's folder of this worker
+        shared = tmp_path_factory.getbasetemp().parent / "ptowsp-cache"
+        shared.mkdir(exist_ok=True)
+        os.environ["PTOWSP_CACHE_DIR"] = str(shared)
+    else:
+        os.environ["PTOWSP_CACHE_DIR"] = str(tmp_path_factory.mktemp("ptowsp-cache"))
     yield
     if previous is None:
         os.environ.pop("PTOWSP_CACHE_DIR", None)

@@ -68,8 +68,8 @@ def assemble(ptx: str, tmp_path) -> None:
 def test_ptx_for_every_conformance_workload(case, tmp_path):
     wl = case.make()
     # the GPU's own conformance run (tests/conformance, on a machine with one) takes every schedule
-    schedules = [cuda_default(wl), wl.schedule(), fused_schedule(wl), hand_schedule(wl).fuse_by_category(),
-                 random_schedule(wl, 0)]
+    # (random schedules: the emulated check below, and `make fuzz`)
+    schedules = [cuda_default(wl), wl.schedule(), fused_schedule(wl), hand_schedule(wl).fuse_by_category()]
     for schedule in schedules:
         code = generate(schedule)
         entries = re.findall(r"\.visible \.entry (\w+)\(", code.ptx)

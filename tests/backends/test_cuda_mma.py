@@ -76,7 +76,7 @@ def test_the_ptx_has_one_mma_per_block_and_step_and_assembles(dtype, tmp_path):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_emulated_warp_calls_match_the_reference(dtype):
     intrinsic = {"float16": "gemm_f16", "bfloat16": "gemm_bf16"}[dtype]
-    wl = hgemm(32, 16, 32, dtype)
+    wl = hgemm(16, 16, 32, dtype)  # two warps, two k steps: small, as the emulator runs every thread in Python
     inputs = random_inputs(wl)
     expected = pw.reference(wl, **inputs)
     s = warp_schedule(wl, warp=(16, 8), intrinsic=intrinsic)
@@ -115,9 +115,13 @@ def test_staged_blocks_are_read_by_ldmatrix_and_the_accumulators_stay_in_registe
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4
     assert ptx.count("mma.sync") == 8
     assert_assembles(code, tmp_path)
-    small = hgemm(32, 32, 32)  # emulated at two k blocks (the emulator is slow): still held across them
+    # emulated smaller (the emulator runs every thread in Python): one block of two warps, two k blocks
+    small = hgemm(16, 16, 32)
+    code = generate(staged_schedule(small, block=(16, 16), warp=(16, 8)))
+    held = [n for n in walk_stmts(code.kernels["C"].body) if isinstance(n, WarpAccumulators)]
+    assert [n.body.var for n in held] == ["k.outer"]
     inputs = random_inputs(small)
-    assert_close(emulate(generate(staged_schedule(small)), inputs), pw.reference(small, **inputs), small, 1e-4)
+    assert_close(emulate(code, inputs), pw.reference(small, **inputs), small, 1e-4)
 
 
 def test_a_transposed_b_is_read_element_by_element_where_ldmatrix_needs_rows(tmp_path):
@@ -157,9 +161,10 @@ def test_every_k_block_reads_its_own_shared_fragments():
 
 
 def test_accumulators_stay_in_memory_where_the_window_moves_with_the_loop():
-    wl = hgemm(32, 32, 16)  # one k block: the window moves with the warps' loops, not with k
-    code = generate(staged_schedule(wl, bind_warps=False))  # the warps' loops run serially around the call
-    assert not any(isinstance(n, WarpAccumulators) and n.body.var.startswith("i.")
+    wl = hgemm(16, 16, 16)  # one block of two warps and one k block: the window moves with the warps' loop
+    # the warps' loops run serially around the call
+    code = generate(staged_schedule(wl, block=(16, 16), warp=(16, 8), bind_warps=False))
+    assert not any(isinstance(n, WarpAccumulators) and n.body.var.startswith(("i.", "j."))
                    for n in walk_stmts(code.kernels["C"].body))
     inputs = random_inputs(wl)
     assert_close(emulate(code, inputs), pw.reference(wl, **inputs), wl, 1e-4)

@@ -46,7 +46,7 @@ def schedules_for(wl: pw.Workload, target: str) -> list[pw.Schedule]:
     count = RANDOM_SCHEDULES // 2 if target == "aicore" else RANDOM_SCHEDULES
     randoms = [random_schedule(wl, seed, layouts=layouts, prefetches=prefetches) for seed in range(count)]
     by_category = [wl.schedule().fuse_by_category(), hand_schedule(wl).fuse_by_category(),
-                   random_schedule(wl, 8).fuse_by_category()]  # seed 4 meets a fusion bug (issue noted: cache_read of a fused tensor)
+                   random_schedule(wl, RANDOM_SCHEDULES).fuse_by_category()]
     width = backend(target).vector_bytes
     defaults = [default_schedule(wl, vector_bytes=width, workers=w, fuse=f) for w, f in ((1, True), (2, False))]
     space, rng = Space(wl, vector_bytes=width, workers=2), random.Random(0)

@@ -42,6 +42,15 @@ def test_an_injective_chain_fuses_into_its_last_task():
     assert stored(built(s)) == {"Y"}
 
 
+def test_a_read_cache_of_a_tensor_fusion_inlines_is_dropped_saying_why():
+    """T3 is inlined into Y: a cache_read of T3 in Y has no stored T3 left to copy, so fusion drops
+    the step (it once reached lowering, which refused it: fusion made a legal schedule illegal)."""
+    wl = zoo.elementwise_chain()
+    s = wl.schedule().cache_read("Y", "T3", "local", "i").fuse_by_category()
+    assert "dropped cache_read('Y', 'T3', 'local', 'i'): T3 is inlined" in s.explain()
+    assert stored(built(s)) == {"Y"}  # built, and checked against the reference
+
+
 def test_an_injective_producer_fuses_into_a_reduction():
     s = exp_then_sum().schedule().fuse_by_category()
     assert "fused e -> s: inlined into s; rule: injective producers fuse into a reduction" in s.explain()

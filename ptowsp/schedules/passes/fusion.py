@@ -63,7 +63,7 @@ class Fusion:
 class FusionPlan:
     fusions: list[Fusion] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # producer, consumer, reason
-    dropped: list[str] = field(default_factory=list)  # calls of steps the rewrite dropped
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (call, why) of steps the rewrite dropped
     schedule: Schedule | None = None  # the rewritten schedule lowering uses
 
     def explain(self) -> str:
@@ -73,7 +73,7 @@ class FusionPlan:
                    else f"computed per output tile inside {f.consumer} (epilogue)")
             lines.append(f"fused {f.producer} -> {f.consumer}: {how}; rule: {f.rule}")
         lines += [f"not fused {p} -> {c}: {reason.split(' (the rules:')[0]}" for p, c, reason in self.refused]
-        lines += [f"dropped {call}: the task was folded into another" for call in self.dropped]
+        lines += [f"dropped {call}: {why}" for call, why in self.dropped]
         return "\n".join(lines) or "nothing to fuse"
 
 
@@ -264,20 +264,24 @@ def _tile_loop(s: Schedule, producer: str) -> str | None:
     return last
 
 
-def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[str]) -> Schedule:
+def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]]) -> Schedule:
     """The schedule with the fusions carried out as compute_inline / compute_at steps."""
     from ptowsp.schedules.schedule import Schedule
 
     wl = s.workload
     folded = {f.folded for f in fusions}
     anchors = {f.producer: f for f in fusions if f.kind == "epilogue"}
+    inlined = {f.producer for f in fusions if f.kind == "inline"}  # computed where read: never in memory
     out = Schedule(wl)
     for step in s.steps:
         task = getattr(step, "task", None)
         if step.kind in ("fuse_tasks", "fuse_by_category"):
             continue
         if (task in folded and step.kind in _TASK_STEPS) or (task in anchors and _spans_tiles(step)):
-            dropped.append(step.call())
+            dropped.append((step.call(), "the task was folded into another"))
+            continue
+        if step.kind in ("cache_read", "prefetch_tensor") and step.tensor in inlined:
+            dropped.append((step.call(), f"{step.tensor} is inlined: it is computed where read, never stored"))
             continue
         out._apply(step)
     for f in fusions:
