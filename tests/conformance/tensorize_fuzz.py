@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import ptowsp as pw
+from ptowsp.backends.cpu.isa import HostCannotRun
 
 
 def divisors(n: int, limit: int) -> list[int]:
@@ -97,6 +98,8 @@ def main() -> int:
                 except pw.ScheduleError as e:
                     refused += 1
                     problem = None if "does not match" in str(e) else f"ScheduleError: {e}"
+                except HostCannotRun:  # this machine cannot run the CPU level PTOWSP_CPU names: no finding
+                    raise
                 except Exception as e:  # noqa: BLE001 - every crash is a finding
                     problem = f"{type(e).__name__}: {e}"
                 checked += 1
