@@ -10,11 +10,12 @@ import llvmlite.binding as llvm
 from ptowsp.backends.cpu.isa import target_cpu
 
 
-def other_level() -> str | None:
+def other_level(host_width: int | None = None) -> str | None:
+    """The level for the second pass; `host_width` stands in for the host's vector bytes (tests)."""
     if not llvm.get_process_triple().startswith("x86_64"):
         return None
-    host = target_cpu("host")
-    if host.vector_bytes == 64:
+    width = target_cpu("host").vector_bytes if host_width is None else host_width
+    if width == 64:
         return "x86-64-v3"
     return "x86-64-v4" if target_cpu("x86-64-v3").unrunnable_reason() is None else None
 

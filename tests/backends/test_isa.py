@@ -63,3 +63,14 @@ def test_an_unknown_level_is_a_build_error_naming_the_choices(monkeypatch):
     assert "cpu" not in pw.targets()
     with pytest.raises(pw.BuildError, match=r"PTOWSP_CPU='pentium4' names no CPU.*host, x86-64-v3, x86-64-v4"):
         pw.build(zoo.matmul(8, 8, 8), "cpu")
+
+
+@x86
+def test_make_test_s_second_pass_takes_the_level_the_host_is_not(monkeypatch):
+    from tests.isa_levels import other_level
+
+    avx512 = dict.fromkeys(isa.LEVELS["x86-64-v4"][1], True)
+    avx2 = dict.fromkeys(isa.LEVELS["x86-64-v3"][1], True)
+    for host, other in ((avx512, "x86-64-v3"), (avx2, "x86-64-v4")):
+        monkeypatch.setattr(isa, "host_features", lambda host=host: host)
+        assert other_level(host_width=64 if host is avx512 else 32) == other
