@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ptowsp.errors import InputError, PtowspError, WorkloadError
+from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.names import MAX_LENGTH
 from ptowsp.workloads import Workload
@@ -54,8 +54,9 @@ class Value:
 class Importer:
     """The state of one import: the workload, the values by ONNX name, constant arrays, names taken."""
 
-    def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str):
-        self.model, self.source = model, source
+    def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str,
+                 folder: Path | None = None):
+        self.model, self.source, self.folder = model, source, folder
         graph = model.graph
         self.wl = Workload(_identifier(graph.name or "onnx_model", set()))
         self.values: dict[str, Value] = {}
@@ -68,10 +69,14 @@ class Importer:
             raise InputError(f"{source}: shapes names {unknown[0]!r}, which is not an input of the model "
                              f"(inputs: {', '.join(i.name for i in graph.input)})")
         for init in graph.initializer:
-            self.constant(init.name, numpy_helper.to_array(init))
+            self.constant(init.name, self.tensor_array(init, f"initializer {init.name!r}"))
         for inp in graph.input:
             if inp.name not in self.arrays:  # (older exporters list initializers as inputs too)
                 self._input(inp, shapes)
+
+    def tensor_array(self, tensor: onnx.TensorProto, what: str) -> np.ndarray:
+        """A tensor's value, its external data read from the model's folder only (onnx_data.py)."""
+        return tensor_array(tensor, self.folder, self.source, what)
 
     # -- names and values ------------------------------------------------------------------
     def name(self, wanted: str) -> str:
@@ -186,15 +191,18 @@ def _dtype(elem_type: int, what: str) -> str:
             from None
 
 
-def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """The model and how to name it in errors; InputError for what is no ONNX model."""
+def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str, Path | None]:
+    """The model, how to name it in errors, and the folder its external data files are in (the model
+    file's; None for bytes or a proto); InputError for what is no ONNX model."""
+    folder = None
     if isinstance(model, onnx.ModelProto):
-        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}"
+        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}", None
     if isinstance(model, (bytes, bytearray)):
         source = "ONNX model given as bytes"
         data = bytes(model)
     elif isinstance(model, (str, os.PathLike)):
         source = f"ONNX file {str(model)!r}"
+        folder = Path(model).parent
         try:
             data = Path(model).read_bytes()
         except OSError as e:
@@ -208,7 +216,7 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
         raise InputError(f"{source}: not an ONNX model ({type(e).__name__}: {e})") from e
     if not proto.graph.node and not proto.graph.output:
         raise InputError(f"{source}: not an ONNX model (no graph)")
-    return proto, source
+    return proto, source, folder
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
@@ -216,8 +224,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     """The Workload an ONNX model computes (see the module docstring)."""
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after both modules register)
 
-    proto, source = load(model)
-    imp = Importer(proto, shapes or {}, source)
+    proto, source, folder = load(model)
+    imp = Importer(proto, shapes or {}, source, folder)
     nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):

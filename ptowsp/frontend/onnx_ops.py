@@ -114,7 +114,7 @@ def constant(imp: Importer, node: onnx.NodeProto) -> None:
     if value is None:
         others = [a.name for a in node.attribute]
         refuse(node, others[0] if others else "value", "...", "only a tensor `value`")
-    imp.constant(node.output[0], onnx.numpy_helper.to_array(value))
+    imp.constant(node.output[0], imp.tensor_array(value, describe(node)))
 
 
 # -- contractions --------------------------------------------------------------------------------

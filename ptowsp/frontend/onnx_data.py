@@ -1,0 +1,79 @@
+"""The values of an ONNX model's tensors, external data files included, read only inside the model's folder.
+
+Exporters put weights in a second file (torch writes `model.onnx.data`) that the model names by a
+location relative to itself.  ptowsp reads it relative to the folder of the model file, whatever
+the current directory (onnx's own loader reads relative to the current directory unless told
+otherwise: a second export of the same name elsewhere would be read without a word).  A file is
+data from whoever wrote it, so a location is refused with an InputError naming the tensor and the
+location when it is absolute or leads out of that folder (`..`, or a symlink pointing out), and a
+missing or short file is an InputError too, never onnx's raw exception (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ptowsp.errors import InputError
+
+
+def tensor_array(tensor: onnx.TensorProto, folder: Path | None, source: str, what: str) -> np.ndarray:
+    """The tensor's value; `folder` is the model file's (None: the model came as bytes or a proto, so
+    external data has no folder to come from); `what` names the tensor in errors."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return _to_array(tensor, source, what)
+    entries = {e.key: e.value for e in tensor.external_data}
+    location = entries.get("location", "")
+    if folder is None:
+        raise InputError(f"{source}: {what} keeps its data in an external file ({location!r}), and a model given "
+                         "as bytes or a ModelProto has no folder to read it from; pass the model file's path")
+    path = _inside(folder, location, source, what)
+    try:
+        offset, length = int(entries.get("offset", 0)), int(entries["length"]) if "length" in entries else None
+    except ValueError:
+        raise InputError(f"{source}: {what}: offset {entries.get('offset')!r} and length {entries.get('length')!r} "
+                         f"of its external data in {location!r} must be integers") from None
+    size = path.stat().st_size
+    if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
+        raise InputError(f"{source}: {what} reads bytes {offset} to {offset + (length or 0)} of {location!r}, "
+                         f"which holds {size}: the data file is short or not this model's")
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read(size - offset if length is None else length)
+    inline = onnx.TensorProto()
+    inline.CopyFrom(tensor)
+    del inline.external_data[:]
+    inline.data_location = onnx.TensorProto.DEFAULT
+    inline.raw_data = data
+    return _to_array(inline, source, what)
+
+
+def _inside(folder: Path, location: str, source: str, what: str) -> Path:
+    """The file `location` names inside `folder`; InputError when it leads anywhere else or is missing."""
+    if not location or os.path.isabs(location) or Path(location).drive:
+        raise InputError(f"{source}: {what} names its external data file {location!r}; a location must be a "
+                         "path relative to the model's folder")
+    root = folder.resolve()
+    path = (root / location).resolve()
+    if not path.is_relative_to(root):
+        raise InputError(f"{source}: {what} names its external data file {location!r}, which lies outside the "
+                         f"model's folder {str(root)!r}; ptowsp reads nothing outside it")
+    if not path.is_file():
+        raise InputError(f"{source}: {what} keeps its data in {location!r}, which is not a file in the model's "
+                         f"folder {str(root)!r}")
+    return path
+
+
+def _to_array(tensor: onnx.TensorProto, source: str, what: str) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as e:  # noqa: BLE001 - onnx's ValueError, TypeError...: the bytes do not make the tensor
+        raise InputError(f"{source}: {what}: its data does not make a tensor of shape {list(tensor.dims)} "
+                         f"({type(e).__name__}: {e})") from None
+
+
+__all__ = ["tensor_array"]
