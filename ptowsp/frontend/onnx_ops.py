@@ -72,6 +72,27 @@ def leaky_relu(imp: Importer, node: onnx.NodeProto) -> None:
     _elementwise(imp, node, lambda x: pw.where(x >= 0, x, x * alpha), [imp.value(node, 0)])
 
 
+@op("HardSigmoid")
+def hard_sigmoid(imp: Importer, node: onnx.NodeProto) -> None:
+    alpha, beta = float(attribute(node, "alpha", 0.2)), float(attribute(node, "beta", 0.5))
+    _elementwise(imp, node, lambda x: pw.clamp(x * alpha + beta, 0.0, 1.0), [imp.value(node, 0)])
+
+
+@op("Gelu")
+def gelu(imp: Importer, node: onnx.NodeProto) -> None:
+    approximate = attribute(node, "approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    if approximate == "none":
+        def fn(x):
+            return x * 0.5 * (pw.erf(x * math.sqrt(0.5)) + 1.0)
+    elif approximate == "tanh":
+        def fn(x):
+            return x * 0.5 * (pw.tanh((x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)) + 1.0)
+    else:
+        refuse(node, "approximate", approximate, "none or tanh")
+    _elementwise(imp, node, fn, [imp.value(node, 0)])
+
+
 @op("HardSwish")
 def hard_swish(imp: Importer, node: onnx.NodeProto) -> None:
     _elementwise(imp, node, lambda x: x * pw.clamp(x / 6.0 + 0.5, 0.0, 1.0), [imp.value(node, 0)])
@@ -193,10 +214,11 @@ def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list
     strides = list(attribute(node, "strides", [1, 1]))
     dilations = list(attribute(node, "dilations", [1, 1]))
     pads = _pads(node, 2)
-    if int(attribute(node, "ceil_mode", 0)):
-        refuse(node, "ceil_mode", 1, "only 0")
-    out = [(x.shape[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
-           for d in range(2)]
+    ceil = bool(int(attribute(node, "ceil_mode", 0)))  # pools: the last window may hang over the end
+    spans = [x.shape[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1 for d in range(2)]
+    out = [-(-spans[d] // strides[d]) + 1 if ceil else spans[d] // strides[d] + 1 for d in range(2)]
+    # (ONNX and torch: a last window that would start past the input and its leading pad is dropped)
+    out = [o - 1 if ceil and (o - 1) * strides[d] >= x.shape[2 + d] + pads[d] else o for d, o in enumerate(out)]
     if min(out) < 1:
         raise WorkloadError(f"{describe(node)}: the window {list(kernel)} leaves no output on input {x.shape}")
     return strides, pads, dilations, out
@@ -252,13 +274,18 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
         refuse(node, "dilations", dil, "only 1")
     r, s = pw.reduce_axis(kernel[0], "r"), pw.reduce_axis(kernel[1], "s")
     size = x.shape[2:]
+    # how far the last window reaches past the input's end (ceil_mode=1 lets it hang over the end pad)
+    over = [(o - 1) * strides[d] - pads[d] + kernel[d] - size[d] for d, o in enumerate((oh, ow))]
+    masked = any(pads) or max(over) > 0
     if node.op_type == "MaxPool":
         def body(n, ch, y, xx):
             pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
             read = x.at([n, ch, *pos])
-            return pw.max(pw.where(_inside(pos, size), read, -math.inf) if any(pads) else read, (r, s))
+            return pw.max(pw.where(_inside(pos, size), read, -math.inf) if masked else read, (r, s))
     else:
         include = int(attribute(node, "count_include_pad", 0))
+        if any(o > pads[d + 2] for d, o in enumerate(over)):
+            refuse(node, "ceil_mode", 1, "only where no window hangs over the end pad (the output size of ceil_mode=0)")
 
         def body(n, ch, y, xx):
             pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])

@@ -45,8 +45,8 @@ def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) 
 def reshape(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
     target = [int(d) for d in imp.array(node, 1, "shape")]
-    if int(attribute(node, "allowzero", 0)):
-        refuse(node, "allowzero", 1, "only 0")
+    if int(attribute(node, "allowzero", 0)) and 0 in target:  # (without a 0 it means what allowzero=0 does)
+        refuse(node, "allowzero", 1, "a shape without 0: allowzero=1 makes a 0 an empty dimension")
     target = [x.shape[d] if n == 0 else n for d, n in enumerate(target)]
     if target.count(-1) > 1:
         raise WorkloadError(f"{describe(node)}: shape {target} has more than one -1")

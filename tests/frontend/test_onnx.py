@@ -93,6 +93,42 @@ def test_ops_with_attributes(op, attrs, inits):
     check(m, feeds)
 
 
+@pytest.mark.parametrize("op, attrs, opset", [
+    ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20), ("HardSigmoid", {}, 17),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 17),
+])
+def test_what_torch_exports_for_activations(op, attrs, opset):
+    m, feeds = one(op, [(4, 6)], attrs, opset=opset)
+    check(m, feeds, target="cpu", rtol=1e-5, atol=1e-6)
+
+
+def test_reshape_with_allowzero_and_no_zero_is_a_plain_reshape():
+    """torch's exporter writes every view and flatten so; a 0 would make an empty dimension (refused)."""
+    m, feeds = one("Reshape", [(2, 3, 4)], {"allowzero": 1}, {"shape": np.array([2, -1], np.int64)})
+    check(m, feeds)
+    m, _ = one("Reshape", [(2, 3, 4)], {"allowzero": 1}, {"shape": np.array([0, -1], np.int64)})
+    with pytest.raises(pw.WorkloadError, match="allowzero=1 is not supported"):
+        pw.frontend.from_onnx(m)
+
+
+@pytest.mark.parametrize("op, size, kernel, stride, pads", [
+    ("MaxPool", 7, 3, 2, [0, 0, 0, 0]),  # the same size as ceil_mode=0 (SqueezeNet's)
+    ("MaxPool", 8, 3, 2, [0, 0, 0, 0]),  # one more window, hanging over the end
+    ("MaxPool", 8, 2, 2, [1, 1, 0, 0]),
+    ("AveragePool", 7, 3, 2, [0, 0, 0, 0]),
+])
+def test_pools_with_ceil_mode(op, size, kernel, stride, pads):
+    m, feeds = one(op, [(1, 2, size, size)], {"kernel_shape": [kernel, kernel], "strides": [stride, stride],
+                                              "pads": pads, "ceil_mode": 1})
+    check(m, feeds, target="cpu")
+
+
+def test_an_average_pool_hanging_over_the_end_is_refused():
+    m, _ = one("AveragePool", [(1, 2, 8, 8)], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1})
+    with pytest.raises(pw.WorkloadError, match="ceil_mode=1 is not supported"):
+        pw.frontend.from_onnx(m)
+
+
 @pytest.mark.parametrize("a, b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)),
                                   ((2, 1, 3, 4), (3, 4, 2))])
 def test_matmul_shapes(a, b):
@@ -194,9 +230,9 @@ def test_an_unsupported_operator_names_the_node_and_op():
 
 
 def test_an_unsupported_attribute_names_it():
-    m, _ = one("MaxPool", [(1, 2, 8, 8)], {"kernel_shape": [3, 3], "ceil_mode": 1})
-    with pytest.raises(pw.WorkloadError, match=r"'the_maxpool' \(op MaxPool\): attribute ceil_mode=1 is not "
-                                                r"supported \(only 0\)"):
+    m, _ = one("MaxPool", [(1, 2, 8, 8)], {"kernel_shape": [3, 3], "dilations": [2, 2]})
+    with pytest.raises(pw.WorkloadError, match=r"'the_maxpool' \(op MaxPool\): attribute dilations=\[2, 2\] is not "
+                                                r"supported \(only 1\)"):
         pw.frontend.from_onnx(m)
 
 
