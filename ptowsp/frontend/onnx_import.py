@@ -26,7 +26,7 @@ import onnx
 from ptowsp.errors import InputError, PtowspError, WorkloadError
 from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor
-from ptowsp.te.names import MAX_LENGTH
+from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
 from ptowsp.workloads.checks import with_parameters
 
@@ -171,10 +171,10 @@ def _identifier(wanted: str, taken: set[str]) -> str:
     base = re.sub(r"[^A-Za-z0-9_]", "_", wanted).strip("_") or "t"
     if base[0].isdigit():
         base = "t_" + base
-    base = base[:MAX_LENGTH - 5]
+    base = fit_name(base)  # room for the suffixes the cpu's passes add: fresh_name shortens those too
     name, k = base, 1
     while name in taken or name in _RESERVED:
-        name, k = f"{base}_{k}", k + 1
+        name, k = fit_name(f"{base}_{k}"), k + 1
     return name
 
 

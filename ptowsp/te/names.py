@@ -11,6 +11,7 @@ symbol), so a user's name can never collide with one.
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import re
 
@@ -32,3 +33,12 @@ def check_name(name: object, what: str, error: type[PtowspError] = WorkloadError
     if keyword.iskeyword(name):
         raise error(f"{what} name {name!r} is a Python keyword; choose another")
     return name
+
+
+def fit_name(wanted: str) -> str:
+    """`wanted` itself when it is short enough; else its first characters, `_` and 8 hex digits of a
+    hash of all of it: a name a pass or an importer derives from a long one (a transformer's parameter
+    path plus a suffix) stays legal, the same on every run, and apart from names derived from others."""
+    if len(wanted) <= MAX_LENGTH:
+        return wanted
+    return f"{wanted[:MAX_LENGTH - 9]}_{hashlib.sha256(wanted.encode()).hexdigest()[:8]}"

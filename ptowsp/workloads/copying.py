@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 
 from ptowsp.te import Expr, Op, substitute
+from ptowsp.te.names import fit_name
 from ptowsp.workloads.checks import with_parameters
 from ptowsp.workloads.task import ComputeTask
 from ptowsp.workloads.workload import Workload
@@ -63,9 +64,11 @@ def names_in(wl: Workload) -> set[str]:
 
 
 def fresh_name(name: str, taken) -> str:
-    """`name`, with underscores added until it is not in `taken` (a pass's new task beside the user's)."""
+    """`name`, with underscores added until it is not in `taken` (a pass's new task beside the user's);
+    one too long for a name is shortened with a hash of it (te/names.py `fit_name`)."""
+    name = fit_name(name)
     while name in taken:
-        name += "_"
+        name = fit_name(name + "_")
     return name
 
 

@@ -327,3 +327,46 @@ def test_a_batch_norm_folds_into_its_conv_only_when_it_is_the_only_reader():
     m = model(nodes, {"x": ((1, 3, 6, 6), TP.FLOAT)}, {"y": ((1, c, 6, 6), TP.FLOAT)}, inits)
     wl = check(m, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(F32)}, rtol=1e-4, atol=1e-5)
     assert wl.tasks == ["conv", "bn", "y"]
+
+
+def long_names(m: onnx.ModelProto, length: int = 200) -> onnx.ModelProto:
+    """The model with every node, value and initializer renamed to `length` characters (a checkpoint's
+    parameter paths are long; passes then append their own suffixes)."""
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    renamed = {}
+
+    def new(name: str) -> str:
+        if name and name not in renamed:
+            stem = f"model.encoder.layers.{len(renamed)}.{name}."
+            renamed[name] = (stem * (length // len(stem) + 1))[:length]
+        return renamed.get(name, name)
+
+    graph = m.graph
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = new(value.name)
+    for init in graph.initializer:
+        init.name = new(init.name)
+    for node in graph.node:
+        node.name = new(node.name or node.op_type)
+        node.input[:] = [new(n) for n in node.input]
+        node.output[:] = [new(n) for n in node.output]
+    return m
+
+
+@pytest.mark.parametrize("make", [lambda: cnn_model(), lambda: bert_layer(seq=8, hidden=32, heads=2, ff=64)],
+                         ids=["cnn", "bert_layer"])
+def test_names_of_200_characters_build_on_every_target(make):
+    m = long_names(make())
+    feeds = {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(F32)
+             for i in m.graph.input if i.name not in {t.name for t in m.graph.initializer}}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    wl = pw.frontend.from_onnx(m)
+    assert max(len(t) for t in wl.tasks) <= 64
+    assert all(len(name) <= 64 for name in wl.inputs + wl.outputs)  # made identifiers, in the model's order
+    for target in [t for t in pw.targets() if t != "cuda"]:  # (cuda: where a GPU is, its conformance run)
+        prog = pw.build(wl, target)
+        assert all(len(t) <= 64 for t in prog.schedule.workload.tasks)  # the target's passes named some
+        got = prog.run(*feeds.values())
+        for name, expected in zip(wl.outputs, want, strict=True):
+            np.testing.assert_allclose(got[name].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4,
+                                       err_msg=target)
