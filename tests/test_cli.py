@@ -163,3 +163,11 @@ def test_tune_an_onnx_model_kernel_by_kernel_then_time_it(tmp_path, capsys):
     assert re.search(r"ModelSearchResult\('resnet18' on 'cpu': \d+ tasks, 34 trials", out)
     assert "share" in out and "stem_conv_conv" in out  # the per-task table
     assert "ptowsp default (cpu)" in out and "ptowsp tuned (cpu)" in out and plot.stat().st_size > 10_000
+
+
+def test_python_dash_m_ptowsp_is_the_command():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ptowsp", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage: ptowsp" in done.stdout and "trace" in done.stdout

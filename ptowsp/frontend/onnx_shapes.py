@@ -193,3 +193,59 @@ def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
     value = attribute(node, "value")
     fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
     imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
+
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@op("Pad")
+def pad(imp: Importer, node: onnx.NodeProto) -> None:
+    """Each output index reads the input at index - leading pad: where that lies outside, a constant, or
+    the input's edge, its reflection (not repeating the edge) or its wrap-around; a negative pad crops."""
+    x = imp.value(node, 0)
+    rank = len(x.shape)
+    mode = attribute(node, "mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in _PAD_MODES:
+        refuse(node, "mode", mode, " or ".join(_PAD_MODES))
+    if imp.opset < 11:
+        given, value, axes = attribute(node, "pads"), np.asarray(attribute(node, "value", 0.0)), None
+    else:
+        given, value, axes = imp.array(node, 1, "pads"), imp.array(node, 2, "constant_value"), imp.array(node, 3, "axes")
+    axes = list(range(rank)) if axes is None else [axis_of(node, int(a), rank) for a in axes]
+    given = [int(p) for p in given]
+    if len(given) != 2 * len(axes):
+        raise WorkloadError(f"{describe(node)}: {len(given)} pads for {len(axes)} axes; 2 per axis are needed")
+    begin, end = [0] * rank, [0] * rank
+    for k, a in enumerate(axes):
+        begin[a], end[a] = given[k], given[k + len(axes)]
+    shape = [n + b + e for n, b, e in zip(x.shape, begin, end, strict=True)]
+    if min(shape, default=1) < 1:
+        raise WorkloadError(f"{describe(node)}: pads {given} leave nothing of shape {list(x.shape)}")
+    if mode == "reflect" and any(max(b, e) >= n for n, b, e in zip(x.shape, begin, end, strict=True)):
+        raise WorkloadError(f"{describe(node)}: reflect pads {given} of shape {list(x.shape)}: a pad must be shorter "
+                            "than its axis")
+    kind = np.dtype(x.dtype).kind
+    fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0].item()
+    fill = bool(fill) if kind == "b" else int(fill) if kind in "iu" else float(fill)
+
+    def body(*idx):
+        source, inside = [], None
+        for i, n, b, e in zip(idx, x.shape, begin, end, strict=True):
+            k = i - b
+            if b <= 0 and e <= 0:  # cropped at most: every index is inside
+                source.append(k)
+            elif mode == "constant":
+                source.append(k)
+                here = (k >= 0) & (k < n)
+                inside = here if inside is None else inside & here
+            elif mode == "edge":
+                source.append(pw.clamp(k, 0, n - 1))
+            elif mode == "reflect":
+                source.append(pw.where(k < 0, -k, pw.where(k > n - 1, 2 * (n - 1) - k, k)))
+            else:  # wrap
+                source.append(k % n)
+        read = x.at(source)
+        return read if inside is None else pw.where(inside, read, fill)
+
+    imp.compute(node, shape, body)

@@ -123,6 +123,25 @@ def test_pools_with_ceil_mode(op, size, kernel, stride, pads):
     check(m, feeds, target="cpu")
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads, axes", [([0, 1, 2, 0, 2, 1], None), ([0, 0, 0, 0, 0, 0], None), ([2, 1], [-1]),
+                                        ([1, -1, 2, 0], [1, 2])])
+def test_pad_in_every_mode_with_pads_and_axes_as_inputs(mode, pads, axes):
+    inits = {"pads": np.array(pads, np.int64), "value": np.array(1.5, F32)}
+    if axes is not None:
+        inits["axes"] = np.array(axes, np.int64)
+    m, feeds = one("Pad", [(2, 3, 4)], {"mode": mode}, inits, opset=19)
+    if min(pads) >= 0:
+        check(m, feeds, target="cpu")
+        return
+    # a negative pad crops (onnx's reference evaluator refuses it): axis 2 loses its first column
+    x = feeds["x0"][:, :, 1:]
+    want = np.pad(x, [(0, 0), (1, 2), (0, 0)], mode=mode, **({"constant_values": 1.5} if mode == "constant" else {}))
+    wl = pw.frontend.from_onnx(m)
+    np.testing.assert_array_equal(pw.reference(wl, **feeds)["y"], want)
+    np.testing.assert_array_equal(pw.build(wl, "cpu").run(**feeds)["y"], want)
+
+
 def test_an_average_pool_hanging_over_the_end_is_refused():
     m, _ = one("AveragePool", [(1, 2, 8, 8)], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1})
     with pytest.raises(pw.WorkloadError, match="ceil_mode=1 is not supported"):
