@@ -54,6 +54,14 @@ _UNARY = {"Relu": lambda x: pw.maximum(x, 0.0), "Sigmoid": pw.sigmoid, "Tanh": p
           "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil}
 
 
+# comparisons and logic (torch's exporter builds attention masks from them): bool results
+_BINARY |= {"Equal": lambda a, b: a == b, "Less": lambda a, b: a < b, "Greater": lambda a, b: a > b,
+            "LessOrEqual": lambda a, b: a <= b, "GreaterOrEqual": lambda a, b: a >= b,
+            "And": lambda a, b: a & b, "Or": lambda a, b: a | b, "Xor": lambda a, b: a != b}
+_UNARY |= {"Not": lambda x: ~x, "Sign": lambda x: pw.cast(pw.where(x > 0, 1, pw.where(x < 0, -1, 0)), x.dtype),
+           "Softplus": lambda x: pw.maximum(x, 0.0) + pw.log(pw.exp(-pw.abs(x)) + 1.0)}
+
+
 @op(*_BINARY)
 def binary(imp: Importer, node: onnx.NodeProto) -> None:
     if node.op_type in ("Max", "Min") and len(node.input) != 2:

@@ -67,6 +67,25 @@ ELEMENTWISE = [
 ]
 
 
+@pytest.mark.parametrize("op, element", [("Equal", TP.FLOAT), ("Less", TP.FLOAT), ("Greater", TP.FLOAT),
+                                         ("LessOrEqual", TP.FLOAT), ("GreaterOrEqual", TP.FLOAT), ("And", TP.BOOL),
+                                         ("Or", TP.BOOL), ("Xor", TP.BOOL), ("Not", TP.BOOL), ("Sign", TP.FLOAT),
+                                         ("Softplus", TP.FLOAT)])
+def test_comparisons_logic_and_the_rest_of_the_exporters_elementwise_ops(op, element):
+    """Attention masks are built from these (Equal, Where, Not...); values rounded so that ties occur."""
+    names = ["x0"] if op in ("Not", "Sign", "Softplus") else ["x0", "x1"]
+    result = element if op in ("Sign", "Softplus") else TP.BOOL
+    m = model([oh.make_node(op, names, ["y"], name="the_op")], {n: ((3, 4), element) for n in names},
+              {"y": ((3, 4), result)})
+    feeds = {n: RNG.random((3, 4)) > 0.5 if element == TP.BOOL else
+             (np.round(RNG.standard_normal((3, 4)), 1) * 30).astype(F32) for n in names}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    wl = pw.frontend.from_onnx(m)
+    for got in (pw.reference(wl, **feeds)["y"], pw.build(wl, "cpu").run(**feeds)["y"]):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("op, shapes, options", ELEMENTWISE, ids=[c[0] for c in ELEMENTWISE])
 def test_elementwise_ops_broadcast_like_numpy(op, shapes, options):
     m, feeds = one(op, shapes, **options)
