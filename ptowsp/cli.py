@@ -33,6 +33,7 @@ import ptowsp as pw
 from ptowsp.autoschedule.model_search import ModelSearchResult
 from ptowsp.backends.base import backend
 from ptowsp.backends.build import Built
+from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.timing import readable_seconds, side_by_side
 from ptowsp.workloads import matches, random_inputs
@@ -231,18 +232,49 @@ def show_command(args: argparse.Namespace) -> int:
     wl = _workload(args.what, args)
     found = backend(args.target)
     workers = len(found.cores(args.workers, None))
-    schedule = default_schedule(wl, vector_bytes=found.vector_bytes, workers=workers,
+    schedule = default_schedule(found.default_workload(wl), vector_bytes=found.vector_bytes, workers=workers,
                                 choose=found.schedule_choices(None))
-    print(wl)
+    print("\n".join(_overview(wl, schedule, args.target, workers)))
     print("\ntask graph (producer -> consumers):")
     for task in wl.tasks:
         consumers = sorted(wl.graph.successors(task))
         print(f"  {task} [{wl.category(task).name}] -> {', '.join(consumers) or '(output)'}")
     print(f"\ndefault schedule on {args.target} with {workers} workers:")
     print(schedule)
-    print("\nfusion:")
-    print(schedule.explain())
+    if args.verbose:
+        print("\nthe workload, constants included:")
+        print(wl)
     return 0
+
+
+def _overview(wl: pw.Workload, schedule: pw.Schedule, target: str, workers: int) -> list[str]:
+    """What a person asks of a model first: its inputs and outputs, what it is made of, the kernels it
+    becomes and what was folded into them; the constants counted, not listed (--verbose lists them)."""
+    def described(name: str) -> str:
+        t = wl.tensor(name)
+        return f"{name}[{', '.join(map(str, t.shape))}] {t.dtype}"
+
+    weights = sum(a.nbytes for a in wl.constants.values())
+    categories: dict[str, int] = {}
+    for task in wl.tasks:
+        categories[wl.category(task).name] = categories.get(wl.category(task).name, 0) + 1
+    lines = [f"workload {wl.name}", *(f"  input {described(n)}" for n in wl.inputs),
+             *(f"  output {described(n)}" for n in wl.outputs),
+             f"  constants: {len(wl.constants)} ({weights / 2**20:.2f} MiB; --verbose lists them)",
+             f"  tasks: {len(wl.tasks)} ({', '.join(f'{n} {k}' for k, n in sorted(categories.items()))})"]
+    made = schedule.workload  # the target's graph passes may have rewritten it (blocked convolutions...)
+    folded = {**{t: "inlined" for t in schedule.inlined},
+              **{t: f"computed inside {c} at {loop}" for t, (c, loop) in schedule.compute_at_locations.items()}}
+    at_build = set(fold.fold_constants(made))  # tasks of constants alone (weight layouts): computed once, at build
+    kernels = [t for t in made.tasks if t not in folded and t not in at_build]
+    lines.append(f"\n{len(kernels)} kernel{'s' * (len(kernels) != 1)} on {target} with {workers} workers (the "
+                 f"default schedule; {len(at_build)} more tasks computed at build time from constants):")
+    for kernel in kernels:
+        inside = [t for t, how in folded.items() if how.startswith(f"computed inside {kernel} ")]
+        inside += [t for t in schedule.inlined if kernel in made.graph.successors(t)]
+        lines.append(f"  {kernel} [{made.category(kernel).name}]" + (f" <- {', '.join(sorted(inside))}" if inside
+                                                                       else ""))
+    return lines
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -320,7 +352,9 @@ def parser() -> argparse.ArgumentParser:
                                   epilog=f"zoo workloads: {', '.join(pw.zoo.ZOO)}\ntargets here: {', '.join(targets)}")
     top.add_argument("--version", action="version", version=f"ptowsp {pw.__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _command(commands, "show", "print the task graph, categories, fusion and the default schedule", targets)
+    show = _command(commands, "show", "print the model, the kernels it becomes, the task graph and the default "
+                                      "schedule", targets)
+    show.add_argument("--verbose", action="store_true", help="list the constants (weights) too")
     bench = _command(commands, "bench", "time the default schedule beside plain numpy, side by side", targets)
     bench.add_argument("--runs", type=_positive, default=10, help="timed runs per block (3 alternating blocks)")
     trace = _command(commands, "trace", "run a workload warm and write its trace, Gantt chart and summary",

@@ -134,7 +134,12 @@ def test_run_and_show_take_an_onnx_model(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "tiny_mlp on cpu" in out and "ptowsp default (cpu)" in out and "checked against pw.reference" in out
     assert main(["show", model, "--shape", "x=16,8"]) == 0
-    assert "input x[16, 8] float32" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("workload tiny_mlp\n  input x[16, 8] float32\n  output y[16, 4] float32\n  constants: 1 ")
+    assert "tasks: 2 (1 COMPLEX_OUT_FUSABLE, 1 INJECTIVE)" in out and "sha256:" not in out  # constants: counted
+    assert "1 kernel on cpu" in out and "y [INJECTIVE] <- fc" in out  # the matmul computed inside its epilogue
+    assert main(["show", model, "--shape", "x=16,8", "--verbose"]) == 0
+    assert "constant w[8, 4] float32 sha256:" in capsys.readouterr().out  # listed, last
 
 
 @pytest.mark.parametrize("args, message", [
