@@ -29,6 +29,8 @@ import runpy
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import ptowsp as pw
 from ptowsp.autoschedule.model_search import ModelSearchResult
 from ptowsp.backends.base import backend
@@ -315,22 +317,41 @@ def run_command(args: argparse.Namespace) -> int:
 def _side_by_side(programs: dict[str, Built], chosen: Path | str, inputs: dict, args: argparse.Namespace) -> None:
     """Time the programs (and onnxruntime, for a model) in alternating blocks; print one table."""
     contenders = {name: (lambda p=p: p.run(**inputs)) for name, p in programs.items()}
-    session = _onnxruntime(chosen) if _is_model(chosen) else None
-    if session is not None:
-        feeds = {name: inputs[name] for name in (i.name for i in session.get_inputs())}
+    first = next(iter(programs.values()))
+    checked = "pw.reference"
+    session = onnxruntime_session(chosen) if _is_model(chosen) else None
+    if session is not None:  # its inputs are the model's, in the order the workload declares them
+        feeds = dict(zip((i.name for i in session.get_inputs()), (inputs[n] for n in first.workload.inputs)))
+        checked += f" and onnxruntime ({_against_onnxruntime(first, inputs, session.run(None, feeds))})"
         contenders["onnxruntime (CPU, all graph optimizations)"] = lambda: session.run(None, feeds)
     elif _is_model(chosen):
-        print("onnxruntime is not installed: its row is left out (pip install onnxruntime to compare)")
+        print("onnxruntime is not installed: its row is left out and its outputs unchecked "
+              "(pip install onnxruntime to compare)")
     seconds = side_by_side(list(contenders.values()), repeat=args.runs, rounds=3, min_block=0.05)
-    first = next(iter(programs.values()))
     print(f"{first.workload.name} on {args.target}, {len(first.options.workers)} workers: median of warm runs, "
-          "3 alternating blocks; checked against pw.reference")
+          f"3 alternating blocks; checked against {checked}")
     width = max(map(len, contenders))
     for name, t in zip(contenders, seconds, strict=True):
         print(f"{name:{width}}  {readable_seconds(t):>10}  {seconds[0] / t:>6.2f}x ptowsp's default")
 
 
-def _onnxruntime(path: Path):
+def _against_onnxruntime(prog: Built, inputs: dict, theirs: list) -> str:
+    """The largest error of ptowsp's outputs against onnxruntime's on the same inputs, relative to the
+    largest output; CommandError where one differs by more than 1e-3 of it."""
+    ours = prog.run(**inputs)
+    worst = 0.0
+    for name, want in zip(prog.workload.outputs, theirs, strict=True):
+        got, want = ours[name].astype(np.float64), np.asarray(want, np.float64).reshape(ours[name].shape)
+        scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-30)
+        error = float(np.max(np.abs(got - want), initial=0.0)) / scale
+        if not error <= 1e-3:  # (NaN too)
+            raise CommandError(f"ptowsp run: output {name!r} differs from onnxruntime's: largest error "
+                               f"{error * scale:.3g} against outputs of at most {scale:.3g}")
+        worst = max(worst, error)
+    return f"largest error {worst:.1e} of the largest output"
+
+
+def onnxruntime_session(path: Path):
     """An onnxruntime session for the model (2 threads, every graph optimization), or None without it."""
     try:
         import onnxruntime

@@ -176,3 +176,34 @@ def test_python_dash_m_ptowsp_is_the_command():
 
     done = subprocess.run([sys.executable, "-m", "ptowsp", "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "usage: ptowsp" in done.stdout and "trace" in done.stdout
+
+
+class _FakeSession:
+    """What `ptowsp run` asks of an onnxruntime session, computing the model with onnx's reference
+    evaluator (onnxruntime is a benchmark peer, not installed for the tests); `off` spoils its output."""
+
+    def __init__(self, path, off=0.0):
+        from onnx.reference import ReferenceEvaluator
+
+        self.evaluator, self.off = ReferenceEvaluator(str(path)), off
+        self.names = [i for i in self.evaluator.input_names]
+
+    def get_inputs(self):
+        return [type("Input", (), {"name": n}) for n in self.names]
+
+    def run(self, _, feeds):
+        return [y + self.off for y in self.evaluator.run(None, feeds)]
+
+
+@pytest.mark.parametrize("off", [0.0, 1.0])
+def test_run_checks_a_model_against_onnxruntime_too(tmp_path, capsys, monkeypatch, off):
+    import ptowsp.cli as cli
+
+    model = _onnx_mlp(tmp_path / "mlp.onnx")
+    monkeypatch.setattr(cli, "onnxruntime_session", lambda path: _FakeSession(path, off))
+    code = main(["run", str(model), "--shape", "x=16,8", "--runs", "2", "--workers", "2"])
+    captured = capsys.readouterr()
+    if off:
+        assert code == 2 and "output 'y' differs from onnxruntime's: largest error 1" in captured.err
+    else:
+        assert code == 0 and "checked against pw.reference and onnxruntime (largest error" in captured.out
