@@ -42,6 +42,7 @@ import time
 
 import numpy as np
 
+from ptowsp.once import once
 from ptowsp.runtime import native
 from ptowsp.runtime.native_ir import EXITED, NOW_IR, compile_ir
 
@@ -59,7 +60,7 @@ NAPPING_NS = 50_000_000  # ... for this long after its last run, then sleeps on 
 LEAVE_WAIT = 0.1  # seconds `stand(wait=True)` waits for the thread to leave native code
 
 
-@functools.cache
+@once
 def supported() -> str | None:
     """Why pool threads cannot wait in native code on this host, or None."""
     reason = native.supported()
@@ -248,7 +249,7 @@ class _Crew:
         self.loop = native.worker_address()
 
 
-@functools.cache
+@once
 def _crew() -> _Crew:
     return _Crew()
 

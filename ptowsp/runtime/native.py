@@ -34,20 +34,20 @@ The loop is compiled once per process (llvmlite), on first use.
 from __future__ import annotations
 
 import ctypes
-import functools
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from ptowsp.once import once
 from ptowsp.runtime.native_ir import (
     COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED,
     compile_ir, loop_ir,
 )
 from ptowsp.runtime.table import TaskTable
 
-@functools.cache
+@once
 def supported() -> str | None:
     """Why this host cannot run the native loop, or None."""
     if not sys.platform.startswith("linux"):
@@ -68,7 +68,7 @@ class _Loop:
             self.engine.get_function_address("ptowsp_native_lead"))
 
 
-@functools.cache
+@once
 def _loop() -> _Loop:
     return _Loop()
 

@@ -20,13 +20,13 @@ illegal instruction.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import llvmlite.binding as llvm
 from pydantic import BaseModel, ConfigDict
 
 from ptowsp.errors import BuildError
+from ptowsp.once import once
 
 ENVIRONMENT = "PTOWSP_CPU"
 HOST = "host"
@@ -72,7 +72,7 @@ def target_cpu(name: str | None = None) -> TargetCpu:
     return _resolve(name)
 
 
-@functools.cache
+@once
 def _resolve(name: str) -> TargetCpu:
     if name == HOST:
         features = host_features()
@@ -89,7 +89,7 @@ def _resolve(name: str) -> TargetCpu:
     return TargetCpu(level=name, cpu=name, features="", vector_bytes=width, vnni=False, needs=needs)
 
 
-@functools.cache
+@once
 def host_features() -> dict[str, bool]:
     """The features of the CPU this process runs on, as LLVM names them ("avx2", "avx512f", ...)."""
     return dict(llvm.get_host_cpu_features())

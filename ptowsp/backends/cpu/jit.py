@@ -10,7 +10,6 @@ lowering, LLVM IR generation, optimisation and code generation.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import pathlib
 
@@ -22,6 +21,7 @@ from llvmlite import ir
 
 from ptowsp.backends.cpu.isa import TargetCpu
 from ptowsp.errors import BuildError
+from ptowsp.once import once
 
 
 def new_target_machine(cpu: TargetCpu) -> llvm.TargetMachine:
@@ -32,13 +32,13 @@ def new_target_machine(cpu: TargetCpu) -> llvm.TargetMachine:
     return target.create_target_machine(cpu=cpu.cpu, features=cpu.features, opt=3, jit=True)
 
 
-@functools.cache
+@once
 def target_machine(cpu: TargetCpu) -> llvm.TargetMachine:
     """The machine code generation for `cpu` uses (an MCJIT engine owns its own: see LoadedObject)."""
     return new_target_machine(cpu)
 
 
-@functools.cache
+@once
 def _compiler_digest() -> str:
     """Changes whenever the compiler (lowering or code generation) changes, so stale objects are
     never reused."""

@@ -8,13 +8,13 @@ context current before its first call (`Device.enter`).
 
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from ptowsp.errors import BuildError, PtowspError
+from ptowsp.once import once
 
 
 class CudaError(PtowspError, RuntimeError):
@@ -39,7 +39,7 @@ def call(name: str, *args):
     return values[0] if len(values) == 1 else values
 
 
-@functools.cache
+@once
 def unavailable_reason() -> str | None:
     """None when a CUDA driver and a GPU are here, else why not (checked once per process)."""
     try:
@@ -75,7 +75,7 @@ class Device:
 _current = threading.local()
 
 
-@functools.cache
+@once
 def device() -> Device:
     reason = unavailable_reason()
     if reason is not None:

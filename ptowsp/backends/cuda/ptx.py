@@ -7,13 +7,12 @@ requires; the driver compiles it to machine code when the module is loaded.
 
 from __future__ import annotations
 
-import functools
-
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ptowsp.backends.cpu.jit import optimise
 from ptowsp.errors import BuildError
+from ptowsp.once import once
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = 90  # H100 / H200
@@ -30,7 +29,7 @@ def ptx_version(arch: int) -> int:
     return max(_PTX_VERSION[max(known)], _MIN_PTX if arch >= 90 else 0)
 
 
-@functools.cache
+@once
 def target_machine(arch: int = DEFAULT_ARCH) -> llvm.TargetMachine:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
