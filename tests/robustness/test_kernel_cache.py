@@ -382,3 +382,25 @@ def test_symbolic_sizes_survive_the_cache(tmp_path, monkeypatch):
         for n in (5, 16, 37):
             a = np.random.default_rng(n).standard_normal((n, 48)).astype(np.float32)
             np.testing.assert_allclose(prog.run(x=a)["y"], pw.reference(wl, x=a)["y"], rtol=1e-6)
+
+
+def test_a_store_that_fails_part_way_leaves_no_file_behind(tmp_path):
+    """A full disk (here: a file size limit of 1 KB, under which the object code does not fit) makes the
+    store fail with a warning and the build go on; no half-written temporary file stays in the cache."""
+    code = f"""
+import resource, signal, warnings
+import numpy as np
+import ptowsp as pw
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    prog = pw.build(pw.zoo.matmul(16, 16, 16), "cpu", workers=1)
+assert any("cannot be stored" in str(w.message) for w in caught), [str(w.message) for w in caught]
+a = np.ones((16, 16), np.float32)
+assert prog.run(A=a, B=a)["C"][0, 0] == 16
+"""
+    env = {**os.environ, "PTOWSP_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []

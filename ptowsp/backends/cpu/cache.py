@@ -137,8 +137,13 @@ def store(key: str, data: bytes, order: tuple[str, ...], kernels: dict[str, Kern
 def _write_atomically(path: pathlib.Path, data: bytes) -> None:
     """Readers never see a torn file: write aside, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(data)
+    tmp = tempfile.NamedTemporaryFile(dir=path.parent, delete=False)
+    try:
+        with tmp:
+            tmp.write(data)
+    except OSError:  # (a full disk: the write or the close's flush): no torn file left behind
+        os.unlink(tmp.name)
+        raise
     try:
         os.replace(tmp.name, path)
     except OSError:
