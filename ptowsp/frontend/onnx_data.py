@@ -62,7 +62,7 @@ def _inside(folder: Path, location: str, source: str, what: str) -> Path:
     if not path.is_relative_to(root):
         raise InputError(f"{source}: {what} names its external data file {location!r}, which lies outside the "
                          f"model's folder {str(root)!r}; ptowsp reads nothing outside it")
-    if not path.is_file():
+    if not path.is_file():  # (is_file: a regular file, so no FIFO or device blocks the import)
         raise InputError(f"{source}: {what} keeps its data in {location!r}, which is not a file in the model's "
                          f"folder {str(root)!r}")
     return path

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +205,8 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
         source = f"ONNX file {str(model)!r}"
         folder = Path(model).parent
         try:
+            if not stat.S_ISREG(os.stat(model).st_mode):  # a FIFO or device would block or never end
+                raise InputError(f"{source}: not a regular file (a directory, FIFO or device); give a model file")
             data = Path(model).read_bytes()
         except OSError as e:
             raise InputError(f"{source}: cannot read it: {e.strerror or e}") from e

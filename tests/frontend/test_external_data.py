@@ -100,3 +100,18 @@ def test_a_model_given_as_bytes_cannot_read_external_data(tmp_path):
     path = export(tmp_path, np.ones((4, 2), np.float32))
     with pytest.raises(pw.InputError, match="given as bytes or a ModelProto has no folder.*pass the model file's path"):
         pw.frontend.from_onnx(path.read_bytes())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_only_regular_files_are_read(tmp_path):
+    """A FIFO would block the import for ever, a directory is no model: both refused at once."""
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(pw.InputError, match="not a regular file"):
+            pw.frontend.from_onnx(path)
+    folder = tmp_path / "model"
+    path = pointing_to(folder, "weights.bin")
+    os.mkfifo(folder / "weights.bin")  # the external data file a FIFO: refused, not read
+    with pytest.raises(pw.InputError, match="'weights.bin', which is not a file"):
+        pw.frontend.from_onnx(path)
