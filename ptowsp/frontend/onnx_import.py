@@ -105,7 +105,7 @@ class Importer:
         t = inp.type.tensor_type
         dtype = _dtype(t.elem_type, f"input {inp.name!r}")
         if inp.name in shapes:
-            shape = tuple(int(d) for d in shapes[inp.name])
+            shape = self._bound(inp, shapes[inp.name])
         else:
             shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
             if None in shape:
@@ -115,6 +115,28 @@ class Importer:
                                     f"give it with shapes={{{inp.name!r}: (...)}}")
         stored = shape or (1,)
         self.values[inp.name] = Value(self.wl.input(self.name(inp.name), stored, dtype), shape)
+
+    def _bound(self, inp: onnx.ValueInfoProto, given: Sequence[int]) -> tuple[int, ...]:
+        """`shapes=`'s shape for the input: positive integers that bind its symbolic dimensions and repeat
+        its static ones (InputError otherwise: a rank or size the model does not declare is no binding)."""
+        try:
+            shape = tuple(int(d) for d in given)
+        except (TypeError, ValueError):
+            raise InputError(f"{self.source}: shapes[{inp.name!r}] = {given!r} is not a sequence of integers") from None
+        if any(d < 1 for d in shape):
+            raise InputError(f"{self.source}: shapes[{inp.name!r}] = {list(shape)} has a dimension below 1")
+        t = inp.type.tensor_type
+        if not t.HasField("shape"):  # the model declares no shape: any binding
+            return shape
+        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+        if len(declared) != len(shape):
+            raise InputError(f"{self.source}: shapes[{inp.name!r}] = {list(shape)} has rank {len(shape)}; the model "
+                             f"declares {declared} (rank {len(declared)})")
+        for d, (want, got) in enumerate(zip(declared, shape, strict=True)):
+            if isinstance(want, int) and want != got:
+                raise InputError(f"{self.source}: shapes[{inp.name!r}] = {list(shape)} gives dimension {d} as {got}; "
+                                 f"the model declares it {want} (shapes= binds symbolic dimensions only)")
+        return shape
 
     def value(self, node: onnx.NodeProto, k: int) -> Value:
         name = node.input[k]

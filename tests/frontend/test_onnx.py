@@ -408,3 +408,16 @@ def test_names_of_200_characters_build_on_every_target(make):
         for name, expected in zip(wl.outputs, want, strict=True):
             np.testing.assert_allclose(got[name].reshape(expected.shape), expected, rtol=1e-4, atol=1e-4,
                                        err_msg=target)
+
+
+@pytest.mark.parametrize("given, message", [
+    ((2,), r"has rank 1; the model declares \['n', 4\] \(rank 2\)"),
+    ((2, 5), "gives dimension 1 as 5; the model declares it 4"),
+    ((0, 4), "has a dimension below 1"),
+    (("two", 4), "is not a sequence of integers"),
+])
+def test_shapes_bind_symbolic_dimensions_only(given, message):
+    m = model([oh.make_node("Relu", ["x"], ["y"])], {"x": (["n", 4], TP.FLOAT)}, {"y": (["n", 4], TP.FLOAT)})
+    assert pw.frontend.from_onnx(m, shapes={"x": (3, 4)}).tensor("x").shape == (3, 4)
+    with pytest.raises(pw.InputError, match=message):
+        pw.frontend.from_onnx(m, shapes={"x": given})
