@@ -65,6 +65,10 @@ class Importer:
         self.taken: set[str] = set()
         self.outputs = {o.name: _identifier(o.name, set()) for o in graph.output}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        known = onnx.defs.onnx_opset_version()  # the newest opset the onnx package (and so its evaluator) knows
+        if self.opset > known or model.ir_version > onnx.IR_VERSION:
+            raise InputError(f"{source}: opset {self.opset}, IR version {model.ir_version}: newer than this importer "
+                             f"knows (opset {known}, IR version {onnx.IR_VERSION}); its operators' meaning is unknown")
         unknown = sorted(set(shapes) - {i.name for i in graph.input})
         if unknown:
             raise InputError(f"{source}: shapes names {unknown[0]!r}, which is not an input of the model "

@@ -421,3 +421,13 @@ def test_shapes_bind_symbolic_dimensions_only(given, message):
     assert pw.frontend.from_onnx(m, shapes={"x": (3, 4)}).tensor("x").shape == (3, 4)
     with pytest.raises(pw.InputError, match=message):
         pw.frontend.from_onnx(m, shapes={"x": given})
+
+
+@pytest.mark.parametrize("opset, ir", [(99, None), (17, 99)])
+def test_an_opset_or_ir_version_newer_than_the_importer_knows_is_refused(opset, ir):
+    m = model([oh.make_node("Relu", ["x"], ["y"])], {"x": ((2, 3), TP.FLOAT)}, {"y": ((2, 3), TP.FLOAT)})
+    m.opset_import[0].version = opset
+    if ir is not None:
+        m.ir_version = ir
+    with pytest.raises(pw.InputError, match=f"opset {opset}, IR version {m.ir_version}: newer than this importer"):
+        pw.frontend.from_onnx(m)
