@@ -254,6 +254,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after both modules register)
 
     proto, source, folder = load(model)
+    _one_producer_each(proto.graph, source)
     imp = Importer(proto, shapes or {}, source, folder)
     nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
     for node in nodes:
@@ -276,6 +277,22 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
+
+
+def _one_producer_each(graph: onnx.GraphProto, source: str) -> None:
+    """InputError for a value two places define (a later node would silently win) or an output listed twice."""
+    made: dict[str, str] = {i.name: "an initializer" for i in graph.initializer}
+    made.update({i.name: "a graph input" for i in graph.input if i.name not in made})
+    for node in graph.node:
+        for out in filter(None, node.output):
+            if out in made:
+                raise InputError(f"{describe(node)}: its output {out!r} is already {made[out]}; "
+                                 "a value has one producer")
+            made[out] = f"the output of node {node.name or node.op_type!r}"
+    outputs = [o.name for o in graph.output]
+    twice = sorted({n for n in outputs if outputs.count(n) > 1})
+    if twice:
+        raise InputError(f"{source}: graph output {twice[0]!r} is listed {outputs.count(twice[0])} times")
 
 
 def _fold(imp: Importer, node: onnx.NodeProto) -> None:

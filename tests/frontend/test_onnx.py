@@ -431,3 +431,15 @@ def test_an_opset_or_ir_version_newer_than_the_importer_knows_is_refused(opset, 
         m.ir_version = ir
     with pytest.raises(pw.InputError, match=f"opset {opset}, IR version {m.ir_version}: newer than this importer"):
         pw.frontend.from_onnx(m)
+
+
+def test_a_value_with_two_producers_or_an_output_listed_twice_is_refused():
+    nodes = [oh.make_node("Relu", ["x"], ["y"], name="first"), oh.make_node("Neg", ["x"], ["y"], name="second")]
+    m = model(nodes, {"x": ((2, 3), TP.FLOAT)}, {"y": (None, TP.FLOAT)})  # (no shape: onnx's checker stays out)
+    with pytest.raises(pw.InputError, match=r"'second' \(op Neg\): its output 'y' is already the output of node "
+                                            "'first'"):
+        pw.frontend.from_onnx(m)
+    m = model(nodes[:1], {"x": ((2, 3), TP.FLOAT)}, {"y": ((2, 3), TP.FLOAT)})
+    m.graph.output.append(m.graph.output[0])
+    with pytest.raises(pw.InputError, match="graph output 'y' is listed 2 times"):
+        pw.frontend.from_onnx(m)
