@@ -24,6 +24,8 @@ from ptowsp.errors import InputError
 def tensor_array(tensor: onnx.TensorProto, folder: Path | None, source: str, what: str) -> np.ndarray:
     """The tensor's value; `folder` is the model file's (None: the model came as bytes or a proto, so
     external data has no folder to come from); `what` names the tensor in errors."""
+    if any(d < 0 for d in tensor.dims):  # (numpy would read [-1, 4] as whatever fits)
+        raise InputError(f"{source}: {what} has dimensions {list(tensor.dims)}; a dimension is at least 0")
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return _to_array(tensor, source, what)
     entries = {e.key: e.value for e in tensor.external_data}

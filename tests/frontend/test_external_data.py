@@ -115,3 +115,10 @@ def test_only_regular_files_are_read(tmp_path):
     os.mkfifo(folder / "weights.bin")  # the external data file a FIFO: refused, not read
     with pytest.raises(pw.InputError, match="'weights.bin', which is not a file"):
         pw.frontend.from_onnx(path)
+
+
+def test_a_negative_dimension_is_refused():
+    m = matmul_model(np.ones((4, 2), np.float32))
+    m.graph.initializer[0].dims[:] = [-1, 2]
+    with pytest.raises(pw.InputError, match=r"initializer 'w' has dimensions \[-1, 2\]; a dimension is at least 0"):
+        pw.frontend.from_onnx(m)
