@@ -443,3 +443,33 @@ def test_a_value_with_two_producers_or_an_output_listed_twice_is_refused():
     m.graph.output.append(m.graph.output[0])
     with pytest.raises(pw.InputError, match="graph output 'y' is listed 2 times"):
         pw.frontend.from_onnx(m)
+
+
+@pytest.mark.parametrize("bias, initial, lens", [(True, True, False), (False, False, True)])
+def test_an_lstm_as_torch_exports_it_is_a_scan(bias, initial, lens):
+    steps, batch, inputs, hidden = 5, 2, 3, 4
+    names = ["x", "W", "R", "B" if bias else "", "lens" if lens else "", "h0" if initial else "", "c0" if initial else ""]
+    inits = {"W": RNG.standard_normal((1, 4 * hidden, inputs)).astype(F32),
+             "R": RNG.standard_normal((1, 4 * hidden, hidden)).astype(F32) * 0.5}
+    if bias:
+        inits["B"] = RNG.standard_normal((1, 8 * hidden)).astype(F32)
+    if lens:
+        inits["lens"] = np.full(batch, steps, np.int32)
+    inputs_ = {"x": ((steps, batch, inputs), TP.FLOAT)}
+    if initial:
+        inputs_ |= {"h0": ((1, batch, hidden), TP.FLOAT), "c0": ((1, batch, hidden), TP.FLOAT)}
+    while names[-1] == "":
+        names.pop()
+    node = oh.make_node("LSTM", names, ["y", "y_h", "y_c"], name="lstm", hidden_size=hidden)
+    m = model([node], inputs_, {"y": ((steps, 1, batch, hidden), TP.FLOAT), "y_h": ((1, batch, hidden), TP.FLOAT),
+                                "y_c": ((1, batch, hidden), TP.FLOAT)}, inits)
+    feeds = {n: RNG.standard_normal(s).astype(F32) for n, (s, _) in inputs_.items()}
+    check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
+
+
+def test_an_lstm_it_cannot_import_is_refused_naming_the_attribute():
+    node = oh.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=2, direction="bidirectional")
+    m = model([node], {"x": ((3, 1, 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)},
+              {"W": np.ones((2, 8, 2), F32), "R": np.ones((2, 8, 2), F32)})
+    with pytest.raises(pw.WorkloadError, match="'lstm' \\(op LSTM\\): attribute direction='bidirectional'"):
+        pw.frontend.from_onnx(m)
