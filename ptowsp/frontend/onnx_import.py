@@ -251,7 +251,7 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
               shapes: Mapping[str, Sequence[int]] | None = None) -> Workload:
     """The Workload an ONNX model computes (see the module docstring)."""
-    from ptowsp.frontend import onnx_recurrent  # noqa: F401 - registers LSTM
+    from ptowsp.frontend import onnx_recurrent  # noqa: F401 - registers LSTM and GRU
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
 
     proto, source, folder = load(model)

@@ -467,9 +467,32 @@ def test_an_lstm_as_torch_exports_it_is_a_scan(bias, initial, lens):
     check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("bias, initial", [(True, True), (False, False)])
+def test_a_gru_as_torch_exports_it_is_a_scan(bias, initial):
+    steps, batch, inputs, hidden = 5, 2, 3, 4
+    names = ["x", "W", "R", "B" if bias else "", "", "h0" if initial else ""]
+    inits = {"W": RNG.standard_normal((1, 3 * hidden, inputs)).astype(F32),
+             "R": RNG.standard_normal((1, 3 * hidden, hidden)).astype(F32) * 0.5}
+    if bias:
+        inits["B"] = RNG.standard_normal((1, 6 * hidden)).astype(F32)
+    inputs_ = {"x": ((steps, batch, inputs), TP.FLOAT)} | ({"h0": ((1, batch, hidden), TP.FLOAT)} if initial else {})
+    while names[-1] == "":
+        names.pop()
+    node = oh.make_node("GRU", names, ["y", "y_h"], name="gru", hidden_size=hidden, linear_before_reset=1)
+    m = model([node], inputs_, {"y": ((steps, 1, batch, hidden), TP.FLOAT), "y_h": ((1, batch, hidden), TP.FLOAT)},
+              inits)
+    feeds = {n: RNG.standard_normal(s).astype(F32) for n, (s, _) in inputs_.items()}
+    check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
+
+
 def test_an_lstm_it_cannot_import_is_refused_naming_the_attribute():
     node = oh.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=2, direction="bidirectional")
     m = model([node], {"x": ((3, 1, 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)},
               {"W": np.ones((2, 8, 2), F32), "R": np.ones((2, 8, 2), F32)})
     with pytest.raises(pw.WorkloadError, match="'lstm' \\(op LSTM\\): attribute direction='bidirectional'"):
+        pw.frontend.from_onnx(m)
+    node = oh.make_node("GRU", ["x", "W", "R"], ["y"], name="gru", hidden_size=2)  # linear_before_reset=0
+    m = model([node], {"x": ((3, 1, 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)},
+              {"W": np.ones((1, 6, 2), F32), "R": np.ones((1, 6, 2), F32)})
+    with pytest.raises(pw.WorkloadError, match="attribute linear_before_reset=0 is not supported"):
         pw.frontend.from_onnx(m)
