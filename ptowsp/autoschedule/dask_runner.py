@@ -42,7 +42,7 @@ from ptowsp.autoschedule.measure import (
     serialize,
     time_program,
 )
-from ptowsp.errors import BuildError, PtowspError
+from ptowsp.errors import BuildError, InputError, PtowspError
 from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
@@ -261,6 +261,8 @@ def _client(distributed, given: Any, connect_timeout: float) -> tuple[Any, bool]
                          f"cluster, got {type(given).__name__} {given!r:.60}")
     try:
         return distributed.Client(given, timeout=connect_timeout, set_as_default=False), True
+    except ValueError as e:  # distributed's parse of the address
+        raise InputError(f"dask scheduler address {given!r} does not parse ({e}); expected 'tcp://host:port'") from None
     except (OSError, TimeoutError) as e:
         raise BuildError(f"cannot reach the dask scheduler at {given!r} within {connect_timeout:g} s ({e}); "
                          "start one with `dask scheduler` and workers with `dask worker ADDRESS`") from None

@@ -165,6 +165,8 @@ def test_unreachable_scheduler_and_missing_package_are_build_errors(monkeypatch)
         DaskRunner("tcp://127.0.0.1:9", connect_timeout=0.5)
     with pytest.raises(pw.BuildError, match="a scheduler address"):
         DaskRunner(8786)
+    with pytest.raises(pw.InputError, match=r"address 'tcp://127.0.0.1' does not parse \(missing port"):
+        DaskRunner("tcp://127.0.0.1", connect_timeout=0.5)
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     with pytest.raises(pw.BuildError, match=r"pip install 'ptowsp\[distributed\]'"):
         DaskRunner("tcp://127.0.0.1:9")
