@@ -401,16 +401,20 @@ def run(processes: Sequence[Process | Callable[[], Awaitable[Any]]], clock: str 
 
 
 def _explain_foreign_wait(error: BaseException, culprit: str) -> None:
-    """trio's sleep and friends fail outside trio's loop with a RuntimeError: say what to use instead."""
+    """trio's sleep and friends fail outside trio's loop with a RuntimeError, its nurseries with an
+    AttributeError raised inside trio (no runner): say what to use instead."""
     frames = []
     tb = error.__traceback__
     while tb is not None:
         frames.append(tb.tb_frame.f_globals.get("__name__", ""))
         tb = tb.tb_next
-    if isinstance(error, RuntimeError) and any(f.split(".")[0] in ("trio", "asyncio") for f in frames):
+    foreign = ("trio", "asyncio")
+    if (isinstance(error, RuntimeError) and any(f.split(".")[0] in foreign for f in frames)) or (
+            isinstance(error, AttributeError) and frames and frames[-1].split(".")[0] in foreign):
         raise InputError(f"csp process {culprit!r} called {frames[-1].split('.')[0]}, which pw.csp does not run: "
-                         "processes wait with `await pw.csp.sleep(seconds)` and on pw.csp channels and token queues "
-                         f"({error})") from error
+                         "processes wait with `await pw.csp.sleep(seconds)` and on pw.csp channels and token queues, "
+                         f"and pw.csp.run([...]) starts them (no nurseries) ({type(error).__name__}: {error})"
+                         ) from error
 
 
 def _start(specs: list[Process], names: list[str]) -> list[Any]:

@@ -365,3 +365,15 @@ def test_an_abandoned_run_names_its_thread_and_leaves_later_runs_working():
 def test_a_timeout_does_not_change_results():
     prog = pw.build(with_opaque(lambda y: y + 1.0), "aicore")
     np.testing.assert_array_equal(prog.run(X=X, timeout=30)["W"], prog.run(X=X)["W"])
+
+
+async def _opens_a_trio_nursery():
+    async with trio.open_nursery():
+        pass
+
+
+@pytest.mark.parametrize("clock", ["real", "device"])
+def test_a_trio_nursery_inside_a_csp_process_is_an_input_error_saying_what_to_use(clock):
+    with pytest.raises(pw.InputError, match=r"process '_opens_a_trio_nursery' called trio, which pw.csp does not "
+                                            r"run: .*pw.csp.run\(\[...\]\) starts them \(no nurseries\)"):
+        csp.run([_opens_a_trio_nursery], clock=clock)
