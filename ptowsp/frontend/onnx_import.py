@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import InputError, PtowspError, WorkloadError
+from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_fold, check_size
 from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.names import fit_name
@@ -56,8 +57,8 @@ class Importer:
     """The state of one import: the workload, the values by ONNX name, constant arrays, names taken."""
 
     def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str,
-                 folder: Path | None = None):
-        self.model, self.source, self.folder = model, source, folder
+                 folder: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.model, self.source, self.folder, self.max_bytes = model, source, folder, max_bytes
         graph = model.graph
         self.wl = Workload(_identifier(graph.name or "onnx_model", set()))
         self.values: dict[str, Value] = {}
@@ -80,8 +81,20 @@ class Importer:
                 self._input(inp, shapes)
 
     def tensor_array(self, tensor: onnx.TensorProto, what: str) -> np.ndarray:
-        """A tensor's value, its external data read from the model's folder only (onnx_data.py)."""
+        """A tensor's value, its external data read from the model's folder only (onnx_data.py), sized
+        against the budget first (onnx_budget.py)."""
+        if all(d >= 0 for d in tensor.dims):  # (a negative one: tensor_array says so)
+            try:
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+            except (KeyError, TypeError, ValueError):
+                dtype = None  # an unknown type: tensor_array says so
+            if dtype is not None:
+                check_size(tensor.dims, dtype, self.max_bytes, f"{self.source}: {what}")
         return tensor_array(tensor, self.folder, self.source, what)
+
+    def check_size(self, node: onnx.NodeProto, shape: Sequence[int], dtype: object) -> None:
+        """InputError before a constant of `shape` that node makes at import is allocated, if over budget."""
+        check_size(shape, dtype, self.max_bytes, describe(node))
 
     # -- names and values ------------------------------------------------------------------
     def name(self, wanted: str) -> str:
@@ -249,14 +262,17 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
-              shapes: Mapping[str, Sequence[int]] | None = None) -> Workload:
-    """The Workload an ONNX model computes (see the module docstring)."""
+              shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Workload:
+    """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
+    the import reads, computes or folds (onnx_budget.py: an InputError before it is allocated)."""
     from ptowsp.frontend import onnx_recurrent  # noqa: F401 - registers LSTM and GRU
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
 
     proto, source, folder = load(model)
     _one_producer_each(proto.graph, source)
-    imp = Importer(proto, shapes or {}, source, folder)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise InputError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
+    imp = Importer(proto, shapes or {}, source, folder, max_bytes)
     nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
@@ -301,6 +317,7 @@ def _fold(imp: Importer, node: onnx.NodeProto) -> None:
     own implementation of the standard operators; nothing from the model runs)."""
     from onnx.reference import ReferenceEvaluator
 
+    check_fold(node, imp.arrays, imp.opset, imp.max_bytes, describe(node))
     names = [n for n in node.input if n]
     graph = onnx.helper.make_graph(
         [node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(

@@ -1,0 +1,84 @@
+"""A small file asking for a huge constant is refused before anything is allocated (frontend/onnx_budget.py).
+
+Each case runs in a fresh process whose address space is capped at 3 GiB: a case that allocated its
+constant would fail there with a MemoryError, not the InputError naming the node and the size."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+import ptowsp as pw
+
+CAP = 3 << 30
+
+
+def _model(nodes, initializers, output="y"):
+    graph = oh.make_graph(nodes, "hostile", [oh.make_tensor_value_info("x", TP.FLOAT, [1])],
+                          [oh.make_tensor_value_info(output, TP.FLOAT, None)], initializers)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _i64(name, values):
+    return nh.from_array(np.array(values, np.int64), name)
+
+
+def _huge_initializer():
+    t = TP(name="w", data_type=TP.FLOAT, dims=[1 << 20, 1 << 20])  # claims 4 TiB, holds nothing
+    return _model([oh.make_node("Add", ["x", "w"], ["y"], name="add")], [t])
+
+
+CASES = {
+    "ConstantOfShape": (lambda: _model([oh.make_node("ConstantOfShape", ["s"], ["c"], name="zeros"),
+                                        oh.make_node("Add", ["x", "c"], ["y"])], [_i64("s", [1 << 16, 1 << 15])]),
+                        r"ONNX node 'zeros' \(op ConstantOfShape\): output 'c': shape \[65536, 32768\] of float32 is "
+                        r"8,589,934,592 bytes, above the import budget"),
+    "Range": (lambda: _model([oh.make_node("Range", ["a", "b", "d"], ["r"], name="range"),
+                              oh.make_node("Cast", ["r"], ["y"], to=TP.FLOAT)],
+                             [_i64("a", 0), _i64("b", 1 << 40), _i64("d", 1)]),
+              r"'range' \(op Range\): output 'r': shape \[1099511627776\] of int64"),
+    "Expand": (lambda: _model([oh.make_node("Expand", ["one", "s"], ["e"], name="expand"),
+                               oh.make_node("Add", ["x", "e"], ["y"])],
+                              [nh.from_array(np.ones((1, 4), np.float32), "one"), _i64("s", [1 << 29, 4])]),
+               r"'expand' \(op Expand\): output 'e': shape \[536870912, 4\]"),
+    "Tile": (lambda: _model([oh.make_node("Tile", ["one", "r"], ["t"], name="tile"),
+                             oh.make_node("Add", ["x", "t"], ["y"])],
+                            [nh.from_array(np.ones((2, 4), np.float32), "one"), _i64("r", [1 << 28, 1])]),
+             r"'tile' \(op Tile\): output 't': shape \[536870912, 4\]"),
+    "initializer": (_huge_initializer, r"initializer 'w': shape \[1048576, 1048576\] of float32"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_huge_constant_is_refused_before_it_is_allocated(case, tmp_path):
+    make, message = CASES[case]
+    path = tmp_path / "model.onnx"
+    path.write_bytes(make().SerializeToString())
+    code = f"""
+import re, resource
+resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))
+import ptowsp as pw
+try:
+    pw.frontend.from_onnx({str(path)!r})
+except pw.InputError as e:
+    assert re.search({message!r}, str(e)), str(e)
+    print("refused")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+def test_the_budget_is_the_callers():
+    m = _model([oh.make_node("ConstantOfShape", ["s"], ["c"], name="zeros"), oh.make_node("Add", ["x", "c"], ["y"])],
+               [_i64("s", [1024, 1024])])  # 4 MiB
+    assert pw.frontend.from_onnx(m).tensor("y").shape == (1024, 1024)
+    with pytest.raises(pw.InputError, match="4,194,304 bytes, above the import budget of 1,048,576 bytes"):
+        pw.frontend.from_onnx(m, max_bytes=1 << 20)
+    with pytest.raises(pw.InputError, match="max_bytes must be a positive number of bytes"):
+        pw.frontend.from_onnx(m, max_bytes=0)
