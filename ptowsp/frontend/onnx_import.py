@@ -64,6 +64,7 @@ class Importer:
         self.values: dict[str, Value] = {}
         self.arrays: dict[str, np.ndarray] = {}  # constant values known at import time, by ONNX name
         self.taken: set[str] = set()
+        self.suffixes: dict[str, int] = {}  # base name -> the next number to try (_identifier)
         self.outputs = {o.name: _identifier(o.name, set()) for o in graph.output}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         known = onnx.defs.onnx_opset_version()  # the newest opset the onnx package (and so its evaluator) knows
@@ -98,7 +99,7 @@ class Importer:
 
     # -- names and values ------------------------------------------------------------------
     def name(self, wanted: str) -> str:
-        name = _identifier(wanted, self.taken)
+        name = _identifier(wanted, self.taken, self.suffixes)
         self.taken.add(name)
         return name
 
@@ -206,15 +207,20 @@ def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object
     return default
 
 
-def _identifier(wanted: str, taken: set[str]) -> str:
-    """`wanted` as a ptowsp name: other characters become _, a leading digit gets a prefix, unique in taken."""
+def _identifier(wanted: str, taken: set[str], suffixes: dict[str, int] | None = None) -> str:
+    """`wanted` as a ptowsp name: other characters become _, a leading digit gets a prefix, unique in taken.
+    `suffixes` remembers the last number given to each base, so a model of n nodes of one name takes
+    O(n) steps to name them, not O(n^2)."""
     base = re.sub(r"[^A-Za-z0-9_]", "_", wanted).strip("_") or "t"
     if base[0].isdigit():
         base = "t_" + base
     base = fit_name(base)  # room for the suffixes the cpu's passes add: fresh_name shortens those too
-    name, k = base, 1
+    k = 1 if suffixes is None else suffixes.get(base, 1)
+    name = base if k == 1 else fit_name(f"{base}_{k - 1}")
     while name in taken or name in _RESERVED:
         name, k = fit_name(f"{base}_{k}"), k + 1
+    if suffixes is not None:
+        suffixes[base] = k
     return name
 
 
