@@ -250,3 +250,22 @@ def pad(imp: Importer, node: onnx.NodeProto) -> None:
         return read if inside is None else pw.where(inside, read, fill)
 
     imp.compute(node, shape, body)
+
+
+@op("Trilu")
+def trilu(imp: Importer, node: onnx.NodeProto) -> None:
+    """The upper (or lower) triangle of the last two axes from diagonal k, zeros elsewhere: the causal masks
+    torch's exporter writes (over a constant input it was folded before it got here)."""
+    x = imp.value(node, 0)
+    if len(x.shape) < 2:
+        raise WorkloadError(f"{describe(node)}: Trilu of shape {list(x.shape)}; at least 2 dimensions are needed")
+    k = imp.array(node, 1, "k")
+    k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    upper = bool(int(attribute(node, "upper", 1)))
+    zero = False if np.dtype(x.dtype).kind == "b" else 0
+
+    def body(*idx):
+        i, j = idx[-2], idx[-1]
+        return pw.where((j - i >= k) if upper else (j - i <= k), x.at(idx), zero)
+
+    imp.compute(node, x.shape, body)

@@ -505,3 +505,9 @@ def test_duplicate_node_names_get_numbers_in_order_skipping_taken_ones():
                           name=n) for i, n in enumerate(names)]
     m = model(nodes, {"x": ((4,), TP.FLOAT)}, {"y": ((4,), TP.FLOAT)})
     assert pw.frontend.from_onnx(m).tasks == ["a", "a_1", "a_2", "a_3", "y"]
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, 0), (1, 2), (0, -1)])
+def test_trilu_over_a_value_computed_at_run_time(upper, k):
+    m, feeds = one("Trilu", [(2, 4, 5)], {"upper": upper}, {"k": np.array(k, np.int64)})
+    check(m, feeds, target="cpu")
