@@ -265,14 +265,13 @@ def _overview(wl: pw.Workload, schedule: pw.Schedule, target: str, workers: int)
              f"  constants: {len(wl.constants)} ({weights / 2**20:.2f} MiB; --verbose lists them)",
              f"  tasks: {len(wl.tasks)} ({', '.join(f'{n} {k}' for k, n in sorted(categories.items()))})"]
     made = schedule.workload  # the target's graph passes may have rewritten it (blocked convolutions...)
-    folded = {**{t: "inlined" for t in schedule.inlined},
-              **{t: f"computed inside {c} at {loop}" for t, (c, loop) in schedule.compute_at_locations.items()}}
+    placed = schedule.compute_at_locations  # task -> (the task it is computed inside, the loop)
     at_build = set(fold.fold_constants(made))  # tasks of constants alone (weight layouts): computed once, at build
-    kernels = [t for t in made.tasks if t not in folded and t not in at_build]
+    kernels = [t for t in made.tasks if t not in schedule.inlined and t not in placed and t not in at_build]
     lines.append(f"\n{len(kernels)} kernel{'s' * (len(kernels) != 1)} on {target} with {workers} workers (the "
                  f"default schedule; {len(at_build)} more tasks computed at build time from constants):")
     for kernel in kernels:
-        inside = [t for t, how in folded.items() if how.startswith(f"computed inside {kernel} ")]
+        inside = [t for t, (consumer, _) in placed.items() if consumer == kernel]
         inside += [t for t in schedule.inlined if kernel in made.graph.successors(t)]
         lines.append(f"  {kernel} [{made.category(kernel).name}]" + (f" <- {', '.join(sorted(inside))}" if inside
                                                                        else ""))

@@ -19,13 +19,19 @@ import onnx
 from onnx import numpy_helper
 
 from ptowsp.errors import InputError
+from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_size
 
 
-def tensor_array(tensor: onnx.TensorProto, folder: Path | None, source: str, what: str) -> np.ndarray:
+def tensor_array(tensor: onnx.TensorProto, folder: Path | None, source: str, what: str,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
     """The tensor's value; `folder` is the model file's (None: the model came as bytes or a proto, so
-    external data has no folder to come from); `what` names the tensor in errors."""
+    external data has no folder to come from); `what` names the tensor in errors; its dims are sized
+    against `max_bytes` before anything is read (onnx_budget.py)."""
     if any(d < 0 for d in tensor.dims):  # (numpy would read [-1, 4] as whatever fits)
         raise InputError(f"{source}: {what} has dimensions {list(tensor.dims)}; a dimension is at least 0")
+    if tensor.data_type in onnx.helper.get_all_tensor_dtypes():  # (an unknown type: _to_array says so)
+        check_size(tensor.dims, onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type), max_bytes,
+                   f"{source}: {what}")
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return _to_array(tensor, source, what)
     entries = {e.key: e.value for e in tensor.external_data}

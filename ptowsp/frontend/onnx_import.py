@@ -14,6 +14,7 @@ Shapes must be concrete: a symbolic dimension of a graph input is bound by
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import stat
@@ -25,7 +26,7 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import InputError, PtowspError, WorkloadError
-from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_fold, check_size
+from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_fold
 from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor
 from ptowsp.te.names import fit_name
@@ -64,7 +65,7 @@ class Importer:
         self.values: dict[str, Value] = {}
         self.arrays: dict[str, np.ndarray] = {}  # constant values known at import time, by ONNX name
         self.taken: set[str] = set()
-        self.suffixes: dict[str, int] = {}  # base name -> the next number to try (_identifier)
+        self.suffixes: dict[str, int] = {}  # base name -> the last number it was given (_identifier)
         self.outputs = {o.name: _identifier(o.name, set()) for o in graph.output}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         known = onnx.defs.onnx_opset_version()  # the newest opset the onnx package (and so its evaluator) knows
@@ -82,20 +83,9 @@ class Importer:
                 self._input(inp, shapes)
 
     def tensor_array(self, tensor: onnx.TensorProto, what: str) -> np.ndarray:
-        """A tensor's value, its external data read from the model's folder only (onnx_data.py), sized
-        against the budget first (onnx_budget.py)."""
-        if all(d >= 0 for d in tensor.dims):  # (a negative one: tensor_array says so)
-            try:
-                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-            except (KeyError, TypeError, ValueError):
-                dtype = None  # an unknown type: tensor_array says so
-            if dtype is not None:
-                check_size(tensor.dims, dtype, self.max_bytes, f"{self.source}: {what}")
-        return tensor_array(tensor, self.folder, self.source, what)
-
-    def check_size(self, node: onnx.NodeProto, shape: Sequence[int], dtype: object) -> None:
-        """InputError before a constant of `shape` that node makes at import is allocated, if over budget."""
-        check_size(shape, dtype, self.max_bytes, describe(node))
+        """A tensor's value, sized against the budget, its external data read from the model's folder
+        only (onnx_data.py)."""
+        return tensor_array(tensor, self.folder, self.source, what, self.max_bytes)
 
     # -- names and values ------------------------------------------------------------------
     def name(self, wanted: str) -> str:
@@ -215,10 +205,11 @@ def _identifier(wanted: str, taken: set[str], suffixes: dict[str, int] | None = 
     if base[0].isdigit():
         base = "t_" + base
     base = fit_name(base)  # room for the suffixes the cpu's passes add: fresh_name shortens those too
-    k = 1 if suffixes is None else suffixes.get(base, 1)
-    name = base if k == 1 else fit_name(f"{base}_{k - 1}")
+    k = 0 if suffixes is None else suffixes.get(base, 0)  # the last number given to this base
+    name = base if k == 0 else fit_name(f"{base}_{k}")
     while name in taken or name in _RESERVED:
-        name, k = fit_name(f"{base}_{k}"), k + 1
+        k += 1
+        name = fit_name(f"{base}_{k}")
     if suffixes is not None:
         suffixes[base] = k
     return name
@@ -312,10 +303,10 @@ def _one_producer_each(graph: onnx.GraphProto, source: str) -> None:
                 raise InputError(f"{describe(node)}: its output {out!r} is already {made[out]}; "
                                  "a value has one producer")
             made[out] = f"the output of node {node.name or node.op_type!r}"
-    outputs = [o.name for o in graph.output]
-    twice = sorted({n for n in outputs if outputs.count(n) > 1})
+    listed = collections.Counter(o.name for o in graph.output)
+    twice = sorted(n for n, count in listed.items() if count > 1)
     if twice:
-        raise InputError(f"{source}: graph output {twice[0]!r} is listed {outputs.count(twice[0])} times")
+        raise InputError(f"{source}: graph output {twice[0]!r} is listed {listed[twice[0]]} times")
 
 
 def _fold(imp: Importer, node: onnx.NodeProto) -> None:

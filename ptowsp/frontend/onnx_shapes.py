@@ -192,7 +192,6 @@ def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
     shape = [int(d) for d in imp.array(node, 0, "shape")]
     value = attribute(node, "value")
     fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
-    imp.check_size(node, shape, fill.dtype)
     imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
 
 

@@ -93,6 +93,7 @@ class CpuExecutable:
     def __init__(self, schedule: Schedule, cpu: TargetCpu | None = None):
         self.schedule = schedule
         self.cpu = target_cpu() if cpu is None else cpu  # the CPU the kernels are compiled for
+        self.unrunnable = self.cpu.unrunnable_reason()  # why this machine cannot run them, or None
         start = time.perf_counter()
         key = cache_key(describe(schedule), self.cpu)
         self.module_text = ""  # the LLVM IR, when it was generated (not on a cache hit)
@@ -294,9 +295,8 @@ class CpuExecutable:
             ) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
         target's device clock).  The inputs were validated (pw.build's run checks them, sizes too)."""
-        unrunnable = self.cpu.unrunnable_reason()
-        if unrunnable:
-            raise HostCannotRun(f"workload {self.schedule.workload.name!r}: {unrunnable}")
+        if self.unrunnable:
+            raise HostCannotRun(f"workload {self.schedule.workload.name!r}: {self.unrunnable}")
         if execute_table is None:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
         wl = self.schedule.workload
