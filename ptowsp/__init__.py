@@ -11,7 +11,7 @@ from ptowsp.errors import (
 )
 from ptowsp.te import (
     Expr, Tensor, argmax, argmin, cast, ceil, clamp, erf, exp, floor, log, maximum, minimum, reduce_axis, reducer,
-    rsqrt, saturating_cast, sigmoid, sqrt, tanh, where,
+    round, rsqrt, saturating_cast, sigmoid, sqrt, tanh, where,
 )
 from ptowsp.te import absolute as abs  # noqa: A001 - the expression language's name
 from ptowsp.te import power as pow  # noqa: A001
@@ -41,7 +41,7 @@ __all__ = [
     # expression language
     "reduce_axis", "sum", "max", "min", "argmax", "argmin", "reducer", "exp", "log", "sqrt", "rsqrt", "tanh",
     "sigmoid", "abs", "erf",
-    "pow", "floor", "ceil", "maximum", "minimum", "where", "cast", "saturating_cast", "clamp",
+    "pow", "floor", "ceil", "round", "maximum", "minimum", "where", "cast", "saturating_cast", "clamp",
     # errors
     "PtowspError", "ShapeError", "DTypeError", "BoundsError", "ScheduleError", "BuildError", "InputError",
     "TaskError", "DeadlockError", "WorkloadError", "RunTimeout",

@@ -7,12 +7,12 @@ from ptowsp.te.reducer import Reducer, UserReducer, reducer
 from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, outermost_reductions, substitute, walk, where
 from ptowsp.te.ops import (
     absolute, argmax, argmin, ceil, clamp, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
-    reduce_min, reduce_sum, rsqrt, saturating_cast, sigmoid, sqrt, tanh,
+    reduce_min, reduce_sum, round, rsqrt, saturating_cast, sigmoid, sqrt, tanh,
 )
 
 __all__ = [
     "Expr", "Op", "Reducer", "Tensor", "UserReducer", "absolute", "argmax", "argmin", "cast", "ceil", "check_bounds",
     "clamp", "const", "dtypes", "erf", "evaluate", "exp", "floor", "lift", "log", "loop_vars", "maximum",
     "outermost_reductions", "minimum", "power", "reduce_axis", "reduce_max", "reduce_min", "reduce_sum", "reducer",
-    "rsqrt", "saturating_cast", "sigmoid", "sqrt", "substitute", "tanh", "walk", "where",
+    "round", "rsqrt", "saturating_cast", "sigmoid", "sqrt", "substitute", "tanh", "walk", "where",
 ]

@@ -38,7 +38,7 @@ Box = tuple[tuple[int, int], ...]  # (start, stop) per dimension
 _UNARY = {
     Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.TANH: np.tanh, Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
-    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.NOT: np.invert,
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.ROUND: np.rint, Op.NOT: np.invert,
 }
 _BINARY = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.true_divide,

@@ -42,6 +42,7 @@ class Op(enum.Enum):
     ERF = enum.auto()
     FLOOR = enum.auto()
     CEIL = enum.auto()
+    ROUND = enum.auto()  # to the nearest whole number, ties to even (IEEE roundeven, numpy's rint, ONNX Round)
     NOT = enum.auto()
     # binary arithmetic (both operands and result share one dtype)
     ADD = enum.auto()
@@ -333,7 +334,7 @@ def unary(op: Op, a: Operand) -> Expr:
     x = lift(a)
     if op in UNARY_FLOAT_OPS:
         x = cast(x, dtypes.to_float(x.dtype))
-    elif op in (Op.FLOOR, Op.CEIL) and not dtypes.is_float(x.dtype):
+    elif op in (Op.FLOOR, Op.CEIL, Op.ROUND) and not dtypes.is_float(x.dtype):
         return x  # integers are already whole
     elif op is Op.ABS and (x.dtype == "bool" or dtypes.is_unsigned(x.dtype)):
         return x

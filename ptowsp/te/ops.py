@@ -16,7 +16,7 @@ from ptowsp.te import dtypes, sizes
 from ptowsp.te.names import check_name
 
 __all__ = [
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "absolute",
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "absolute",
     "power", "maximum", "minimum", "clamp", "saturating_cast", "reduce_axis", "reduce_sum", "reduce_max",
     "reduce_min", "argmax", "argmin",
 ]
@@ -59,6 +59,11 @@ def floor(x: Operand) -> Expr:
 
 def ceil(x: Operand) -> Expr:
     return unary(Op.CEIL, x)
+
+
+def round(x: Operand) -> Expr:  # noqa: A001 - pw.round, as np.round and torch.round
+    """The nearest whole number, ties to even (2.5 -> 2, 3.5 -> 4): numpy's, IEEE's and ONNX's rounding."""
+    return unary(Op.ROUND, x)
 
 
 def absolute(x: Operand) -> Expr:

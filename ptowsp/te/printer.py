@@ -17,7 +17,7 @@ _INFIX = {
 }
 _FUNCTIONS = {
     Op.ABS: "abs", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt", Op.TANH: "tanh",
-    Op.SIGMOID: "sigmoid", Op.ERF: "erf", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.POW: "pow",
+    Op.SIGMOID: "sigmoid", Op.ERF: "erf", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND: "round", Op.POW: "pow",
     Op.MAX: "maximum", Op.MIN: "minimum", Op.WHERE: "where",
 }
 _UNARY_PREC = 6

@@ -114,6 +114,14 @@ def casts():
     return wl, lambda p: {"y": (p["x"].astype(np.float32) * 3).astype(np.int32).astype(np.float64) + np.floor(p["x"])}
 
 
+def rounding():
+    """pw.round: ties to even (every half from -2 to 2 is hit through the loop index), then random values."""
+    wl = pw.Workload("rounding")
+    x = wl.input("x", (9,))
+    wl.output(wl.compute("y", (9,), lambda i: pw.round(pw.cast(i - 4, "float32") * 0.5) * 10.0 + pw.round(x[i] * 3.0)))
+    return wl, lambda p: {"y": np.rint((np.arange(9) - 4) * 0.5) * 10 + np.rint(p["x"] * np.float32(3))}
+
+
 def guarded_reduction():
     """Row sums of the previous row, guarded: the reduction itself sits under a where."""
     wl = pw.Workload("guarded_reduction")
@@ -203,5 +211,5 @@ def image_pipeline(h: int = 20, w: int = 24, box: bool = False):
 
 
 EDGE_CASES = [broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
-              two_outputs, opaque_middle, size_one, compare_to_bool, casts, guarded_reduction, float64_matmul,
+              two_outputs, opaque_middle, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
               gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline]

@@ -43,13 +43,13 @@ from ptowsp.workloads.intrinsic import LOOPS, lookup
 
 STACK_LIMIT = 64 * 1024  # larger local buffers are taken from the heap
 _FLOAT_INTRINSICS = {Op.EXP: "llvm.exp", Op.LOG: "llvm.log", Op.SQRT: "llvm.sqrt", Op.TANH: "llvm.tanh",
-                     Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil", Op.ABS: "llvm.fabs"}
+                     Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil", Op.ROUND: "llvm.roundeven", Op.ABS: "llvm.fabs"}
 _VECTOR_MATH = {Op.EXP: "exp", Op.LOG: "log", Op.TANH: "tanh", Op.SIGMOID: "sigmoid", Op.ERF: "erf"}
 _FCMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=="}
 _ICMP = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!="}
 # ops whose bfloat16 result is a bfloat16 value already (a choice, a sign, a whole number): no rounding
 _EXACT_IN_BFLOAT16 = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD, Op.WHERE, Op.CAST, Op.MAX, Op.MIN,
-                                Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL})
+                                Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL, Op.ROUND})
 
 
 def _straight_line(s: Stmt) -> bool:

@@ -1,0 +1,71 @@
+"""Models as PyTorch's dynamo exporter writes them, imported unchanged and checked against onnxruntime.
+
+tests/frontend/exported/ holds each model at tiny widths, written by
+`benchmarks/export_models.py --tiny` in the benchmark venv (torch 2.14, `dynamo=True`), with a fixed
+input and onnxruntime's output for it (`<name>.npz`): CI needs neither torch nor onnxruntime.  The
+architectures are torchvision's own classes (ResNet blocks, MobileNetV2/V3, EfficientNet, ViT) and
+the transformers torch users write (an nn.TransformerEncoder with embeddings and a padding mask; a
+GPT-2 block through scaled_dot_product_attention), so every operator pattern the exporter writes for
+the full-size models is here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ptowsp as pw
+
+EXPORTED = Path(__file__).parent / "exported"
+MODELS = sorted(p.stem for p in EXPORTED.glob("*.onnx"))
+
+
+def inputs_and_expected(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    data = np.load(EXPORTED / f"{name}.npz")
+    return ({k.split(":", 1)[1]: data[k] for k in data if k.startswith("input:")},
+            {k.split(":", 1)[1]: data[k] for k in data if k.startswith("output:")})
+
+
+def assert_matches_onnxruntime(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
+    """Each output within 1e-4 of onnxruntime's largest magnitude (float32 sums in another order)."""
+    assert len(got) == len(want), what
+    for (name, value), expected in zip(got.items(), want.values(), strict=True):
+        scale = max(float(np.abs(expected).max()), 1e-6)
+        err = float(np.abs(np.asarray(value, np.float64) - expected).max()) / scale
+        assert value.shape == expected.shape and err < 1e-4, f"{what}: output {name}: relative error {err:.2e}"
+
+
+def test_every_architecture_is_there():
+    assert {"resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16",
+            "bert_encoder", "gpt2_block"} <= set(MODELS)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """Each model imported from a working directory that is not its folder (external data and paths are
+    the model file's business, not the current directory's)."""
+    cache: dict[str, pw.Workload] = {}
+
+    def get(name: str) -> pw.Workload:
+        if name not in cache:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.chdir(tmp_path_factory.mktemp("elsewhere"))
+                cache[name] = pw.frontend.from_onnx(EXPORTED / f"{name}.onnx")
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_reference_matches_onnxruntime(imported, name):
+    feeds, want = inputs_and_expected(name)
+    assert_matches_onnxruntime(pw.reference(imported(name), **feeds), want, f"{name} on pw.reference")
+
+
+@pytest.mark.parametrize("target", ["cpu", "aicore"])
+@pytest.mark.parametrize("name", MODELS)
+def test_built_model_matches_onnxruntime(imported, name, target):
+    feeds, want = inputs_and_expected(name)
+    prog = pw.build(imported(name), target, **({"workers": 2} if target == "cpu" else {}))
+    assert_matches_onnxruntime(prog(**feeds), want, f"{name} on {target}")
