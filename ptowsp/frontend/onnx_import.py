@@ -64,6 +64,8 @@ class Importer:
         self.wl = Workload(_identifier(graph.name or "onnx_model", set()))
         self.values: dict[str, Value] = {}
         self.arrays: dict[str, np.ndarray] = {}  # constant values known at import time, by ONNX name
+        self.deferred: dict[str, Callable[[], Value]] = {}  # values made when first read (defer)
+        self.producers = {out: node for node in graph.node for out in node.output if out}
         self.taken: set[str] = set()
         self.suffixes: dict[str, int] = {}  # base name -> the last number it was given (_identifier)
         self.outputs = {o.name: _identifier(o.name, set()) for o in graph.output}
@@ -98,8 +100,15 @@ class Importer:
         initializers that only steer the import (shapes, axes, folded batch norms) leave nothing behind."""
         self.arrays[onnx_name] = np.asarray(array)
 
+    def defer(self, onnx_name: str, make: Callable[[], Value]) -> None:
+        """`make` the value when something first reads it: a dequantized tensor that every reader takes in
+        its integer form (onnx_quantized.py) costs nothing."""
+        self.deferred[onnx_name] = make
+
     def lookup(self, onnx_name: str) -> Value | None:
         """The value named `onnx_name` (a constant is declared on first use), or None if nothing made it."""
+        if onnx_name in self.deferred:
+            self.values[onnx_name] = self.deferred.pop(onnx_name)()
         if onnx_name not in self.values and onnx_name in self.arrays:
             array = self.arrays[onnx_name]
             stored = array.reshape(1) if array.ndim == 0 else array
@@ -262,7 +271,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
               shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Workload:
     """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
     the import reads, computes or folds (onnx_budget.py: an InputError before it is allocated)."""
-    from ptowsp.frontend import onnx_recurrent  # noqa: F401 - registers LSTM and GRU
+    from ptowsp.frontend import onnx_quantized, onnx_recurrent  # noqa: F401 - register their operators
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
 
     proto, source, folder = load(model)

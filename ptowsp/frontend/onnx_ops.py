@@ -16,6 +16,7 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.te import Expr
 
 OPS: dict[str, Callable[[Importer, onnx.NodeProto], None]] = {}
 
@@ -51,7 +52,7 @@ _BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a
            "Div": lambda a, b: a / b, "Pow": pw.pow, "Max": pw.maximum, "Min": pw.minimum}
 _UNARY = {"Relu": lambda x: pw.maximum(x, 0.0), "Sigmoid": pw.sigmoid, "Tanh": pw.tanh, "Exp": pw.exp,
           "Log": pw.log, "Sqrt": pw.sqrt, "Neg": lambda x: -x, "Abs": pw.abs, "Erf": pw.erf,
-          "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil}
+          "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil, "Round": pw.round}
 
 
 # comparisons and logic (torch's exporter builds attention masks from them): bool results
@@ -149,7 +150,13 @@ def constant(imp: Importer, node: onnx.NodeProto) -> None:
 # -- contractions --------------------------------------------------------------------------------
 @op("MatMul")
 def matmul(imp: Importer, node: onnx.NodeProto) -> None:
-    a, b = imp.value(node, 0), imp.value(node, 1)
+    matmul_of(imp, node, imp.value(node, 0), imp.value(node, 1), lambda a, b: a * b)
+
+
+def matmul_of(imp: Importer, node: onnx.NodeProto, a: Value, b: Value, term: Callable[[Expr, Expr], Expr],
+              then: Callable[[Expr, Sequence[Expr]], Expr] | None = None) -> Value:
+    """numpy's matmul of a and b, summing `term(a element, b element)`; `then(sum, output index)` finishes
+    each element (the quantized operators' rescaling), else the sum is the result."""
     if len(a.shape) < 1 or len(b.shape) < 1:
         raise WorkloadError(f"{describe(node)}: MatMul of a scalar")
     a_shape = a.shape if len(a.shape) > 1 else (1, *a.shape)
@@ -159,16 +166,17 @@ def matmul(imp: Importer, node: onnx.NodeProto) -> None:
     batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     out = batch + (a_shape[-2], b_shape[-1])
     k = pw.reduce_axis(a_shape[-1], "k")
+    finish = then or (lambda total, idx: total)
 
     def body(*idx):
         *bi, m, n = idx
         left = a.broadcast_at(bi + [m, k], batch + a_shape[-2:]) if len(a.shape) > 1 else a.at([k])
         right = b.broadcast_at(bi + [k, n], batch + b_shape[-2:]) if len(b.shape) > 1 else b.at([k])
-        return pw.sum(left * right, k)
+        return finish(pw.sum(term(left, right), k), idx)
 
     full = imp.compute(node, out, body, part="" if len(a.shape) > 1 and len(b.shape) > 1 else "full")
     if full.shape != out or len(a.shape) > 1 and len(b.shape) > 1:
-        return
+        return full
     keep = [d for d in range(len(out)) if not (d == len(out) - 2 and len(a.shape) == 1
                                                 or d == len(out) - 1 and len(b.shape) == 1)]
     shape = tuple(out[d] for d in keep)
@@ -178,7 +186,7 @@ def matmul(imp: Importer, node: onnx.NodeProto) -> None:
         for d, i in zip(keep, idx, strict=True):
             full_idx[d] = i
         return full.at(full_idx)
-    imp.compute(node, shape, squeeze)
+    return imp.compute(node, shape, squeeze)
 
 
 @op("Gemm")
@@ -238,7 +246,20 @@ def _inside(pos: Sequence[object], size: Sequence[int]) -> object:
 
 @op("Conv")
 def conv(imp: Importer, node: onnx.NodeProto) -> None:
-    x, w, bias = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
+    bias = imp.optional(node, 2)
+    if bias is None:
+        conv_of(imp, node, imp.value(node, 0), imp.value(node, 1), lambda a, b: a * b, 0.0)
+        return
+    # the bias is a task of its own: the convolution stays the plain contraction the cpu's blocking pass
+    # recognises (passes/blocking.py), and fusion makes the add its epilogue
+    total = conv_of(imp, node, imp.value(node, 0), imp.value(node, 1), lambda a, b: a * b, 0.0, part="conv")
+    imp.compute(node, total.shape, lambda n, o, y, xx: total.at([n, o, y, xx]) + bias.at([o]))
+
+
+def conv_of(imp: Importer, node: onnx.NodeProto, x: Value, w: Value, term: Callable[[Expr, Expr], Expr],
+            pad: object, part: str = "", then: Callable[[Expr, Sequence[Expr]], Expr] | None = None) -> Value:
+    """A 2-D convolution (the node's strides, pads, dilations and group) summing `term(x element, w
+    element)`, with x's padding read as `pad`; `then(sum, output index)` finishes each element."""
     if len(w.shape) != 4:
         raise WorkloadError(f"{describe(node)}: only 2-D convolutions are supported, weight shape {w.shape}")
     group = int(attribute(node, "group", 1))
@@ -250,22 +271,16 @@ def conv(imp: Importer, node: onnx.NodeProto) -> None:
     c, r, s = pw.reduce_axis(per_group, "c"), pw.reduce_axis(kh, "r"), pw.reduce_axis(kw, "s")
     outs_per_group = out_ch // group
     size = x.shape[2:]
+    finish = then or (lambda total, idx: total)
 
     def body(n, o, y, xx):
         pos = (y * strides[0] + r * dil[0] - pads[0], xx * strides[1] + s * dil[1] - pads[1])
         channel = c if group == 1 else o // outs_per_group * per_group + c
         read = x.at([n, channel, *pos])
         if any(pads):
-            read = pw.where(_inside(pos, size), read, 0.0)
-        return pw.sum(read * w.at([o, c, r, s]), (c, r, s))
-    shape = (x.shape[0], out_ch, oh, ow)
-    if bias is None:
-        imp.compute(node, shape, body)
-        return
-    # the bias is a task of its own: the convolution stays the plain contraction the cpu's blocking pass
-    # recognises (passes/blocking.py), and fusion makes the add its epilogue
-    total = imp.compute(node, shape, body, part="conv")
-    imp.compute(node, shape, lambda n, o, y, xx: total.at([n, o, y, xx]) + bias.at([o]))
+            read = pw.where(_inside(pos, size), read, pad)
+        return finish(pw.sum(term(read, w.at([o, c, r, s])), (c, r, s)), (n, o, y, xx))
+    return imp.compute(node, (x.shape[0], out_ch, oh, ow), body, part=part)
 
 
 # -- pooling and normalisation -------------------------------------------------------------------

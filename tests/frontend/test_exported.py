@@ -6,7 +6,8 @@ input and onnxruntime's output for it (`<name>.npz`): CI needs neither torch nor
 architectures are torchvision's own classes (ResNet blocks, MobileNetV2/V3, EfficientNet, ViT) and
 the transformers torch users write (an nn.TransformerEncoder with embeddings and a padding mask; a
 GPT-2 block through scaled_dot_product_attention), so every operator pattern the exporter writes for
-the full-size models is here.
+the full-size models is here; resnet50_int8 is the tiny ResNet-50 quantized by onnxruntime's
+quantize_static (QDQ, int8), checked against onnxruntime's integer kernels.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def assert_matches_onnxruntime(got: dict[str, np.ndarray], want: dict[str, np.nd
 
 def test_every_architecture_is_there():
     assert {"resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16",
-            "bert_encoder", "gpt2_block"} <= set(MODELS)
+            "bert_encoder", "gpt2_block", "resnet50_int8"} <= set(MODELS)
 
 
 @pytest.fixture(scope="module")
