@@ -29,15 +29,15 @@ if TYPE_CHECKING:
 
 def compute_nest(s: Schedule, task: str) -> LoopNest:
     """The nest of a compute task (inlined or not)."""
+    if task in s._nests:
+        return s._nests[task]
     wl = s.workload
     if task not in wl.tasks:
         raise StepError(f"workload {wl.name!r} has no task {task!r}; its tasks are {', '.join(wl.tasks)}")
-    if task not in s._nests:
-        if isinstance(wl.task(task), OpaqueTask):
-            raise StepError(f"task {task!r} is opaque; opaque tasks have no loops and run on the host")
-        raise StepError(f"task {task!r} was added to workload {wl.name!r} after this schedule was made; "
-                        "make the schedule (wl.schedule()) once the workload is complete")
-    return s._nests[task]
+    if isinstance(wl.task(task), OpaqueTask):
+        raise StepError(f"task {task!r} is opaque; opaque tasks have no loops and run on the host")
+    raise StepError(f"task {task!r} was added to workload {wl.name!r} after this schedule was made; "
+                    "make the schedule (wl.schedule()) once the workload is complete")
 
 
 def _compute(s: Schedule, task: str) -> LoopNest:

@@ -50,17 +50,35 @@ def _original(wl: Workload, name: str) -> tuple[list[tuple[str, int]], list]:
     return list(zip(task.loop_names, task.tensor.shape, strict=True)), schedulable_reduce_axes(task.body)
 
 
+class _Nests(dict):
+    """Each compute task's loop nest, made from the workload when first asked for: a step touches one
+    task's loops, and a model's fusion plan replays hundreds of schedules (passes/fusion.py)."""
+
+    def __init__(self, workload: Workload):
+        super().__init__()
+        self._workload = workload
+        self._compute = {n for n in workload.tasks if isinstance(workload.task(n), ComputeTask)}
+
+    def __missing__(self, name: str) -> LoopNest:
+        if name not in self._compute:
+            raise KeyError(name)
+        nest = self[name] = LoopNest.of(*_original(self._workload, name))
+        return nest
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._compute
+
+    def items(self) -> list[tuple[str, LoopNest]]:  # every compute task's, in task order
+        return [(name, self[name]) for name in self._workload.tasks if name in self._compute]
+
+
 class Schedule:
     """A workload's schedule: create with `wl.schedule()`; every step returns the schedule."""
 
     def __init__(self, workload: Workload):
         self.workload = workload
         self._steps: list[st._Step] = []
-        self._nests: dict[str, LoopNest] = {}
-        for name in workload.tasks:
-            task = workload.task(name)
-            if isinstance(task, ComputeTask):
-                self._nests[name] = LoopNest.of(*_original(workload, name))
+        self._nests = _Nests(workload)
         self._inlined: set[str] = set()
         self._compute_at: dict[str, tuple[str, str]] = {}
         self._cache_reads: list[tuple[str, str, str, str | None]] = []  # task, tensor, scope, loop

@@ -25,6 +25,7 @@ from ptowsp.backends.cpu.codegen import KernelEmitter
 from ptowsp.backends.cpu.isa import HostCannotRun, TargetCpu, target_cpu
 from ptowsp.backends.cpu.microkernel import linked_ir
 from ptowsp.backends.cpu.thunks import emit_thunk, thunk_symbol
+from ptowsp.backends.cpu.twins import shape_of
 from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.setup import RunSetup, Stored
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
@@ -202,15 +203,21 @@ class CpuExecutable:
     def _compile(self, key: str) -> tuple[LoadedObject, Manifest]:
         program = self.program
         module = ir.Module(name=program.workload.name)
-        kernels = {}
+        kernels, compiled = {}, {}  # compiled: a kernel's shape (twins.py) -> its symbols
         for name, kernel in program.kernels.items():
-            symbol, variants = _emit_task(module, program, name, self.cpu)
-            for s in (symbol, *variants):
-                emit_thunk(module, module.get_global(s))
+            arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
+            alone = ir.Module(name="twin")  # the task alone, to compare with those emitted before
+            symbol, variants = _emit_task(alone, program, name, self.cpu)
+            shape = shape_of(str(alone), symbol)
+            if shape in compiled:  # a twin of a kernel emitted already: the task calls that one
+                symbol, variants = compiled[shape]
+            else:
+                compiled[shape] = _emit_task(module, program, name, self.cpu)
+                for s in (symbol, *variants):
+                    emit_thunk(module, module.get_global(s))
             grid = tuple(formula_of(extent) for _, extent in kernel.grid)
             if None in grid:
                 raise BuildError(f"task {name!r}: a grid extent is not integer arithmetic over sizes: {kernel.grid}")
-            arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
             kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
                                         variants=variants)
         self.module_text = str(module)

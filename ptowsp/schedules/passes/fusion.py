@@ -167,7 +167,8 @@ def _try(s: Schedule, out: FusionPlan, fusion: Fusion | None, p: str, c: str, re
     """Accept the fusion if the rewritten schedule stays legal; otherwise refuse it (or raise, if explicit)."""
     if fusion is not None:
         try:
-            rewrite(s, [*out.fusions, fusion], [])
+            involved = _linked(s, [*out.fusions, fusion], {p, c})
+            rewrite(s, [f for f in [*out.fusions, fusion] if f.producer in involved], [], involved)
         except ScheduleError as e:
             reason = f"fusing would make the schedule illegal: {e}"
         else:
@@ -264,8 +265,28 @@ def _tile_loop(s: Schedule, producer: str) -> str | None:
     return last
 
 
-def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]]) -> Schedule:
-    """The schedule with the fusions carried out as compute_inline / compute_at steps."""
+def _linked(s: Schedule, fusions: list[Fusion], tasks: set[str]) -> set[str]:
+    """`tasks` and every task tied to them by a fusion or a compute_at step, transitively: the tasks whose
+    steps decide whether fusing them is legal (a step on any other task neither helps nor hinders it)."""
+    ties: dict[str, set[str]] = {}
+    pairs = [(f.producer, f.consumer) for f in fusions] + [(t, at[0]) for t, at in s.compute_at_locations.items()]
+    pairs += [(t, c) for t in s.inlined for c in s.workload.graph.successors(t)]  # inlined by the user
+    for a, b in pairs:
+        ties.setdefault(a, set()).add(b)
+        ties.setdefault(b, set()).add(a)
+    found, frontier = set(tasks), list(tasks)
+    while frontier:
+        for other in ties.get(frontier.pop(), ()):
+            if other not in found:
+                found.add(other)
+                frontier.append(other)
+    return found
+
+
+def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]],
+            only: set[str] | None = None) -> Schedule:
+    """The schedule with the fusions carried out as compute_inline / compute_at steps (`only`: replaying
+    just the steps of these tasks and those of no task, to check a fusion's legality cheaply)."""
     from ptowsp.schedules.schedule import Schedule
 
     wl = s.workload
@@ -275,7 +296,7 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]]) 
     out = Schedule(wl)
     for step in s.steps:
         task = getattr(step, "task", None)
-        if step.kind in ("fuse_tasks", "fuse_by_category"):
+        if step.kind in ("fuse_tasks", "fuse_by_category") or only is not None and task is not None and task not in only:
             continue
         if (task in folded and step.kind in _TASK_STEPS) or (task in anchors and _spans_tiles(step)):
             dropped.append((step.call(), "the task was folded into another"))
