@@ -9,6 +9,7 @@ import numpy as np
 
 from ptowsp.backends.base import Executable, backend
 from ptowsp.errors import BuildError, InputError
+from ptowsp.progress import Progress
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, Trace
 from ptowsp.runtime.dispatch import Policy, TaskTimes
@@ -126,23 +127,27 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     """
     found = backend(target)
     cores = found.cores(workers, device)
-    if isinstance(what, Workload):
-        schedule = default_schedule(found.default_workload(what), vector_bytes=found.vector_bytes, workers=len(cores),
-                                    choose=found.schedule_choices(device))
-    elif isinstance(what, Schedule):
-        schedule = what
-    else:
-        raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
-    if not isinstance(window, int) or window < 1:
-        raise BuildError(f"window must be an integer >= 1, got {window!r}")
-    step = schedule.dispatch_policy
-    policy = Policy(step.policy, None if step.key is None else tuple(step.key))
-    options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
-                      title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug),
-                      task_times=TaskTimes() if policy.policy == "heft" else None)
-    if isinstance(what, Workload):  # a target may adapt its default to fit (aicore: streamed reductions)
-        executable = getattr(found, "compile_default", found.compile)(schedule, device)
-        schedule = getattr(executable, "schedule", schedule)
-    else:
-        executable = found.compile(schedule, device)
+    name = getattr(what, "name", None) or getattr(getattr(what, "workload", None), "name", "?")
+    with Progress(f"building {name} for {target}") as progress:
+        if isinstance(what, Workload):
+            progress.phase("the default schedule")
+            schedule = default_schedule(found.default_workload(what), vector_bytes=found.vector_bytes,
+                                        workers=len(cores), choose=found.schedule_choices(device))
+        elif isinstance(what, Schedule):
+            schedule = what
+        else:
+            raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
+        if not isinstance(window, int) or window < 1:
+            raise BuildError(f"window must be an integer >= 1, got {window!r}")
+        step = schedule.dispatch_policy
+        policy = Policy(step.policy, None if step.key is None else tuple(step.key))
+        options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
+                          title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug),
+                          task_times=TaskTimes() if policy.policy == "heft" else None)
+        progress.phase(f"lowering and compiling {len(schedule.workload.tasks)} tasks")
+        if isinstance(what, Workload):  # a target may adapt its default to fit (aicore: streamed reductions)
+            executable = getattr(found, "compile_default", found.compile)(schedule, device)
+            schedule = getattr(executable, "schedule", schedule)
+        else:
+            executable = found.compile(schedule, device)
     return Built(schedule, target, executable, options)
