@@ -138,7 +138,13 @@ def make(name: str, tiny: bool):
 MODELS = [*VISION, "bert_encoder", "gpt2_block"]
 
 
-def export(name: str, out: Path, tiny: bool) -> Path:
+# the dimensions each model leaves symbolic in its dynamic export (torch.export.Dim names)
+DYNAMIC = {"resnet18": {0: "batch"}, "gpt2_block": {0: "batch", 1: "sequence"}, "bert_encoder": {1: "sequence"}}
+
+
+def export(name: str, out: Path, tiny: bool, dynamic: bool = False) -> Path:
+    import inspect
+
     import torch
 
     torch.manual_seed(0)
@@ -146,8 +152,14 @@ def export(name: str, out: Path, tiny: bool) -> Path:
     model.eval()
     path = out / f"{name}.onnx"
     start = time.perf_counter()
+    shapes = None
+    if dynamic:
+        first = next(iter(inspect.signature(model.forward).parameters))
+        shapes = {first: {d: torch.export.Dim(n, min=1 if n == "batch" else 2, max=64)
+                          for d, n in DYNAMIC[name].items()}}
     with torch.no_grad():
-        torch.onnx.export(model, args, str(path), dynamo=True, external_data=not tiny, verbose=False)
+        torch.onnx.export(model, args, str(path), dynamo=True, external_data=not tiny, verbose=False,
+                          dynamic_shapes=shapes)
     print(f"{name}: exported in {time.perf_counter() - start:.1f} s -> {path} "
           f"({sum(p.stat().st_size for p in out.glob(name + '.onnx*')) / 1e6:.1f} MB)", flush=True)
     return path
@@ -177,24 +189,30 @@ def quantize(source: Path, out: Path) -> Path:
     return path
 
 
-def expected(path: Path) -> None:
-    """onnxruntime's output for a fixed input, beside the model (what CI checks ptowsp against)."""
+def expected(path: Path, bindings: tuple[dict[str, int], ...] = ({},)) -> None:
+    """onnxruntime's output for fixed inputs, beside the model (what CI checks ptowsp against): one case
+    per binding of the symbolic dimensions (`<k>:input:<name>`, `<k>:output:<name>`; a static model's
+    one case is written without the `<k>:`)."""
     import onnx
     import onnxruntime as ort
 
     model = onnx.load(str(path), load_external_data=False)
     rng = np.random.default_rng(0)
-    feeds = {}
-    for inp in model.graph.input:
-        t = inp.type.tensor_type
-        shape = [d.dim_value for d in t.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        feeds[inp.name] = rng.integers(1, 100, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
-            rng.standard_normal(shape).astype(dtype)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    outs = session.run(None, feeds)
-    np.savez(path.with_suffix(".npz"), **{f"input:{k}": v for k, v in feeds.items()},
-             **{f"output:{o.name}": v for o, v in zip(session.get_outputs(), outs, strict=True)})
+    arrays = {}
+    for k, binding in enumerate(bindings):
+        feeds = {}
+        for inp in model.graph.input:
+            t = inp.type.tensor_type
+            shape = [d.dim_value or binding[d.dim_param] for d in t.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+            feeds[inp.name] = rng.integers(1, 100, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
+                rng.standard_normal(shape).astype(dtype)
+        outs = session.run(None, feeds)
+        case = f"{k}:" if binding else ""
+        arrays |= {f"{case}input:{n}": v for n, v in feeds.items()}
+        arrays |= {f"{case}output:{o.name}": v for o, v in zip(session.get_outputs(), outs, strict=True)}
+    np.savez(path.with_suffix(".npz"), **arrays)
 
 
 def main() -> None:
@@ -207,6 +225,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     names = args.only.split(",") if args.only else MODELS + ["resnet50_int8"]
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    if args.tiny and not args.only:  # one import and one build for every batch size and sequence length
+        (TINY_DIR / "dynamic").mkdir(exist_ok=True)
+        for name in DYNAMIC:
+            expected(export(name, TINY_DIR / "dynamic", True, dynamic=True),
+                     ({"batch": 1, "sequence": 5}, {"batch": 3, "sequence": 16}))
     for name in names:
         if name == "resnet50_int8":
             source = out / "resnet50.onnx"

@@ -8,8 +8,8 @@ output after that output.  The operators are in onnx_ops.py; an operator or
 attribute it does not cover is a WorkloadError naming the node, its op type
 and the attribute, never a wrong result.
 
-Shapes must be concrete: a symbolic dimension of a graph input is bound by
-`shapes={"input": (1, 3, 224, 224)}` (or the import stops, naming it).
+A symbolic dimension of a graph input becomes a ptowsp size (onnx_sizes.py: one import and one build
+for every batch size), unless `shapes={"input": (1, 3, 224, 224)}` binds it for a static build.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import onnx
 from ptowsp.errors import InputError, PtowspError, WorkloadError
 from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_fold
 from ptowsp.frontend.onnx_data import tensor_array
-from ptowsp.te import Expr, Tensor
+from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
 from ptowsp.workloads.checks import with_parameters
@@ -36,10 +36,11 @@ from ptowsp.workloads.checks import with_parameters
 
 @dataclass(frozen=True)
 class Value:
-    """An ONNX value: the tensor holding it and its ONNX shape (a scalar is stored in a tensor of one)."""
+    """An ONNX value: the tensor holding it and its ONNX shape (a scalar is stored in a tensor of one);
+    a dimension is an int or a symbolic size (onnx_sizes.py)."""
 
     tensor: Tensor
-    shape: tuple[int, ...]
+    shape: tuple[int | Expr, ...]
 
     def at(self, idx: Sequence[Expr | int]) -> Expr:
         return self.tensor[0] if not self.shape else self.tensor[tuple(idx)]
@@ -65,6 +66,7 @@ class Importer:
         self.values: dict[str, Value] = {}
         self.arrays: dict[str, np.ndarray] = {}  # constant values known at import time, by ONNX name
         self.deferred: dict[str, Callable[[], Value]] = {}  # values made when first read (defer)
+        self.sizes: dict[str, np.ndarray] = {}  # shape arithmetic over symbolic sizes (onnx_sizes.py)
         self.producers = {out: node for node in graph.node for out in node.output if out}
         self.taken: set[str] = set()
         self.suffixes: dict[str, int] = {}  # base name -> the last number it was given (_identifier)
@@ -123,15 +125,13 @@ class Importer:
         dtype = _dtype(t.elem_type, f"input {inp.name!r}")
         if inp.name in shapes:
             shape = self._bound(inp, shapes[inp.name])
-        else:
-            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
-            if None in shape:
-                d = shape.index(None)
-                param = t.shape.dim[d].dim_param or "?"
-                raise WorkloadError(f"{self.source}: input {inp.name!r} has a symbolic dimension {d} ({param!r}); "
-                                    f"give it with shapes={{{inp.name!r}: (...)}}")
-        stored = shape or (1,)
-        self.values[inp.name] = Value(self.wl.input(self.name(inp.name), stored, dtype), shape)
+        else:  # a symbolic dimension becomes a size (onnx_sizes.py)
+            from ptowsp.frontend.onnx_sizes import size_name
+
+            shape = tuple(d.dim_value if d.HasField("dim_value") else size_name(inp, k)
+                          for k, d in enumerate(t.shape.dim))
+        tensor = self.wl.input(self.name(inp.name), shape or (1,), dtype)
+        self.values[inp.name] = Value(tensor, tensor.shape if shape else ())
 
     def _bound(self, inp: onnx.ValueInfoProto, given: Sequence[int]) -> tuple[int, ...]:
         """`shapes=`'s shape for the input: positive integers that bind its symbolic dimensions and repeat
@@ -171,6 +171,10 @@ class Importer:
         if len(node.input) <= k or not node.input[k]:
             return None
         name = node.input[k]
+        if name in self.sizes:
+            raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) depends on the symbolic dimensions "
+                                f"{sorted(set().union(*(sizes.names_in(x) for x in self.sizes[name].reshape(-1))))}, "
+                                "which this operator does not take; bind them with shapes=")
         if name not in self.arrays:
             raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
                                 "or a Constant node): it is computed at run time, which this importer does not support")
@@ -179,7 +183,7 @@ class Importer:
     def compute(self, node: onnx.NodeProto, shape: Sequence[int], fn: Callable[..., object], output: int = 0,
                 part: str = "") -> Value:
         """A task computing `fn(*loop indices)` over `shape`, named after the node (or its graph output)."""
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
         onnx_name = node.output[output] if len(node.output) > output and not part else ""
         wanted = self.outputs.get(onnx_name) or f"{node.name or node.op_type}{'_' + part if part else ''}"
         loops = [f"i{d}" for d in range(len(shape))] or ["i0"]
@@ -271,7 +275,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
               shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Workload:
     """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
     the import reads, computes or folds (onnx_budget.py: an InputError before it is allocated)."""
-    from ptowsp.frontend import onnx_quantized, onnx_recurrent  # noqa: F401 - register their operators
+    from ptowsp.frontend import onnx_quantized, onnx_recurrent, onnx_sizes  # noqa: F401 - register operators
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
 
     proto, source, folder = load(model)
@@ -286,6 +290,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
                                 "default ONNX domain)")
         if node.input and all(not n or n in imp.arrays for n in node.input):
             _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
+            continue
+        if onnx_sizes.fold(imp, node):  # shape arithmetic over symbolic sizes
             continue
         handler = OPS.get(node.op_type)
         if handler is None:

@@ -16,6 +16,7 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_sizes import broadcast, same
 from ptowsp.te import Expr
 
 OPS: dict[str, Callable[[Importer, onnx.NodeProto], None]] = {}
@@ -41,10 +42,7 @@ def axis_of(node: onnx.NodeProto, axis: int, rank: int, what: str = "axis") -> i
 
 # -- elementwise ---------------------------------------------------------------------------------
 def _elementwise(imp: Importer, node: onnx.NodeProto, fn: Callable[..., object], inputs: Sequence[Value]) -> Value:
-    try:
-        shape = tuple(np.broadcast_shapes(*(v.shape for v in inputs)))
-    except ValueError:
-        raise WorkloadError(f"{describe(node)}: input shapes {[v.shape for v in inputs]} do not broadcast") from None
+    shape = broadcast(node, *(v.shape for v in inputs))
     return imp.compute(node, shape, lambda *idx: fn(*(v.broadcast_at(idx, shape) for v in inputs)))
 
 
@@ -161,9 +159,9 @@ def matmul_of(imp: Importer, node: onnx.NodeProto, a: Value, b: Value, term: Cal
         raise WorkloadError(f"{describe(node)}: MatMul of a scalar")
     a_shape = a.shape if len(a.shape) > 1 else (1, *a.shape)
     b_shape = b.shape if len(b.shape) > 1 else (*b.shape, 1)
-    if a_shape[-1] != b_shape[-2]:
+    if not same(a_shape[-1], b_shape[-2]):
         raise WorkloadError(f"{describe(node)}: shapes {a.shape} and {b.shape} do not multiply")
-    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    batch = broadcast(node, a_shape[:-2], b_shape[:-2])
     out = batch + (a_shape[-2], b_shape[-1])
     k = pw.reduce_axis(a_shape[-1], "k")
     finish = then or (lambda total, idx: total)

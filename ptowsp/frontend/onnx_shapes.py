@@ -14,13 +14,34 @@ import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
 from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
+from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, size_value
+from ptowsp.te import const, sizes
 
 __all__ = ["OPS"]  # the registry, complete once this module's operators have registered
 
 
 # -- shapes --------------------------------------------------------------------------------------
-def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[int]) -> None:
-    """A task viewing x's elements, in row-major order, as `shape` (Reshape, Flatten, Squeeze...)."""
+def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[Dim]) -> None:
+    """A task viewing x's elements, in row-major order, as `shape` (Reshape, Flatten, Squeeze...).
+    Leading and trailing dimensions the view keeps (a symbolic batch, say) pass through; the rest must
+    be static."""
+    lead = 0
+    while lead < min(len(shape), len(x.shape)) and same(shape[lead], x.shape[lead]):
+        lead += 1
+    trail = 0
+    while trail < min(len(shape), len(x.shape)) - lead and same(shape[-1 - trail], x.shape[-1 - trail]):
+        trail += 1
+    middle_in, middle_out = x.shape[lead:len(x.shape) - trail], shape[lead:len(shape) - trail]
+    if not all(isinstance(d, int) for d in (*middle_in[1:], *middle_out[1:])):  # strides must be numbers
+        raise WorkloadError(f"{describe(node)}: viewing {_shown(x.shape)} as {_shown(shape)} regroups symbolic "
+                            "dimensions; bind them with shapes=")
+    if lead or trail or not all(isinstance(d, int) for d in (*middle_in, *middle_out)):
+        if not same(quotient(node, middle_in, middle_out), 1):
+            raise WorkloadError(f"{describe(node)}: cannot view shape {_shown(x.shape)} as {_shown(shape)}")
+        imp.compute(node, shape, lambda *idx: x.at([*idx[:lead], *_regrouped(idx[lead:len(idx) - trail],
+                                                                              middle_out, middle_in),
+                                                    *idx[len(idx) - trail:]]))
+        return
     if math.prod(shape) != math.prod(x.shape):
         raise WorkloadError(f"{describe(node)}: cannot view shape {x.shape} as {tuple(shape)}")
     out_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
@@ -36,6 +57,18 @@ def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[int]
         imp.compute(node, shape, body)
 
 
+def _regrouped(idx: Sequence[object], out: Sequence[int], into: Sequence[int]) -> list[object]:
+    """The index into shape `into` of element `idx` of shape `out` (the same elements, row-major)."""
+    linear = sum(i * math.prod(out[d + 1:]) for d, i in enumerate(idx))
+    # (the first dimension needs no wrap: the index is below it; it may be a size)
+    return [linear // math.prod(into[d + 1:]) % n if d else linear // math.prod(into[1:])
+            for d, n in enumerate(into)]
+
+
+def _shown(shape: Sequence[Dim]) -> list[object]:
+    return [d if isinstance(d, int) else str(d) for d in shape]
+
+
 def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) -> list[object]:
     values = iter(idx[d] for d in kept)
     return [next(values) if n != 1 else 0 for n in shape]
@@ -44,15 +77,16 @@ def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) 
 @op("Reshape")
 def reshape(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
-    target = [int(d) for d in imp.array(node, 1, "shape")]
-    if int(attribute(node, "allowzero", 0)) and 0 in target:  # (without a 0 it means what allowzero=0 does)
+    target = extents(imp, node, 1, "shape")
+    given = [d for d in target if isinstance(d, int)]
+    if int(attribute(node, "allowzero", 0)) and 0 in given:  # (without a 0 it means what allowzero=0 does)
         refuse(node, "allowzero", 1, "a shape without 0: allowzero=1 makes a 0 an empty dimension")
-    target = [x.shape[d] if n == 0 else n for d, n in enumerate(target)]
-    if target.count(-1) > 1:
-        raise WorkloadError(f"{describe(node)}: shape {target} has more than one -1")
-    if -1 in target:
-        known = math.prod(n for n in target if n != -1)
-        target[target.index(-1)] = math.prod(x.shape) // max(known, 1)
+    target = [x.shape[d] if isinstance(n, int) and n == 0 else n for d, n in enumerate(target)]
+    if given.count(-1) > 1:
+        raise WorkloadError(f"{describe(node)}: shape {_shown(target)} has more than one -1")
+    if -1 in given:
+        at = next(d for d, n in enumerate(target) if isinstance(n, int) and n == -1)
+        target[at] = quotient(node, x.shape, [n for d, n in enumerate(target) if d != at])
     _reindex(imp, node, x, target)
 
 
@@ -95,11 +129,7 @@ def transpose(imp: Importer, node: onnx.NodeProto) -> None:
 @op("Expand")
 def expand(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
-    target = tuple(int(d) for d in imp.array(node, 1, "shape"))
-    try:
-        shape = tuple(np.broadcast_shapes(x.shape, target))
-    except ValueError:
-        raise WorkloadError(f"{describe(node)}: shape {x.shape} does not expand to {target}") from None
+    shape = broadcast(node, x.shape, extents(imp, node, 1, "shape"))
     imp.compute(node, shape, lambda *idx: x.broadcast_at(idx, shape))
 
 
@@ -157,6 +187,11 @@ def slice_(imp: Importer, node: onnx.NodeProto) -> None:
     for a, s0, e0, st in zip(axes, starts, ends, steps, strict=True):
         if st == 0:
             raise WorkloadError(f"{describe(node)}: step 0 on axis {a}")
+        if not isinstance(x.shape[a], int):
+            if int(s0) == 0 and st == 1 and int(e0) >= 2**31 - 1:  # the whole of a symbolic axis
+                continue
+            raise WorkloadError(f"{describe(node)}: slicing the symbolic axis {a} ({x.shape[a]}) is not supported; "
+                                "bind it with shapes=")
         picked = range(x.shape[a])[slice(int(s0), int(e0), st)]  # numpy's (and ONNX's) clamping rules
         first[a], step[a], shape[a] = (picked.start if len(picked) else 0), st, len(picked)
     if 0 in shape:
@@ -184,15 +219,35 @@ def gather(imp: Importer, node: onnx.NodeProto) -> None:
 def shape_of(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
     start, end = int(attribute(node, "start", 0)), attribute(node, "end")
-    imp.constant(node.output[0], np.array(x.shape[start:end if end is None else int(end)], np.int64))
+    dims = size_value(np.array(list(x.shape[start:end if end is None else int(end)]), dtype=object))
+    if dims.dtype == object:  # symbolic dimensions: shape arithmetic folds over them (onnx_sizes.py)
+        imp.sizes[node.output[0]] = dims
+    else:
+        imp.constant(node.output[0], dims)
 
 
 @op("ConstantOfShape")
 def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
-    shape = [int(d) for d in imp.array(node, 0, "shape")]
+    shape = extents(imp, node, 0, "shape")
     value = attribute(node, "value")
     fill = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
-    imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
+    if all(isinstance(d, int) for d in shape):
+        imp.constant(node.output[0], np.full(shape, fill[0], fill.dtype))
+    else:  # a symbolic shape: a task filling it
+        imp.compute(node, shape, lambda *idx: const(fill[0].item(), fill.dtype.name))
+
+
+@op("Range")
+def range_(imp: Importer, node: onnx.NodeProto) -> None:
+    """start + i * delta for i below ceil((limit - start) / delta): over a symbolic limit (a sequence length),
+    a task (over constants it was folded before it got here)."""
+    start, limit, delta = (extents(imp, node, k, what)[0] for k, what in enumerate(("start", "limit", "delta")))
+    if not isinstance(start, int) or not isinstance(delta, int) or delta < 1:
+        raise WorkloadError(f"{describe(node)}: Range over sizes needs a constant start and a positive constant "
+                            f"delta, got start {start}, delta {delta}; bind the symbolic dimensions with shapes=")
+    dtype = np.dtype(imp.arrays[node.input[0]].dtype).name if node.input[0] in imp.arrays else "int64"
+    length = sizes.ceil_div(sizes.sub(limit, start), delta)
+    imp.compute(node, (length,), lambda i: pw.cast(i * delta + start, dtype))
 
 
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")

@@ -70,3 +70,33 @@ def test_built_model_matches_onnxruntime(imported, name, target):
     feeds, want = inputs_and_expected(name)
     prog = pw.build(imported(name), target, **({"workers": 2} if target == "cpu" else {}))
     assert_matches_onnxruntime(prog(**feeds), want, f"{name} on {target}")
+
+
+DYNAMIC = sorted(p.stem for p in (EXPORTED / "dynamic").glob("*.onnx"))
+
+
+def cases(name: str) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """Each binding of the symbolic dimensions the export was checked at: (inputs, onnxruntime's outputs)."""
+    data = np.load(EXPORTED / "dynamic" / f"{name}.npz")
+    keys = sorted({k.split(":", 1)[0] for k in data})
+    return [({k.split(":", 2)[2]: data[k] for k in data if k.startswith(f"{case}:input:")},
+             {k.split(":", 2)[2]: data[k] for k in data if k.startswith(f"{case}:output:")}) for case in keys]
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_one_import_and_one_build_serve_every_batch_size_and_sequence_length(name):
+    """torch's export with torch.export.Dim batch and sequence: the dimensions stay sizes of the workload, and
+    one cpu build runs each binding; the aicore target builds one binding (it takes no symbolic sizes)."""
+    wl = pw.frontend.from_onnx(EXPORTED / "dynamic" / f"{name}.onnx")
+    assert wl.sizes, "the symbolic dimensions became sizes"
+    prog = pw.build(wl, "cpu", workers=2)
+    seen = set()
+    for feeds, want in cases(name):
+        assert_matches_onnxruntime(prog(**feeds), want, f"{name} on cpu at {[v.shape for v in feeds.values()]}")
+        assert_matches_onnxruntime(pw.reference(wl, **feeds), want, f"{name} on pw.reference")
+        seen.add(tuple(v.shape for v in feeds.values()))
+    assert len(seen) == 2
+    feeds, want = cases(name)[-1]
+    bound = pw.build(pw.frontend.from_onnx(EXPORTED / "dynamic" / f"{name}.onnx",
+                                           shapes={k: v.shape for k, v in feeds.items()}), "aicore")
+    assert_matches_onnxruntime(bound(**feeds), want, f"{name} on aicore, bound by shapes=")

@@ -247,16 +247,28 @@ def test_an_mlp_from_a_file(tmp_path):
     np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
-def test_symbolic_dimensions_are_bound_by_shapes():
+def test_symbolic_dimensions_become_sizes_unless_shapes_binds_them():
     node = oh.make_node("Relu", ["x"], ["y"])
     m = model([node], {"x": (("batch", 4), TP.FLOAT)}, {"y": (("batch", 4), TP.FLOAT)})
-    with pytest.raises(pw.WorkloadError, match=r"input 'x' has a symbolic dimension 0 \('batch'\); give it with "
-                                                r"shapes=\{'x': \(...\)\}"):
-        pw.frontend.from_onnx(m)
+    dynamic = pw.frontend.from_onnx(m)
+    assert dynamic.sizes == ["batch"]
+    prog = pw.build(dynamic, "cpu")
+    for n in (1, 7):
+        x = RNG.standard_normal((n, 4)).astype(F32)
+        np.testing.assert_array_equal(prog(x=x)["y"], np.maximum(x, 0))
     wl = pw.frontend.from_onnx(m, shapes={"x": (3, 4)})
-    assert wl.tensor("x").shape == (3, 4)
+    assert wl.tensor("x").shape == (3, 4) and wl.sizes == []
     with pytest.raises(pw.InputError, match="shapes names 'z', which is not an input of the model"):
         pw.frontend.from_onnx(m, shapes={"z": (1,)})
+
+
+def test_shape_arithmetic_over_a_symbolic_dimension_the_importer_cannot_carry_names_the_node():
+    """Regrouping a symbolic dimension with a static one in the middle of a view (strides over a size)."""
+    shape = oh.make_node("Constant", [], ["s"], value=nh.from_array(np.array([4, -1], np.int64)))
+    view = oh.make_node("Reshape", ["x", "s"], ["y"], name="regroup")
+    m = model([shape, view], {"x": ((2, "n", 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)})
+    with pytest.raises(pw.WorkloadError, match="'regroup'.*bind them with shapes="):
+        pw.frontend.from_onnx(m)
 
 
 # -- what it refuses -----------------------------------------------------------------------------

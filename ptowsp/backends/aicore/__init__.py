@@ -25,7 +25,7 @@ from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.loopnest import PARALLEL
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.te import Op
 from ptowsp.workloads import Category, Workload
@@ -149,17 +149,25 @@ class AicoreBackend:
         contraction's k.  A user's own schedule is compiled as given (`compile`) and refused if it
         does not fit."""
         blocks: dict[str, int] = {}
+        widths: dict[str, int] = {}  # tasks whose widest tile loop is split into the grid (narrow_tile)
         while True:
             streamed = schedule
+            for task, width in widths.items():
+                streamed = narrow_tile(streamed, task, width) or streamed
             for task, block in blocks.items():
                 streamed = stream_reduction_blocks(streamed, task, block)
             try:
                 return self.compile(streamed, device)
             except BufferOverflow as e:
                 extent = _streamable(streamed, e.task)
-                if e.buffer == "L0C" or extent is None or blocks.get(e.task, 2) <= 1:
+                if e.buffer != "L0C" and extent is not None and blocks.get(e.task, 2) > 1 and \
+                        _streams_further(streamed, e.task):
+                    blocks[e.task] = max(1, (blocks.get(e.task) or extent) // 2)
+                elif widths.get(e.task, 2 * _MIN_WIDTH) > _MIN_WIDTH and narrow_tile(
+                        streamed, e.task, widths.get(e.task, 2 * _MAX_WIDTH) // 2) is not None:
+                    widths[e.task] = widths.get(e.task, 2 * _MAX_WIDTH) // 2  # the reduction streams no further
+                else:
                     raise
-                blocks[e.task] = max(1, (blocks.get(e.task) or extent) // 2)
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl
@@ -193,13 +201,40 @@ def _streamable(schedule: Schedule, task: str) -> int | None:
     return int(reduce[0].arg[1]) if reduce and isinstance(reduce[0].arg[1], int) else None
 
 
+_MIN_WIDTH, _MAX_WIDTH = 16, 256  # how narrow narrow_tile makes a tile loop, first and at the least
+
+
+def _streams_further(schedule: Schedule, task: str) -> bool:
+    """Whether streaming `task`'s reduction in smaller blocks can shrink its input block: its last serial
+    piece of the reduction axis is longer than 1 (a vectorized or unrolled piece is a fixed block)."""
+    axis = schedule.workload.task(task).body.src[1].arg[0]
+    pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
+    return any(lp.annotation == SERIAL and lp.extent != 1 for lp in pieces) and pieces[-1].annotation == SERIAL
+
+
+def narrow_tile(schedule: Schedule, task: str, width: int) -> Schedule | None:
+    """`task`'s widest serial spatial loop split by `width`, its outer part added to the task grid: a smaller
+    tile, so a smaller input block, when streaming the reduction cannot shrink it (a vectorized k)."""
+    loops = schedule.nest(task).loops
+    grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
+    wide = [lp for lp in loops if not lp.reduce and lp.annotation == SERIAL and isinstance(lp.extent, int)
+            and lp.extent > width]
+    if not wide:
+        return None
+    loop = max(wide, key=lambda lp: lp.extent).name
+    s = schedule.copy().split(task, loop, width)
+    rest = [lp.name for lp in s.nest(task).loops if lp.name not in grid and lp.name != f"{loop}.outer"]
+    return s.reorder(task, *grid, f"{loop}.outer", *rest).parallel(task, f"{loop}.outer")
+
+
 def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedule:
     """`task`'s outermost reduction axis streamed in blocks of `block`: its innermost piece is split and
     the block loop placed just inside the task grid (after any block loop already there), so each step
     of it loads one block of the inputs (the aicore cost model's stream)."""
     axis = schedule.workload.task(task).body.src[1].arg[0]
-    pieces = [lp.name for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
-    loop = pieces[-1]
+    pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
+    serial = [lp.name for lp in pieces if lp.annotation == SERIAL]  # a vectorized piece keeps its lanes
+    loop = (serial or [pieces[-1].name])[-1]
     s = schedule.copy().split(task, loop, block)  # schedules are built in place: leave the given one as it is
     loops = s.nest(task).loops
     grid = [lp.name for lp in loops if lp.annotation == PARALLEL]

@@ -69,6 +69,7 @@ TASKS_PER_WORKER = 4
 STREAMED = 1 << 18  # elements of an input whose one reading alone is work enough for a grid (1 MB of float32)
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
+_STAGING = ("cache_read", "prefetch_tensor")  # left out over symbolic sizes (default_schedule)
 DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
 
 
@@ -95,13 +96,15 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     symbolic sizes gets the schedule of a typical binding (every size TYPICAL_SIZE), replayed over
     the symbols: splits of a size leave guarded tails, and a step that needs a number where a
     size stands (vectorizing a whole symbolic loop) or that would give a local buffer a symbolic
-    size is left out.
+    size is left out, and so are staged reads (cache_read, prefetch_tensor), whose box may span a size.
     """
     if wl.sizes:
         typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
                                    workers=workers, fuse=fuse, choose=choose)
         s, kept = Schedule(wl), []
         for step in typical.steps:
+            if step.kind in _STAGING:  # the box a staged read covers may span a size: no fixed buffer
+                continue
             try:
                 s._apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
             except ScheduleError:
@@ -177,12 +180,16 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
 def _fixed_size_buffers(s: Schedule) -> bool:
     """Whether every local buffer lowering will make has a fixed size: no accumulator tile spans a
     spatial loop of symbolic extent inside a reduction loop, and no producer is computed at a loop
-    that has a loop of symbolic extent inside it."""
+    that has a loop of symbolic extent inside it, or at (or inside) a part of a symbolic loop."""
     for consumer, loop in s.compute_at_locations.values():
         loops = s.nest(consumer).loops
         names = [lp.name for lp in loops]
         if loop in names and any(not isinstance(lp.extent, int) for lp in loops[names.index(loop) + 1:]):
             return False
+        task = s.workload.task(consumer)
+        symbolic = {n for n, extent in zip(task.loop_names, task.tensor.shape, strict=True) if not isinstance(extent, int)}
+        if loop in names and any(lp.name.split(".")[0] in symbolic for lp in loops[:names.index(loop) + 1]):
+            return False  # at a part of a symbolic loop: the part read there may span the size
     for task in s.workload.tasks:
         if not isinstance(s.workload.task(task), ComputeTask) or task in s.inlined:
             continue
