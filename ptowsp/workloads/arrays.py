@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import weakref
+
 import numpy as np
 
 from ptowsp.errors import DTypeError, ShapeError
@@ -42,3 +45,24 @@ def constant_array(what: str, value: object, dtype: object) -> np.ndarray:
     if array.dtype.kind in "iu" and not np.array_equal(array, found):
         raise DTypeError(f"{what}: some values do not fit {name}")
     return array
+
+
+# every constant array a workload holds (read-only, its own), by id, with its digest: a workload built
+# from another (the cpu's passes copy a model's hundreds of weights several times) shares them
+_frozen: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+_digests: dict[int, str] = {}
+
+
+def frozen_constant(what: str, value: object, dtype: object) -> tuple[np.ndarray, str]:
+    """A constant's private read-only array and the digest of its bytes.  An array that a workload holds
+    already (read-only, never changed) is shared, not copied and hashed again."""
+    if isinstance(value, np.ndarray) and _frozen.get(id(value)) is value and \
+            (dtype is None or dtypes.normalize(dtype) == value.dtype.name):
+        return value, _digests[id(value)]
+    array = constant_array(what, value, dtype)
+    array.flags.writeable = False
+    digest = hashlib.sha256(array.tobytes()).hexdigest()[:16]
+    key = id(array)
+    _frozen[key], _digests[key] = array, digest
+    weakref.finalize(array, _digests.pop, key, None)
+    return array, digest

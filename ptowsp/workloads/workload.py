@@ -20,7 +20,7 @@ import numpy as np
 from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
 from ptowsp.te.names import check_name
-from ptowsp.workloads.arrays import constant_array, normalize_shape
+from ptowsp.workloads.arrays import frozen_constant, normalize_shape
 from ptowsp.workloads.category import infer_category
 from ptowsp.workloads.checks import check_reduce_axes, loop_names_of
 from ptowsp.workloads.scan import initial_value, scan_axis, scan_task
@@ -114,23 +114,22 @@ class Workload:
         """Declare a constant input: its value (weights, a table) is given now, not passed at run time.
 
         The workload keeps a private read-only copy, so later changes to
-        `array` change nothing.  dtype: given, or the array's own (which must
+        `array` change nothing (another workload's constant is shared: it never changes).  dtype: given, or the array's own (which must
         be supported); Python data without one is float32 when it holds
         floats (the workload default), else numpy's choice (int64, bool).
         Tasks reading only constants are evaluated once at build time.
         """
         self._claim(name, "constant")
         what = f"constant {name!r}"
-        value = constant_array(what, array, dtype)
+        value, digest = frozen_constant(what, array, dtype)
         if value.ndim == 0:
             raise ShapeError(f"{what}: a constant needs at least one dimension, got a scalar; "
                              "use a shape-(1,) array and index it with [0]")
         shape = normalize_shape(value.shape, what)
         tensor = Tensor(name, shape, value.dtype.name, self._id)
-        value.flags.writeable = False
         self._tensors[name] = tensor
         self._constants[name] = value
-        self._constant_digests[name] = hashlib.sha256(value.tobytes()).hexdigest()[:16]
+        self._constant_digests[name] = digest
         self._graph.add_node(name, kind="constant", tensor=tensor)
         self._frozen_graph = None
         return tensor
