@@ -46,6 +46,7 @@ class CommandError(Exception):
 
 
 ZOO_SIZE = 64  # what a zoo workload's symbolic sizes are bound to on the command line
+MODEL_SIZE = 8  # what an ONNX model's symbolic dimensions left unbound by --shape are, on the command line
 
 
 def _zoo(name: str) -> pw.Workload:
@@ -101,7 +102,12 @@ def _model(path: Path, args: argparse.Namespace) -> pw.Workload:
         except ValueError:
             raise CommandError(f"ptowsp {args.command}: --shape {given!r}: expected NAME=D1,D2,... "
                                "(integers)") from None
-    return pw.frontend.from_onnx(path, shapes=shapes)
+    wl = pw.frontend.from_onnx(path, shapes=shapes)
+    if wl.sizes:  # the command line runs, tunes and traces one shape: the symbolic dimensions --shape left
+        print(f"{path.name}: symbolic dimensions {', '.join(wl.sizes)} bound to {MODEL_SIZE} for this command "
+              "(--shape NAME=D1,D2,... chooses them)", file=sys.stderr)
+        wl = wl.bind(dict.fromkeys(wl.sizes, MODEL_SIZE))
+    return wl
 
 
 def _chosen(what: str, command: str) -> Path | str:

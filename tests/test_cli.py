@@ -143,15 +143,23 @@ def test_run_and_show_take_an_onnx_model(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    ([], "input 'x' has a symbolic dimension 0 \\('batch'\\); give it with shapes="),
     (["--shape", "x=16,eight"], "--shape 'x=16,eight': expected NAME=D1,D2,... \\(integers\\)"),
+    (["--shape", "x=16,9"], "shapes\\['x'\\] = \\[16, 9\\] gives dimension 1 as 9; the model declares it 8"),
 ])
-def test_an_onnx_model_with_a_bad_or_missing_shape_is_one_line(tmp_path, capsys, args, message):
+def test_an_onnx_model_with_a_bad_shape_is_one_line(tmp_path, capsys, args, message):
     model = str(_onnx_mlp(tmp_path / "mlp.onnx"))
     assert main(["run", model, *args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert re.search(message, err)
+
+
+def test_a_model_s_symbolic_dimensions_left_unbound_are_bound_for_the_command_and_said_so(tmp_path, capsys):
+    model = str(_onnx_mlp(tmp_path / "mlp.onnx"))
+    assert main(["run", model, "--runs", "2", "--workers", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "symbolic dimensions batch bound to 8 for this command" in captured.err
+    assert "checked against pw.reference" in captured.out
 
 
 def test_tune_an_onnx_model_kernel_by_kernel_then_time_it(tmp_path, capsys):
