@@ -13,8 +13,8 @@ Every ptowsp result is checked against numpy first.  Contenders:
 
 torch is a benchmark-only peer in a separate venv, never imported by the package:
 
-    python3 -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install numpy torch -e /work/main
-    /tmp/bench-venv/bin/python benchmarks/contractions.py [--repeat 7] [--only conv] [--tuned 64]
+    sh benchmarks/peers.sh   # the benchmark venv, .bench-venv/
+    .bench-venv/bin/python benchmarks/contractions.py [--repeat 7] [--only conv] [--tuned 64]
 
 Targets (issue 30, default schedule): matmul 1024^3 >= 0.9x OpenBLAS; conv2d 3x3 64->64 56^2 and
 1x1 256->64 56^2 >= 0.8x torch; depthwise 3x3 128 ch 112^2 >= 1.0x torch; dense 1x2048->1000 and

@@ -27,9 +27,8 @@ Contenders:
 ptowsp never imports halide; this script does, only if it is installed.  The
 peers live in a separate benchmark venv beside this repo:
 
-    python3 -m venv /tmp/bench-venv
-    /tmp/bench-venv/bin/pip install halide numpy torch -e /work/main
-    /tmp/bench-venv/bin/python benchmarks/images.py [--repeat 7]
+    sh benchmarks/peers.sh   # the benchmark venv, .bench-venv/
+    .bench-venv/bin/python benchmarks/images.py [--repeat 7]
 
 Target (issue 29): blur >= 1.0x Halide's published schedule.
 """

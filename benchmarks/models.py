@@ -19,9 +19,8 @@ d_ff 1024) default >= 1.0x torch.compile (last table).
 
 Peers live in a separate venv (the package never imports them):
 
-    python -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install -e . onnxruntime torch \\
-        --extra-index-url <the PyTorch CPU wheel index>
-    /tmp/bench-venv/bin/python benchmarks/models.py [--repeat 10] [--aicore] [--tuned 400]
+    sh benchmarks/peers.sh   # the benchmark venv, .bench-venv/
+    .bench-venv/bin/python benchmarks/models.py [--repeat 10] [--aicore] [--tuned 400]
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ relative to the best peer.  Every result is checked against numpy (float64) firs
 ptowsp never imports numba or halide; this script does, only if installed.  The peers live in
 a separate benchmark venv beside this repo:
 
-    python3 -m venv /tmp/bench-venv && /tmp/bench-venv/bin/pip install numpy numba halide -e /work/main
-    /tmp/bench-venv/bin/python benchmarks/streaming.py [--repeat 7] [--only softmax]
+    sh benchmarks/peers.sh   # the benchmark venv, .bench-venv/
+    .bench-venv/bin/python benchmarks/streaming.py [--repeat 7] [--only softmax]
 
 Targets (issue 30, default schedule): layernorm >= 1.0x numba's fused fastmath loop; the exp
 chain >= 1.0x Halide with fast_exp; softmax >= 1.2x Halide with fast_exp.
