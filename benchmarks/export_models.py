@@ -10,7 +10,9 @@ the benchmark venv (`sh benchmarks/peers.sh`); the package never imports torch.
 
 `--tiny` writes the same architectures at tiny widths (a few hundred KB each) into
 tests/frontend/exported/, with each model's input and onnxruntime's output beside it (`<name>.npz`), so
-that CI checks ptowsp against them without torch or onnxruntime.
+that CI checks ptowsp against them without torch or onnxruntime; and, in dynamic/, three of them with
+symbolic batch and sequence dimensions (two bindings checked), and in classic/, five as the
+TorchScript exporter (`dynamo=False`) writes them.
 """
 
 from __future__ import annotations
@@ -142,7 +144,10 @@ MODELS = [*VISION, "bert_encoder", "gpt2_block"]
 DYNAMIC = {"resnet18": {0: "batch"}, "gpt2_block": {0: "batch", 1: "sequence"}, "bert_encoder": {1: "sequence"}}
 
 
-def export(name: str, out: Path, tiny: bool, dynamic: bool = False) -> Path:
+CLASSIC = ["resnet18", "mobilenet_v3_small", "vit_b_16", "bert_encoder", "gpt2_block"]  # also dynamo=False
+
+
+def export(name: str, out: Path, tiny: bool, dynamic: bool = False, classic: bool = False) -> Path:
     import inspect
 
     import torch
@@ -157,9 +162,13 @@ def export(name: str, out: Path, tiny: bool, dynamic: bool = False) -> Path:
         first = next(iter(inspect.signature(model.forward).parameters))
         shapes = {first: {d: torch.export.Dim(n, min=1 if n == "batch" else 2, max=64)
                           for d, n in DYNAMIC[name].items()}}
-    with torch.no_grad():
-        torch.onnx.export(model, args, str(path), dynamo=True, external_data=not tiny, verbose=False,
-                          dynamic_shapes=shapes)
+    if classic:  # the TorchScript exporter, as older code calls it (traced with autograd on: under no_grad
+        # torch's attention takes a fused kernel that exporter cannot write)
+        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17)
+    else:
+        with torch.no_grad():
+            torch.onnx.export(model, args, str(path), dynamo=True, external_data=not tiny, verbose=False,
+                              dynamic_shapes=shapes)
     print(f"{name}: exported in {time.perf_counter() - start:.1f} s -> {path} "
           f"({sum(p.stat().st_size for p in out.glob(name + '.onnx*')) / 1e6:.1f} MB)", flush=True)
     return path
@@ -230,6 +239,9 @@ def main() -> None:
         for name in DYNAMIC:
             expected(export(name, TINY_DIR / "dynamic", True, dynamic=True),
                      ({"batch": 1, "sequence": 5}, {"batch": 3, "sequence": 16}))
+        (TINY_DIR / "classic").mkdir(exist_ok=True)
+        for name in CLASSIC:
+            expected(export(name, TINY_DIR / "classic", True, classic=True))
     for name in names:
         if name == "resnet50_int8":
             source = out / "resnet50.onnx"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -52,7 +53,10 @@ def validate_inputs(wl: Workload, given: Mapping[str, object]) -> dict[str, np.n
     unexpected = sorted(set(given) - set(wl.inputs))
     if unexpected:
         known = ", ".join(wl.inputs) or "(none)"
-        raise InputError(f"unexpected input {unexpected[0]!r} for workload {wl.name!r}; its inputs are {known}")
+        plain = re.sub(r"[^A-Za-z0-9_]", "_", unexpected[0]).strip("_")
+        like = [n for n in wl.inputs if n in (plain, f"t_{plain}")]
+        hint = f" ({like[0]!r}: an imported model's names become identifiers, docs/frontend.md)" if like else ""
+        raise InputError(f"unexpected input {unexpected[0]!r} for workload {wl.name!r}; its inputs are {known}{hint}")
     arrays = {}
     for name in wl.inputs:
         t = wl.tensor(name)

@@ -100,3 +100,22 @@ def test_one_import_and_one_build_serve_every_batch_size_and_sequence_length(nam
     bound = pw.build(pw.frontend.from_onnx(EXPORTED / "dynamic" / f"{name}.onnx",
                                            shapes={k: v.shape for k, v in feeds.items()}), "aicore")
     assert_matches_onnxruntime(bound(**feeds), want, f"{name} on aicore, bound by shapes=")
+
+
+CLASSIC = sorted(p.stem for p in (EXPORTED / "classic").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_the_torchscript_exporter_s_models_match_onnxruntime(name):
+    """`dynamo=False` (opset 17): Identity and Constant nodes, Mod/Sqrt/Div shape arithmetic, input names
+    such as `input.1`, which the import makes identifiers (`input_1`; the run names the renamed input)."""
+    data = np.load(EXPORTED / "classic" / f"{name}.npz")
+    wl = pw.frontend.from_onnx(EXPORTED / "classic" / f"{name}.onnx")
+    feeds = {k.split(":", 1)[1].replace(".", "_"): data[k] for k in data if k.startswith("input:")}
+    want = {k.split(":", 1)[1]: data[k] for k in data if k.startswith("output:")}
+    assert set(feeds) == set(wl.inputs)
+    assert_matches_onnxruntime(pw.build(wl, "cpu", workers=2)(**feeds), want, f"{name} (dynamo=False) on cpu")
+    assert_matches_onnxruntime(pw.reference(wl, **feeds), want, f"{name} (dynamo=False) on pw.reference")
+    if "input_1" in wl.inputs:
+        with pytest.raises(pw.InputError, match="'input_1': an imported model's names become identifiers"):
+            pw.reference(wl, **{"input.1": feeds["input_1"]})
