@@ -15,6 +15,7 @@ carry them out read them back through the properties at the end.
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +51,19 @@ def _original(wl: Workload, name: str) -> tuple[list[tuple[str, int]], list]:
     return list(zip(task.loop_names, task.tensor.shape, strict=True)), schedulable_reduce_axes(task.body)
 
 
+_COMPUTE_TASKS: weakref.WeakKeyDictionary[Workload, tuple[int, frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _compute_tasks(workload: Workload) -> frozenset[str]:
+    """The workload's compute tasks, found again only when it has gained tasks (tasks are only added)."""
+    tasks = workload.tasks
+    count, found = _COMPUTE_TASKS.get(workload, (-1, frozenset()))
+    if count != len(tasks):
+        found = frozenset(n for n in tasks if isinstance(workload.task(n), ComputeTask))
+        _COMPUTE_TASKS[workload] = (len(tasks), found)
+    return found
+
+
 class _Nests(dict):
     """Each compute task's loop nest, made from the workload when first asked for: a step touches one
     task's loops, and a model's fusion plan replays hundreds of schedules (passes/fusion.py)."""
@@ -57,7 +71,7 @@ class _Nests(dict):
     def __init__(self, workload: Workload):
         super().__init__()
         self._workload = workload
-        self._compute = {n for n in workload.tasks if isinstance(workload.task(n), ComputeTask)}
+        self._compute = _compute_tasks(workload)
 
     def __missing__(self, name: str) -> LoopNest:
         if name not in self._compute:
