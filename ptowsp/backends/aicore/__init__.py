@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -159,11 +160,11 @@ class AicoreBackend:
             try:
                 return self.compile(streamed, device)
             except BufferOverflow as e:
-                extent = _streamable(streamed, e.task)
-                if e.buffer != "L0C" and extent is not None and blocks.get(e.task, 2) > 1 and \
-                        _streams_further(streamed, e.task):
-                    blocks[e.task] = max(1, (blocks.get(e.task) or extent) // 2)
-                elif widths.get(e.task, 2 * _MIN_WIDTH) > _MIN_WIDTH and narrow_tile(
+                extent, piece = _streamable(streamed, e.task), _stream_piece(schedule, e.task)
+                block = blocks.get(e.task) or extent
+                if e.buffer != "L0C" and extent is not None and piece is not None and block // 2 >= piece[1]:
+                    blocks[e.task] = block // 2
+                elif e.buffer != "L0C" and widths.get(e.task, 2 * _MIN_WIDTH) > _MIN_WIDTH and narrow_tile(
                         streamed, e.task, widths.get(e.task, 2 * _MAX_WIDTH) // 2) is not None:
                     widths[e.task] = widths.get(e.task, 2 * _MAX_WIDTH) // 2  # the reduction streams no further
                 else:
@@ -204,12 +205,16 @@ def _streamable(schedule: Schedule, task: str) -> int | None:
 _MIN_WIDTH, _MAX_WIDTH = 16, 256  # how narrow narrow_tile makes a tile loop, first and at the least
 
 
-def _streams_further(schedule: Schedule, task: str) -> bool:
-    """Whether streaming `task`'s reduction in smaller blocks can shrink its input block: its last serial
-    piece of the reduction axis is longer than 1 (a vectorized or unrolled piece is a fixed block)."""
+def _stream_piece(schedule: Schedule, task: str) -> tuple[str, int] | None:
+    """The piece of `task`'s outermost reduction axis that streams (its last serial one: a vectorized or
+    unrolled piece is a fixed block), and how many elements of the axis one of its iterations covers."""
     axis = schedule.workload.task(task).body.src[1].arg[0]
     pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
-    return any(lp.annotation == SERIAL and lp.extent != 1 for lp in pieces) and pieces[-1].annotation == SERIAL
+    serial = [k for k, lp in enumerate(pieces) if lp.annotation == SERIAL]
+    if not serial or not all(isinstance(lp.extent, int) for lp in pieces):
+        return None
+    last = serial[-1]
+    return pieces[last].name, math.prod(lp.extent for lp in pieces[last + 1:])
 
 
 def narrow_tile(schedule: Schedule, task: str, width: int) -> Schedule | None:
@@ -228,14 +233,11 @@ def narrow_tile(schedule: Schedule, task: str, width: int) -> Schedule | None:
 
 
 def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedule:
-    """`task`'s outermost reduction axis streamed in blocks of `block`: its innermost piece is split and
+    """`task`'s outermost reduction axis streamed in blocks of `block` elements: its streaming piece is split and
     the block loop placed just inside the task grid (after any block loop already there), so each step
     of it loads one block of the inputs (the aicore cost model's stream)."""
-    axis = schedule.workload.task(task).body.src[1].arg[0]
-    pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
-    serial = [lp.name for lp in pieces if lp.annotation == SERIAL]  # a vectorized piece keeps its lanes
-    loop = (serial or [pieces[-1].name])[-1]
-    s = schedule.copy().split(task, loop, block)  # schedules are built in place: leave the given one as it is
+    loop, span = _stream_piece(schedule, task)
+    s = schedule.copy().split(task, loop, max(1, block // span))  # in place: leave the given one as it is
     loops = s.nest(task).loops
     grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
     after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != f"{loop}.outer"]
