@@ -30,7 +30,7 @@ from ptowsp.backends.cpu import cache
 from ptowsp.backends.cpu.setup import RunSetup, Stored
 from ptowsp.backends.cpu.cache import KernelEntry, Manifest
 from ptowsp.backends.cpu.jit import (
-    LoadedObject, cache_key, compile_object, optimised_module, target_machine,
+    LoadedObject, cache_key, compile_object, host_module, optimised_module, target_machine,
 )
 from ptowsp.backends.buffers import Recycler, aligned_copy
 from ptowsp.backends.host import domain_outputs, run_table, tile_of
@@ -202,26 +202,27 @@ class CpuExecutable:
 
     def _compile(self, key: str) -> tuple[LoadedObject, Manifest]:
         program = self.program
-        module = ir.Module(name=program.workload.name)
-        kernels, compiled = {}, {}  # compiled: a kernel's shape (twins.py) -> its symbols
+        kernels, compiled, texts = {}, {}, []  # compiled: a kernel's shape (twins.py) -> its symbols
         for name, kernel in program.kernels.items():
-            arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
-            alone = ir.Module(name="twin")  # the task alone, to compare with those emitted before
+            alone = host_module(program.workload.name)  # each task in a module of its own, linked in LLVM
             symbol, variants = _emit_task(alone, program, name, self.cpu)
-            shape = shape_of(str(alone), symbol)
+            for s in (symbol, *variants):
+                emit_thunk(alone, alone.get_global(s))
+            text = str(alone)
+            shape = shape_of(text, symbol)
             if shape in compiled:  # a twin of a kernel emitted already: the task calls that one
                 symbol, variants = compiled[shape]
             else:
-                compiled[shape] = _emit_task(module, program, name, self.cpu)
-                for s in (symbol, *variants):
-                    emit_thunk(module, module.get_global(s))
+                compiled[shape] = symbol, variants
+                texts.append(text)
             grid = tuple(formula_of(extent) for _, extent in kernel.grid)
             if None in grid:
                 raise BuildError(f"task {name!r}: a grid extent is not integer arithmetic over sizes: {kernel.grid}")
+            arguments = tuple(b.name for b in (*kernel.inputs, *kernel.outputs))
             kernels[name] = KernelEntry(symbol=symbol, arguments=arguments, grid=grid, access=program.access[name],
                                         variants=variants)
-        self.module_text = str(module)
-        data = compile_object(module, self.cpu, _linked(program))
+        self.module_text = "\n".join(texts)
+        data = compile_object(texts or [str(host_module(program.workload.name))], self.cpu, _linked(program))
         return LoadedObject(data, self.cpu), cache.store(key, data, tuple(program.order), kernels)
 
     def source(self, task: str, kind: str) -> str:

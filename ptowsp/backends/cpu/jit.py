@@ -53,9 +53,10 @@ def cache_key(description: str, cpu: TargetCpu) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
+def optimise(module: ir.Module | Sequence[str], tm: llvm.TargetMachine, vectorize: bool,
              linked: Sequence[str] = ()) -> llvm.ModuleRef:
-    """Parse and verify the module (with the LLVM IR texts `linked` into it: declared intrinsics),
+    """Parse and verify the module, or the modules whose IR texts are given (linked into one: a build's
+    kernels, each emitted on its own), with the LLVM IR texts `linked` into it (declared intrinsics),
     then run LLVM's -O3 pipeline for `tm` (with or without the loop vectorizer).
 
     The SLP vectorizer stays off: on LLVM 22.1 (llvmlite 0.50) it miscompiled an int8 gather whose
@@ -64,7 +65,12 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
     miscompilations in LLVM's tracker.  Loops a schedule vectorizes are vector code already; side
     by side, matmul, conv2d, softmax, layernorm, camera_pipe and the transformer block ran within
     the machine's noise without it (docs/performance.md)."""
-    parsed = llvm.parse_assembly(str(module))
+    texts = [str(module)] if isinstance(module, ir.Module) else list(module)
+    parsed = llvm.parse_assembly(texts[0])
+    for text in texts[1:]:
+        part = llvm.parse_assembly(text)
+        part.triple = parsed.triple
+        parsed.link_in(part)
     for text in linked:
         try:
             other = llvm.parse_assembly(text)
@@ -82,19 +88,28 @@ def optimise(module: ir.Module, tm: llvm.TargetMachine, vectorize: bool,
     return parsed
 
 
+def host_module(name: str) -> ir.Module:
+    """An empty module for this host's triple, for kernels compiled here."""
+    module = ir.Module(name=name)
+    module.triple = llvm.get_process_triple()
+    return module
+
+
 COMPILATIONS = 0  # LLVM compilations in this process (a build served from the cache makes none)
 
 
-def optimised_module(module: ir.Module, cpu: TargetCpu, linked: Sequence[str] = ()
+def optimised_module(module: ir.Module | Sequence[str], cpu: TargetCpu, linked: Sequence[str] = ()
                      ) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
-    """The module (and the IR `linked` into it) after -O3 for `cpu`, and the machine that emits its code."""
-    module.triple = llvm.get_process_triple()
+    """The module (or modules' texts, and the IR `linked` into it) after -O3 for `cpu`, and the machine
+    that emits its code."""
+    if isinstance(module, ir.Module):
+        module.triple = llvm.get_process_triple()
     tm = target_machine(cpu)
     return optimise(module, tm, vectorize=True, linked=linked), tm
 
 
-def compile_object(module: ir.Module, cpu: TargetCpu, linked: Sequence[str] = ()) -> bytes:
-    """Optimise and compile the module for `cpu`."""
+def compile_object(module: ir.Module | Sequence[str], cpu: TargetCpu, linked: Sequence[str] = ()) -> bytes:
+    """Optimise and compile the module (or modules' texts, linked into one) for `cpu`."""
     global COMPILATIONS
     COMPILATIONS += 1
     optimised, tm = optimised_module(module, cpu, linked)
