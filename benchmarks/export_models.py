@@ -120,7 +120,7 @@ def _vision(name: str, tiny: bool):
         model = getattr(torchvision.models, name)(weights=None, **kwargs)
     if name == "vit_b_16":  # torchvision starts its classifier at zero: every output would be 0
         torch.nn.init.normal_(model.heads.head.weight, std=0.02)
-    size = 64 if tiny else 224
+    size = 32 if tiny else 224
     return model, (torch.randn(1, 3, size, size),)
 
 
