@@ -113,9 +113,14 @@ def _vision(name: str, tiny: bool):
             dropout=0.0, num_classes=10)
     elif tiny and name.startswith("resnet"):
         model = _tiny_resnet(name == "resnet50")
+    elif tiny and name == "mobilenet_v2":  # one inverted residual block per stage (torchvision's has 17 in all)
+        setting = [[1, 16, 1, 1], [6, 24, 1, 2], [6, 32, 1, 2], [6, 64, 1, 2], [6, 96, 1, 1], [6, 160, 1, 2],
+                   [6, 320, 1, 1]]
+        model = torchvision.models.MobileNetV2(num_classes=10, width_mult=0.25, inverted_residual_setting=setting)
     elif tiny and name == "mobilenet_v3_small":
         setting, last = torchvision.models.mobilenetv3._mobilenet_v3_conf(name, width_mult=0.25)
-        model = torchvision.models.MobileNetV3(setting, last, num_classes=10)
+        # its first four blocks (squeeze-excite, ReLU and hard-swish ones among them), not all eleven
+        model = torchvision.models.MobileNetV3(setting[:4], last, num_classes=10)
     else:
         model = getattr(torchvision.models, name)(weights=None, **kwargs)
     if name == "vit_b_16":  # torchvision starts its classifier at zero: every output would be 0
