@@ -160,13 +160,14 @@ class AicoreBackend:
             try:
                 return self.compile(streamed, device)
             except BufferOverflow as e:
-                extent, piece = _streamable(streamed, e.task), _stream_piece(schedule, e.task)
+                extent = _streamable(streamed, e.task)
+                piece = _stream_piece(schedule, e.task) if extent is not None else None
                 block = blocks.get(e.task) or extent
                 if e.buffer != "L0C" and extent is not None and piece is not None and block // 2 >= piece[1]:
                     blocks[e.task] = block // 2
-                elif e.buffer != "L0C" and widths.get(e.task, 2 * _MIN_WIDTH) > _MIN_WIDTH and narrow_tile(
-                        streamed, e.task, widths.get(e.task, 2 * _MAX_WIDTH) // 2) is not None:
-                    widths[e.task] = widths.get(e.task, 2 * _MAX_WIDTH) // 2  # the reduction streams no further
+                elif e.buffer != "L0C" and (width := (widths.get(e.task) or _widest(schedule, e.task)) // 2) \
+                        >= _MIN_WIDTH and narrow_tile(schedule, e.task, width) is not None:
+                    widths[e.task] = width  # the reduction streams no further (or there is none): narrow the tile
                 else:
                     raise
 
@@ -202,7 +203,17 @@ def _streamable(schedule: Schedule, task: str) -> int | None:
     return int(reduce[0].arg[1]) if reduce and isinstance(reduce[0].arg[1], int) else None
 
 
-_MIN_WIDTH, _MAX_WIDTH = 16, 256  # how narrow narrow_tile makes a tile loop, first and at the least
+_MIN_WIDTH = 16  # the narrowest tile loop narrow_tile makes
+
+
+def _serial_spatial(schedule: Schedule, task: str) -> list:
+    return [lp for lp in schedule.nest(task).loops if not lp.reduce and lp.annotation == SERIAL
+            and isinstance(lp.extent, int)]
+
+
+def _widest(schedule: Schedule, task: str) -> int:
+    """The extent of `task`'s widest serial spatial loop (0 if it has none): narrow_tile halves it first."""
+    return max((lp.extent for lp in _serial_spatial(schedule, task)), default=0)
 
 
 def _stream_piece(schedule: Schedule, task: str) -> tuple[str, int] | None:
@@ -220,10 +231,8 @@ def _stream_piece(schedule: Schedule, task: str) -> tuple[str, int] | None:
 def narrow_tile(schedule: Schedule, task: str, width: int) -> Schedule | None:
     """`task`'s widest serial spatial loop split by `width`, its outer part added to the task grid: a smaller
     tile, so a smaller input block, when streaming the reduction cannot shrink it (a vectorized k)."""
-    loops = schedule.nest(task).loops
-    grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
-    wide = [lp for lp in loops if not lp.reduce and lp.annotation == SERIAL and isinstance(lp.extent, int)
-            and lp.extent > width]
+    grid = [lp.name for lp in schedule.nest(task).loops if lp.annotation == PARALLEL]
+    wide = [lp for lp in _serial_spatial(schedule, task) if lp.extent > width]
     if not wide:
         return None
     loop = max(wide, key=lambda lp: lp.extent).name
