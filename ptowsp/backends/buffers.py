@@ -23,16 +23,7 @@ import threading
 
 import numpy as np
 
-from ptowsp.schedules.passes.memory import ALIGN
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """np.empty whose data starts on an ALIGN-byte boundary (malloc gives 16): kernels may then
-    store whole vectors aligned, as non-temporal stores need (cpu/streams.py)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+from ptowsp.workloads.arrays import ALIGN, aligned_empty
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:

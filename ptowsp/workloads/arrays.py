@@ -11,6 +11,19 @@ from ptowsp.errors import DTypeError, ShapeError
 from ptowsp.te import Expr, dtypes, sizes
 from ptowsp.te.sizes import Extent
 
+ALIGN = 64  # bytes: a cache line, and enough for any vector load
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """np.empty whose data starts on an ALIGN-byte boundary (malloc gives 16): kernels may then
+    load and store whole vectors aligned (non-temporal stores need it), and a constant made here
+    is used by a build as it is, not copied again."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
 
 def normalize_shape(shape: object, what: str) -> tuple[Extent, ...]:
     """A shape as a tuple of positive ints and symbolic sizes (te/sizes.py), or ShapeError naming `what`."""
@@ -41,7 +54,8 @@ def constant_array(what: str, value: object, dtype: object) -> np.ndarray:
     if not numbers or not np.can_cast(found.dtype, name, casting="same_kind"):
         raise DTypeError(f"{what}: a {found.dtype} value does not convert to {name} without changing its kind; "
                          "convert it explicitly")
-    array = np.array(found, dtype=name, order="C")  # always a copy: the caller's array stays theirs
+    array = aligned_empty(found.shape, np.dtype(name))  # (ml_dtypes registers bfloat16's name with numpy)
+    array[...] = found  # always a copy: the caller's array stays theirs
     if array.dtype.kind in "iu" and not np.array_equal(array, found):
         raise DTypeError(f"{what}: some values do not fit {name}")
     return array

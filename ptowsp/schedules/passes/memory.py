@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-ALIGN = 64  # bytes: a cache line, and enough for any vector load
+from ptowsp.workloads.arrays import ALIGN
+
 
 
 @dataclass(frozen=True)
