@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -127,11 +128,16 @@ def fold(imp: Importer, node: onnx.NodeProto) -> bool:
     elif op == "Concat":
         out = np.concatenate([np.asarray(v, dtype=object).reshape(-1) if np.ndim(v) == 0 else np.asarray(v, dtype=object)
                               for v in value], axis=int(attribute(node, "axis", 0)))
-    elif op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
-        shape = {"Unsqueeze": lambda: x.reshape(-1) if x.ndim == 0 else x.reshape(1, *x.shape),
-                 "Squeeze": lambda: x.reshape(()) if x.size == 1 else x}[op]() if op in ("Unsqueeze", "Squeeze") \
-            else x.reshape(-1)
-        out = shape
+    elif op in ("Unsqueeze", "Squeeze"):
+        axes = attribute(node, "axes")
+        axes = axes if axes is not None else _int_list(imp, node, 1)
+        if op == "Unsqueeze":
+            rank = x.ndim + len(axes)
+            out = np.expand_dims(x, tuple(int(a) % rank for a in axes))
+        else:
+            out = np.squeeze(x, None if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes))
+    elif op in ("Reshape", "Flatten"):
+        out = x.reshape(-1)
     elif op in _ARITHMETIC:
         out = _ARITHMETIC[op](x, np.asarray(value[1], dtype=object))
     else:
@@ -154,8 +160,6 @@ def extents(imp: Importer, node: onnx.NodeProto, k: int, what: str) -> list[Dim]
 
 def size_name(inp: onnx.ValueInfoProto, d: int) -> str:
     """The size a symbolic dimension becomes: its dim_param as an identifier, else `<input>_dim<d>`."""
-    import re
-
     param = inp.type.tensor_type.shape.dim[d].dim_param
     name = re.sub(r"[^A-Za-z0-9_]", "_", param or f"{inp.name}_dim{d}").strip("_") or f"dim{d}"
     return f"d_{name}" if name[0].isdigit() else name
