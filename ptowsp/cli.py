@@ -47,6 +47,11 @@ class CommandError(Exception):
 
 ZOO_SIZE = 64  # what a zoo workload's symbolic sizes are bound to on the command line
 MODEL_SIZE = 8  # what an ONNX model's symbolic dimensions left unbound by --shape are, on the command line
+CHECK_RTOL = 1e-3  # how far a checked output may be from the reference's (or onnxruntime's), of the largest
+QUANTIZED_RTOL = 0.02  # a quantized model's: its values round to steps, and float sums in another order
+# (or one fused multiply-add) move a value across a rounding boundary now and then, a step at a time
+_QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+               "MatMulInteger"}
 
 
 def _zoo(name: str) -> pw.Workload:
@@ -55,10 +60,10 @@ def _zoo(name: str) -> pw.Workload:
     return wl.bind(dict.fromkeys(wl.sizes, ZOO_SIZE)) if wl.sizes else wl
 
 
-def _checked(prog: Built, wl: pw.Workload, inputs: dict, command: str) -> None:
+def _checked(prog: Built, wl: pw.Workload, inputs: dict, command: str, rtol: float = CHECK_RTOL) -> None:
     out = prog.run(**inputs)
     for key, expected in pw.reference(wl, **inputs).items():
-        if not matches(out[key], expected):
+        if not matches(out[key], expected, rtol):
             raise CommandError(f"ptowsp {command}: {wl.name} output {key!r} differs from the reference on "
                                f"{prog.target}")
 
@@ -69,7 +74,7 @@ def _zoo_build(chosen: str | Path, args: argparse.Namespace) -> tuple[Built, dic
     what = wl if getattr(args, "tasks", None) is None else wl.schedule().parallelize(args.tasks)
     prog = pw.build(what, target=args.target, workers=args.workers)
     inputs = random_inputs(wl)
-    _checked(prog, wl, inputs, args.command)
+    _checked(prog, wl, inputs, args.command, tolerance(chosen))
     return prog, inputs
 
 
@@ -90,6 +95,16 @@ def _is_script(what: str) -> bool:
 
 def _is_model(chosen: object) -> bool:
     return isinstance(chosen, Path) and chosen.suffix == ".onnx"
+
+
+def tolerance(chosen: object) -> float:
+    """The check's relative tolerance for a zoo workload or model: QUANTIZED_RTOL where the model quantizes."""
+    if not _is_model(chosen):
+        return CHECK_RTOL
+    import onnx  # (the frontend's dependency, loaded on first use)
+
+    graph = onnx.load(str(chosen), load_external_data=False).graph  # the nodes only: data, never run
+    return QUANTIZED_RTOL if any(n.op_type in _QUANTIZING for n in graph.node) else CHECK_RTOL
 
 
 def _model(path: Path, args: argparse.Namespace) -> pw.Workload:
@@ -327,7 +342,8 @@ def _side_by_side(programs: dict[str, Built], chosen: Path | str, inputs: dict, 
     session = onnxruntime_session(chosen) if _is_model(chosen) else None
     if session is not None:  # its inputs are the model's, in the order the workload declares them
         feeds = dict(zip((i.name for i in session.get_inputs()), (inputs[n] for n in first.workload.inputs)))
-        checked += f" and onnxruntime ({_against_onnxruntime(first, inputs, session.run(None, feeds))})"
+        theirs = session.run(None, feeds)
+        checked += f" and onnxruntime ({_against_onnxruntime(first, inputs, theirs, tolerance(chosen))})"
         contenders["onnxruntime (CPU, all graph optimizations)"] = lambda: session.run(None, feeds)
     elif _is_model(chosen):
         print("onnxruntime is not installed: its row is left out and its outputs unchecked "
@@ -340,16 +356,16 @@ def _side_by_side(programs: dict[str, Built], chosen: Path | str, inputs: dict, 
         print(f"{name:{width}}  {readable_seconds(t):>10}  {seconds[0] / t:>6.2f}x ptowsp's default")
 
 
-def _against_onnxruntime(prog: Built, inputs: dict, theirs: list) -> str:
+def _against_onnxruntime(prog: Built, inputs: dict, theirs: list, rtol: float = CHECK_RTOL) -> str:
     """The largest error of ptowsp's outputs against onnxruntime's on the same inputs, relative to the
-    largest output; CommandError where one differs by more than 1e-3 of it."""
+    largest output; CommandError where one differs by more than `rtol` of it."""
     ours = prog.run(**inputs)
     worst = 0.0
     for name, want in zip(prog.workload.outputs, theirs, strict=True):
         got, want = ours[name].astype(np.float64), np.asarray(want, np.float64).reshape(ours[name].shape)
         scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-30)
         error = float(np.max(np.abs(got - want), initial=0.0)) / scale
-        if not error <= 1e-3:  # (NaN too)
+        if not error <= rtol:  # (NaN too)
             raise CommandError(f"ptowsp run: output {name!r} differs from onnxruntime's: largest error "
                                f"{error * scale:.3g} against outputs of at most {scale:.3g}")
         worst = max(worst, error)

@@ -9,6 +9,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.autoschedule import records
+from ptowsp import cli
 from ptowsp.cli import main
 
 SCRIPT = '''
@@ -215,3 +216,12 @@ def test_run_checks_a_model_against_onnxruntime_too(tmp_path, capsys, monkeypatc
         assert code == 2 and "output 'y' differs from onnxruntime's: largest error 1" in captured.err
     else:
         assert code == 0 and "checked against pw.reference and onnxruntime (largest error" in captured.out
+
+
+def test_a_quantized_model_is_checked_to_a_quantization_step():
+    """Its values round to steps: float sums in another order move one across a boundary now and then."""
+    from pathlib import Path
+
+    exported = Path(__file__).parent / "frontend" / "exported"
+    assert cli.tolerance(exported / "resnet50_int8.onnx") == cli.QUANTIZED_RTOL
+    assert cli.tolerance(exported / "resnet50.onnx") == cli.tolerance("matmul") == cli.CHECK_RTOL
