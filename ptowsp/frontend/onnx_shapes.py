@@ -14,7 +14,7 @@ import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
 from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
-from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, size_value
+from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, shown, size_value
 from ptowsp.te import const, sizes
 
 __all__ = ["OPS"]  # the registry, complete once this module's operators have registered
@@ -33,40 +33,30 @@ def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[Dim]
         trail += 1
     middle_in, middle_out = x.shape[lead:len(x.shape) - trail], shape[lead:len(shape) - trail]
     if not all(isinstance(d, int) for d in (*middle_in[1:], *middle_out[1:])):  # strides must be numbers
-        raise WorkloadError(f"{describe(node)}: viewing {_shown(x.shape)} as {_shown(shape)} regroups symbolic "
+        raise WorkloadError(f"{describe(node)}: viewing {shown(x.shape)} as {shown(shape)} regroups symbolic "
                             "dimensions; bind them with shapes=")
     if lead or trail or not all(isinstance(d, int) for d in (*middle_in, *middle_out)):
         if not same(quotient(node, middle_in, middle_out), 1):
-            raise WorkloadError(f"{describe(node)}: cannot view shape {_shown(x.shape)} as {_shown(shape)}")
+            raise WorkloadError(f"{describe(node)}: cannot view shape {shown(x.shape)} as {shown(shape)}")
         imp.compute(node, shape, lambda *idx: x.at([*idx[:lead], *_regrouped(idx[lead:len(idx) - trail],
                                                                               middle_out, middle_in),
                                                     *idx[len(idx) - trail:]]))
         return
     if math.prod(shape) != math.prod(x.shape):
         raise WorkloadError(f"{describe(node)}: cannot view shape {x.shape} as {tuple(shape)}")
-    out_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    in_strides = [math.prod(x.shape[d + 1:]) for d in range(len(x.shape))]
-
-    def body(*idx):
-        linear = sum(i * st for i, st in zip(idx, out_strides, strict=True))
-        return x.at([linear // st % n for st, n in zip(in_strides, x.shape, strict=True)])
     if [n for n in shape if n != 1] == [n for n in x.shape if n != 1]:  # only unit dimensions change
         kept = [d for d, n in enumerate(shape) if n != 1]
         imp.compute(node, shape, lambda *idx: x.at(_unit_map(idx, kept, x.shape)))
     else:
-        imp.compute(node, shape, body)
+        imp.compute(node, shape, lambda *idx: x.at(_regrouped(idx, shape, x.shape)))
 
 
 def _regrouped(idx: Sequence[object], out: Sequence[int], into: Sequence[int]) -> list[object]:
     """The index into shape `into` of element `idx` of shape `out` (the same elements, row-major)."""
     linear = sum(i * math.prod(out[d + 1:]) for d, i in enumerate(idx))
-    # (the first dimension needs no wrap: the index is below it; it may be a size)
-    return [linear // math.prod(into[d + 1:]) % n if d else linear // math.prod(into[1:])
+    # (a symbolic first dimension takes no wrap: the index is below it anyway)
+    return [linear // math.prod(into[d + 1:]) % n if d or isinstance(n, int) else linear // math.prod(into[1:])
             for d, n in enumerate(into)]
-
-
-def _shown(shape: Sequence[Dim]) -> list[object]:
-    return [d if isinstance(d, int) else str(d) for d in shape]
 
 
 def _unit_map(idx: Sequence[object], kept: Sequence[int], shape: Sequence[int]) -> list[object]:
@@ -83,7 +73,7 @@ def reshape(imp: Importer, node: onnx.NodeProto) -> None:
         refuse(node, "allowzero", 1, "a shape without 0: allowzero=1 makes a 0 an empty dimension")
     target = [x.shape[d] if isinstance(n, int) and n == 0 else n for d, n in enumerate(target)]
     if given.count(-1) > 1:
-        raise WorkloadError(f"{describe(node)}: shape {_shown(target)} has more than one -1")
+        raise WorkloadError(f"{describe(node)}: shape {shown(target)} has more than one -1")
     if -1 in given:
         at = next(d for d, n in enumerate(target) if isinstance(n, int) and n == -1)
         target[at] = quotient(node, x.shape, [n for d, n in enumerate(target) if d != at])

@@ -40,12 +40,12 @@ def broadcast(node: onnx.NodeProto, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
         dims = [s[len(s) - rank + d] for s in shapes if len(s) - rank + d >= 0]
         kept = [n for n in dims if not (isinstance(n, int) and n == 1)]
         if any(not same(n, kept[0]) for n in kept):
-            raise WorkloadError(f"{describe(node)}: input shapes {[_shown(s) for s in shapes]} do not broadcast")
+            raise WorkloadError(f"{describe(node)}: input shapes {[shown(s) for s in shapes]} do not broadcast")
         out.append(kept[0] if kept else 1)
     return tuple(out)
 
 
-def _shown(shape: Sequence[Dim]) -> list[object]:
+def shown(shape: Sequence[Dim]) -> list[object]:
     return [d if isinstance(d, int) else str(d) for d in shape]
 
 
@@ -68,13 +68,13 @@ def quotient(node: onnx.NodeProto, numerator: Sequence[Dim], denominator: Sequen
     """prod(numerator) / prod(denominator) where it divides exactly (Reshape's -1 over sizes)."""
     top, bottom = [_factors(d) for d in numerator], [_factors(d) for d in denominator]
     if None in top or None in bottom:
-        raise WorkloadError(f"{describe(node)}: cannot infer -1 from {_shown(numerator)} / {_shown(denominator)}; "
+        raise WorkloadError(f"{describe(node)}: cannot infer -1 from {shown(numerator)} / {shown(denominator)}; "
                             "bind the symbolic dimensions with shapes=")
     coef_top, coef_bottom = math.prod(c for c, _ in top), math.prod(c for c, _ in bottom)
     names = sum((s for _, s in top), collections.Counter())
     names.subtract(sum((s for _, s in bottom), collections.Counter()))
     if coef_bottom == 0 or coef_top % coef_bottom or any(n < 0 for n in names.values()):
-        raise WorkloadError(f"{describe(node)}: {_shown(numerator)} does not divide by {_shown(denominator)}")
+        raise WorkloadError(f"{describe(node)}: {shown(numerator)} does not divide by {shown(denominator)}")
     result: Dim = coef_top // coef_bottom
     for name, count in sorted(names.items()):
         for _ in range(count):
