@@ -123,11 +123,16 @@ class Block(Stmt):
 @dataclass(frozen=True)
 class Operand:
     """One operand of an intrinsic call: a window of `buffer` starting at `base`, whose pattern
-    dimension d runs along the buffer's dimension `dims[d]`."""
+    dimension d runs along the buffer's dimension `dims[d]`, `steps[d]` elements of it at a time
+    (1: every element; 2: a stride-2 convolution's input pixels)."""
 
     buffer: Buffer
     base: tuple[Expr, ...]
     dims: tuple[int, ...]
+    steps: tuple[int, ...] = ()  # empty: 1 along every dimension
+
+    def step(self, d: int) -> int:
+        return self.steps[d] if self.steps else 1
 
 
 @dataclass(frozen=True)

@@ -281,19 +281,34 @@ def _window(buffer: Buffer, indices: tuple[Expr, ...], p_indices: tuple[Expr, ..
                                              and n.arg[0] in loops else None)))
     p_loops = {name: 1 for name, _ in mapping.values()}
     dims: list[int] = []
+    steps: list[int] = []
     for p_index in p_indices:
         p_form = {k: v for k, v in (_linear(p_index, p_loops) or {}).items() if v}
         # the buffer dimension this pattern dimension runs along, in any order (a transposed operand,
-        # B[j, k] for the pattern's B[k, j], is a window whose strides the implementation is given);
-        # an axis of extent 1 here takes the first dimension left that does not move
-        found = next((d for d, move in enumerate(moves) if d not in dims and move == p_form), None)
+        # B[j, k] for the pattern's B[k, j], is a window whose strides the implementation is given),
+        # a whole number of elements at a time (`x * 2` of a strided convolution: 2); an axis of extent
+        # 1 here takes the first dimension left that does not move
+        found = next(((d, step) for d, move in enumerate(moves)
+                      if d not in dims and (step := _step(move, p_form)) is not None), None)
         if found is None:
             if not p_form:
                 raise NoMatch(f"{buffer.name} has no dimension left for the pattern's [{p_index}] of one element")
             raise NoMatch(f"{buffer.name} is accessed at [{', '.join(map(str, indices))}], not as the pattern's "
                           f"window [{', '.join(map(str, p_indices))}] (in any order of its dimensions)")
-        dims.append(found)
+        dims.append(found[0])
+        steps.append(found[1])
     if any(move for d, move in enumerate(moves) if d not in dims):
         raise NoMatch(f"{buffer.name} is accessed at [{', '.join(map(str, indices))}]: more of its dimensions "
                       "move than the pattern's")
-    return Operand(buffer, tuple(base), tuple(dims))
+    return Operand(buffer, tuple(base), tuple(dims), () if all(s == 1 for s in steps) else tuple(steps))
+
+
+def _step(move: dict[str, int], p_form: dict[str, int]) -> int | None:
+    """How many elements a buffer dimension moving as `move` takes per step of the pattern's index
+    `p_form` (both {pattern axis: coefficient}): a positive whole multiple, the same for every axis."""
+    if move.keys() != p_form.keys():
+        return None
+    if not move:
+        return 1
+    ratios = {(c // p if c % p == 0 else 0) for c, p in ((move[k], p_form[k]) for k in move)}
+    return ratios.pop() if len(ratios) == 1 and min(ratios) > 0 else None

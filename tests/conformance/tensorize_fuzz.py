@@ -3,11 +3,12 @@
     python -m tests.conformance.tensorize_fuzz --pairs 5000 [--seed 0] [--failures tensorize-failures.jsonl]
 
 Each pair draws a contraction (float32 matmul for the built-in `gemm`, int8 matmul for `gemm_i8`,
-batch_matmul, a matmul with a relu epilogue fused by category) with random sizes, and a random
-schedule around a tensorized register tile: tile rows and columns and the k block (divisors of
-the extents), the order of the tile's inner loops under k, an optional split and vectorization
-of the columns, an optional task grid, an optional packed B panel.  The build and run on cpu (and
-aicore every fifth pair) must match numpy: exactly for int8, to 1e-4 for float32.  A pair whose
+batch_matmul, a matmul with a relu epilogue fused by category, one whose A rows are read 2 or 3
+apart) with random sizes, and a random schedule around a tensorized register tile: tile rows and
+columns and the k block (divisors of the extents), the order of the tile's inner loops under k,
+an optional split and vectorization of the columns, an optional task grid, an optional packed B
+panel.  The build and run on cpu (and aicore every fifth pair) must match numpy: exactly for
+int8, to 1e-4 for float32.  A pair whose
 schedule the matcher refuses counts as refused (a ScheduleError naming what differs), any other
 exception or mismatch as a failure, written with its seed and schedule.
 """
@@ -32,18 +33,22 @@ def divisors(n: int, limit: int) -> list[int]:
 
 def draw(rng: random.Random):
     """(workload, schedule, inputs, expected, intrinsic)."""
-    kind = rng.choice(["gemm", "gemm", "gemm_i8", "batch", "epilogue", "transposed"])
+    kind = rng.choice(["gemm", "gemm", "gemm_i8", "batch", "epilogue", "transposed", "strided"])
     m, n, k = rng.choice([4, 8, 12, 16, 24]), rng.choice([16, 32, 48, 64]), rng.choice([8, 12, 16, 30, 32, 64])
     data = np.random.default_rng(rng.randrange(2**32))
     wl = pw.Workload(f"fuzz_{kind}")
-    dtype = "int8" if kind == "gemm_i8" else "float32"
+    dtype = "int8" if kind == "gemm_i8" or kind == "strided" and rng.random() < 0.5 else "float32"
     batch = (rng.choice([2, 3]),) if kind == "batch" else ()
-    a, b = wl.input("A", (*batch, m, k), dtype), wl.input("B", (*batch, *((n, k) if kind == "transposed" else (k, n))), dtype)
+    step = rng.choice([2, 3]) if kind == "strided" else 1  # A's rows read `step` apart (a strided convolution's pixels)
+    a, b = wl.input("A", (*batch, m * step, k), dtype), wl.input("B", (*batch, *((n, k) if kind == "transposed" else (k, n))), dtype)
     r = pw.reduce_axis(k, "r")
     if kind == "transposed":  # B stored [n, k]: the pattern's B window in the other order of its dimensions
         c = wl.compute("C", (m, n), lambda i, j: pw.sum(a[i, r] * b[j, r], axis=r))
-    elif kind == "gemm_i8":
-        c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i, r], "int32") * pw.cast(b[r, j], "int32"), axis=r))
+    elif dtype == "int8":
+        c = wl.compute("C", (m, n), lambda i, j: pw.sum(pw.cast(a[i * step, r], "int32") * pw.cast(b[r, j], "int32"),
+                                                         axis=r))
+    elif kind == "strided":
+        c = wl.compute("C", (m, n), lambda i, j: pw.sum(a[i * step, r] * b[r, j], axis=r))
     elif batch:
         c = wl.compute("C", (*batch, m, n), lambda q, i, j: pw.sum(a[q, i, r] * b[q, r, j], axis=r))
     else:
@@ -52,10 +57,10 @@ def draw(rng: random.Random):
     wl.output(out)
     if dtype == "int8":
         x, y = (data.integers(-128, 128, t.shape, dtype=np.int8) for t in (a, b))
-        expected = x.astype(np.int64) @ y.astype(np.int64)
+        expected = x[::step].astype(np.int64) @ y.astype(np.int64)
     else:
         x, y = (data.standard_normal(t.shape, dtype=np.float32) for t in (a, b))
-        expected = np.matmul(x.astype(np.float64), (y.T if kind == "transposed" else y).astype(np.float64))
+        expected = np.matmul(x[::step].astype(np.float64), (y.T if kind == "transposed" else y).astype(np.float64))
         expected = np.maximum(expected, 0.0) if kind == "epilogue" else expected
     rows, cols, block = rng.choice(divisors(m, 8)), rng.choice(divisors(n, 64)), rng.choice(divisors(k, 64))
     s = wl.schedule().tile("C", i=rows, j=cols).split("C", "r", block)
@@ -64,7 +69,7 @@ def draw(rng: random.Random):
     s.reorder("C", *(["q"] if batch else []), "i.outer", "j.outer", "r.outer", "r.inner", *inner)
     if rng.random() < 0.5 and cols % 8 == 0 and cols > 8 and inner[-1] == "j.inner":
         s.split("C", "j.inner", 8).vectorize("C", "j.inner.inner")
-    intrinsic = "gemm_i8" if kind == "gemm_i8" else "gemm"
+    intrinsic = "gemm_i8" if dtype == "int8" else "gemm"
     s.tensorize("C", "r.inner", intrinsic)
     if rng.random() < 0.5:
         s.parallel("C", *(["q"] if batch else []), "i.outer")

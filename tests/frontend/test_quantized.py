@@ -12,8 +12,13 @@ from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
 
 import ptowsp as pw
+from ptowsp.backends.cpu.isa import target_cpu
 
-RNG = np.random.default_rng(7)
+
+
+def rng() -> np.random.Generator:
+    """The data of each case: drawn afresh, so a case is the same whatever ran before it (xdist's order)."""
+    return np.random.default_rng(7)
 
 
 def model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
@@ -21,14 +26,15 @@ def model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
 
 
-def qdq_conv(pads=(1, 1, 1, 1), stride=1) -> onnx.ModelProto:
+def qdq_conv(pads=(1, 1, 1, 1), stride=1, channels=(4, 6), size=9) -> onnx.ModelProto:
     """x -> Q -> DQ -> Conv (DQ of per-channel int8 weights, DQ of an int32 bias) -> Relu -> Q -> DQ."""
-    w = RNG.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)
-    ws = RNG.uniform(0.002, 0.01, 6).astype(np.float32)
+    c, o = channels
+    w = rng().integers(-127, 128, (o, c, 3, 3)).astype(np.int8)
+    ws = rng().uniform(0.002, 0.01, o).astype(np.float32)
     xs, xzp = np.float32(0.03), np.int8(-5)
-    inits = {"xs": np.array(xs), "xzp": np.array(xzp), "w": w, "ws": ws, "wzp": np.zeros(6, np.int8),
-             "b": RNG.integers(-300, 300, 6).astype(np.int32), "bs": (xs * ws).astype(np.float32),
-             "bzp": np.zeros(6, np.int32), "ys": np.array(np.float32(0.05)), "yzp": np.array(np.int8(-128))}
+    inits = {"xs": np.array(xs), "xzp": np.array(xzp), "w": w, "ws": ws, "wzp": np.zeros(o, np.int8),
+             "b": rng().integers(-300, 300, o).astype(np.int32), "bs": (xs * ws).astype(np.float32),
+             "bzp": np.zeros(o, np.int32), "ys": np.array(np.float32(0.05)), "yzp": np.array(np.int8(-128))}
     nodes = [oh.make_node("QuantizeLinear", ["x", "xs", "xzp"], ["xq"]),
              oh.make_node("DequantizeLinear", ["xq", "xs", "xzp"], ["xf"], name="dq_x"),
              oh.make_node("DequantizeLinear", ["w", "ws", "wzp"], ["wf"], axis=0),
@@ -37,14 +43,14 @@ def qdq_conv(pads=(1, 1, 1, 1), stride=1) -> onnx.ModelProto:
              oh.make_node("Relu", ["c"], ["r"]),
              oh.make_node("QuantizeLinear", ["r", "ys", "yzp"], ["yq"]),
              oh.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["y"])]
-    return model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 9])],
+    return model(nodes, [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
                  [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
 def qdq_matmul() -> onnx.ModelProto:
-    w = RNG.integers(-127, 128, (16, 8)).astype(np.int8)
+    w = rng().integers(-127, 128, (16, 8)).astype(np.int8)
     inits = {"xs": np.array(np.float32(0.02)), "xzp": np.array(np.int8(3)), "w": w,
-             "ws": RNG.uniform(0.002, 0.01, 8).astype(np.float32), "wzp": np.zeros(8, np.int8)}
+             "ws": rng().uniform(0.002, 0.01, 8).astype(np.float32), "wzp": np.zeros(8, np.int8)}
     nodes = [oh.make_node("QuantizeLinear", ["x", "xs", "xzp"], ["xq"]),
              oh.make_node("DequantizeLinear", ["xq", "xs", "xzp"], ["xf"], name="dq_x"),
              oh.make_node("DequantizeLinear", ["w", "ws", "wzp"], ["wf"], axis=1),
@@ -55,10 +61,10 @@ def qdq_matmul() -> onnx.ModelProto:
 
 def qlinear_conv() -> onnx.ModelProto:
     inits = {"xs": np.array(np.float32(0.03)), "xzp": np.array(np.uint8(120)),
-             "w": RNG.integers(-127, 128, (5, 3, 3, 3)).astype(np.int8),
-             "ws": RNG.uniform(0.002, 0.01, 5).astype(np.float32), "wzp": np.zeros(5, np.int8),
+             "w": rng().integers(-127, 128, (5, 3, 3, 3)).astype(np.int8),
+             "ws": rng().uniform(0.002, 0.01, 5).astype(np.float32), "wzp": np.zeros(5, np.int8),
              "ys": np.array(np.float32(0.2)), "yzp": np.array(np.uint8(128)),
-             "b": RNG.integers(-500, 500, 5).astype(np.int32)}
+             "b": rng().integers(-500, 500, 5).astype(np.int32)}
     nodes = [oh.make_node("QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"], ["y"],
                           pads=[1, 1, 1, 1], strides=[2, 2])]
     return model(nodes, [oh.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
@@ -67,7 +73,7 @@ def qlinear_conv() -> onnx.ModelProto:
 
 def qlinear_matmul() -> onnx.ModelProto:
     inits = {"as": np.array(np.float32(0.05)), "azp": np.array(np.uint8(100)),
-             "b": RNG.integers(0, 256, (12, 7)).astype(np.uint8), "bs": np.array(np.float32(0.01)),
+             "b": rng().integers(0, 256, (12, 7)).astype(np.uint8), "bs": np.array(np.float32(0.01)),
              "bzp": np.array(np.uint8(130)), "ys": np.array(np.float32(0.3)), "yzp": np.array(np.uint8(90))}
     nodes = [oh.make_node("QLinearMatMul", ["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"], ["y"])]
     return model(nodes, [oh.make_tensor_value_info("a", TensorProto.UINT8, [3, 12])],
@@ -75,8 +81,8 @@ def qlinear_matmul() -> onnx.ModelProto:
 
 
 def integer_ops() -> onnx.ModelProto:
-    inits = {"azp": np.array(np.uint8(7)), "b": RNG.integers(-128, 128, (6, 4)).astype(np.int8),
-             "w": RNG.integers(-128, 128, (2, 3, 2, 2)).astype(np.int8), "xzp": np.array(np.uint8(9))}
+    inits = {"azp": np.array(np.uint8(7)), "b": rng().integers(-128, 128, (6, 4)).astype(np.int8),
+             "w": rng().integers(-128, 128, (2, 3, 2, 2)).astype(np.int8), "xzp": np.array(np.uint8(9))}
     nodes = [oh.make_node("MatMulInteger", ["a", "b", "azp"], ["m"]),
              oh.make_node("ConvInteger", ["x", "w", "xzp"], ["c"], pads=[0, 1, 0, 1])]
     return model(nodes, [oh.make_tensor_value_info("a", TensorProto.UINT8, [5, 6]),
@@ -90,12 +96,15 @@ def feeds_for(m: onnx.ModelProto) -> dict[str, np.ndarray]:
     for inp in m.graph.input:
         t = inp.type.tensor_type
         shape, dtype = [d.dim_value for d in t.shape.dim], onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        out[inp.name] = RNG.integers(0, 256, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
-            RNG.standard_normal(shape).astype(dtype) * 2
+        out[inp.name] = rng().integers(0, 256, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
+            rng().standard_normal(shape).astype(dtype) * 2
     return out
 
 
+# 32 channels: the cpu blocks the int8 convolution by a vector of channels (see the test below)
+WIDE = {"channels": (32, 32), "size": 14}
 CASES = {"qdq_conv": qdq_conv, "qdq_conv_strided_unpadded": lambda: qdq_conv((0, 0, 0, 0), 2),
+         "qdq_conv_blocked": lambda: qdq_conv(**WIDE), "qdq_conv_blocked_strided": lambda: qdq_conv(stride=2, **WIDE),
          "qdq_matmul": qdq_matmul, "qlinear_conv": qlinear_conv, "qlinear_matmul": qlinear_matmul,
          "integer_ops": integer_ops}
 
@@ -112,12 +121,13 @@ def test_matches_onnx_reference_evaluator(case, target):
         assert value.dtype == expected.dtype, name
         if value.dtype.kind in "iu":  # requantized: a tie rounded the other way moves one step at most
             diff = np.abs(value.astype(np.int64) - expected.astype(np.int64))
-            assert diff.max() <= (0 if case == "integer_ops" else 1) and np.mean(diff) < 0.01, (name, diff.max())
+            assert diff.max() <= (0 if case == "integer_ops" else 1), (name, diff.max())
+            assert np.count_nonzero(diff) <= max(1, diff.size // 100), (name, np.count_nonzero(diff))
         elif case == "qdq_matmul":  # a float result: the int32 sum rescaled
             np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
         else:  # dequantized int8 output: one quantization step (0.05) at most
             np.testing.assert_allclose(value, expected, atol=0.05 + 1e-6, rtol=0)
-            assert np.mean(value != expected) < 0.01
+            assert np.count_nonzero(value != expected) <= max(1, value.size // 100)
 
 
 @pytest.mark.parametrize("case", ["qdq_conv", "qdq_matmul"])
@@ -127,6 +137,18 @@ def test_qdq_contractions_sum_int8_in_int32(case):
     assert "dq_x" not in wl.tasks
     bodies = [str(wl.task(t).body) for t in wl.tasks]
     assert any("int32" in b and "sum" in b for b in bodies), bodies
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_qdq_convolutions_run_on_channel_blocked_int8_tiles(stride):
+    """On cpu the int8 convolution is blocked by a vector of output channels, summed in int32, and its
+    rescale computed in that layout; where the cpu has AVX-512 VNNI its register tile calls gemm_i8."""
+    built = pw.build(pw.frontend.from_onnx(qdq_conv(stride=stride, **WIDE)), "cpu")
+    wl = built.schedule.workload
+    sums = [t for t in wl.tasks if t.endswith("_blocked") and wl.task(t).tensor.dtype == "int32"]
+    assert len(sums) == 1 and len(wl.task(sums[0]).tensor.shape) == 5, sums
+    assert any(t.endswith("_rescaled") for t in wl.tasks)
+    assert ("kernel='gemm_i8'" in str(built.schedule)) == target_cpu().vnni, str(built.schedule)
 
 
 def test_quantize_linear_rounds_ties_to_even_and_saturates():

@@ -179,8 +179,8 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
         fn = intrinsic_function(self.module, s, self.target, self.kernel.name, self.cpu)
         strides = []
         for o in s.operands:
-            for d in o.dims:
-                strides.append(self.extent(functools.reduce(sizes.mul, o.buffer.shape[d + 1:], 1)))
+            for p, d in enumerate(o.dims):
+                strides.append(self.extent(functools.reduce(sizes.mul, o.buffer.shape[d + 1:], o.step(p))))
         pointers = [self.address(o.buffer, o.base, None) for o in s.operands]
         self.b.call(fn, [*pointers, *(ir.Constant(I64, e) for e in s.extents), *strides])
 

@@ -41,7 +41,8 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
         raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no built-in {target} micro-kernel")
     m, n, k = call.extents
     lanes = cpu.vector_bytes // 4  # float32 lanes of the target's vectors
-    unit = [o.dims[-1] == len(o.buffer.shape) - 1 for o in call.operands]  # rows contiguous: out, a, b
+    unit = [o.dims[-1] == len(o.buffer.shape) - 1 and o.step(len(o.dims) - 1) == 1
+            for o in call.operands]  # rows contiguous: out, a, b
     vector = unit[0] and unit[2] and (found.name == "gemm" or (cpu.vnni and n % VNNI_LANES == 0))
     name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)

@@ -70,7 +70,7 @@ def fragment(lane: int, operand: str) -> list[tuple[int, int]]:
 def _strides(o: Operand) -> tuple[int, int]:
     """Element strides of the window's two pattern dimensions in its buffer."""
     shape = o.buffer.shape
-    return tuple(math.prod(shape[d + 1:]) for d in o.dims)  # type: ignore[return-value]
+    return tuple(math.prod(shape[d + 1:]) * o.step(p) for p, d in enumerate(o.dims))  # type: ignore[return-value]
 
 
 def divisible(e: Expr, d: int) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, substitute, walk
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
@@ -48,7 +48,18 @@ from ptowsp.workloads.copying import compute_as, fresh_name, plain, rebuild
 class Convolution:
     act: Expr  # the input's load (its indices stripped of boundary-view clamps)
     weight: Expr  # the weight's load W[o, ...]
-    pads: tuple[tuple[int, int], ...]  # zeros before and after each input dimension (0 where unguarded)
+    pads: tuple[tuple[int, int], ...]  # padding before and after each input dimension (0 where unguarded)
+    total: Expr  # the sum itself: the task's body, or a part of it (`epilogue`)
+    pad_value: Expr = const(0.0, "float32")  # what a window reads where it hangs over the edge
+    widened: bool = False  # act and weight (int8) cast to the sum's dtype (int32) before they multiply
+    epilogue: Expr | None = None  # the task's body around the sum (a quantized conv's rescale), if any
+
+    @property
+    def plain(self) -> bool:
+        """A float32 sum of products padded with zeros, nothing around it: what Winograd and the
+        pixels-as-rows 1x1 form take."""
+        return not self.widened and self.epilogue is None and self.pad_value.op is Op.CONST \
+            and self.pad_value.arg == 0 and self.total.dtype == "float32"
 
 
 def block_convolutions(wl: Workload, lanes: int) -> Workload:
@@ -69,7 +80,7 @@ def _pointwise(wl: Workload, task: ComputeTask, conv: Convolution, lanes: int) -
     n, o, y, x = task.loop_names
     act, extents = conv.act, dict(zip(task.loop_names, task.tensor.shape, strict=True))
     ones = {a.arg[0] for a in task.body.src[1:] if a.arg[1] == 1}
-    return act.arg.name in wl.inputs and conv.weight.arg.shape[2:] == (1, 1) and \
+    return conv.plain and act.arg.name in wl.inputs and conv.weight.arg.shape[2:] == (1, 1) and \
         all(p == (0, 0) for p in conv.pads) and _plus_unit(act.src[2], y, ones) and _plus_unit(act.src[3], x, ones) \
         and extents[y] * extents[x] % (2 * lanes) == 0 and extents[o] % 4 == 0
 
@@ -140,24 +151,34 @@ def _over_pixels(out: Workload, task: ComputeTask, conv: Convolution) -> None:
 
 
 def convolution(wl: Workload, task, lanes: int) -> Convolution | None:
-    """The pattern's parts when `task` is a convolution this pass blocks."""
+    """The pattern's parts when `task` is a convolution this pass blocks: a float32 sum of products,
+    or an int32 sum of int8 products (`int32(X[..]) * int32(W[..])`, a quantized convolution), alone
+    or inside an elementwise epilogue (its rescale), its input padded with any constant."""
     body = task.body
-    if len(task.loop_names) != 4 or body.op is not Op.REDUCE or body.arg != "sum" or body.dtype != "float32":
+    sums = [e for e in walk(body) if e.op is Op.REDUCE]
+    if len(task.loop_names) != 4 or len(sums) != 1 or sums[0].arg != "sum":
         return None
-    product = body.src[0]
-    if product.op is not Op.MUL:
+    total = sums[0]
+    product = total.src[0]
+    if product.op is not Op.MUL or total.dtype not in ("float32", "int32"):
         return None
     n, o = task.loop_names[:2]
-    reduce = {a.arg[0] for a in body.src[1:]}
+    reduce = {a.arg[0] for a in total.src[1:]}
+    element = "float32" if total.dtype == "float32" else "int8"
     for weight, act in (product.src, tuple(reversed(product.src))):
+        widened = total.dtype == "int32"
+        if widened:
+            if weight.op is not Op.CAST or act.op is not Op.CAST:
+                continue
+            weight, act = weight.src[0], act.src[0]
         if weight.op is not Op.LOAD or len(weight.src) != 4 or not _is_var(weight.src[0], o):
             continue
         if any(x.op in (Op.VAR,) for i in weight.src[1:] for x in walk(i)):
             continue  # the weight depends on the output's position, not only on the taps
-        guard = None
-        if act.op is Op.WHERE and act.src[2].op is Op.CONST and act.src[2].arg == 0:
-            guard, act = act.src[0], act.src[1]
-        if act.op is not Op.LOAD or len(act.src) != 4 or act.dtype != "float32":
+        guard, pad_value = None, const(0, element)
+        if act.op is Op.WHERE and act.src[2].op is Op.CONST:
+            guard, pad_value, act = act.src[0], act.src[2], act.src[1]
+        if act.op is not Op.LOAD or len(act.src) != 4 or act.dtype != element or weight.dtype != element:
             continue
         indices = tuple(_unclamped(i, e) for i, e in zip(act.src, act.arg.shape, strict=True))
         if not _is_var(indices[0], n) or indices[1].op is not Op.RVAR or indices[1].arg[0] not in reduce:
@@ -165,9 +186,10 @@ def convolution(wl: Workload, task, lanes: int) -> Convolution | None:
         if any(x.op is Op.VAR and x.arg[0] == o for i in indices for x in walk(i)):
             continue  # depthwise or grouped: the input's channel follows the output's
         pads = _pads(guard, indices, act.arg.shape)
-        if pads is None or task.tensor.shape[1] % lanes or weight.dtype != "float32":
+        if pads is None or task.tensor.shape[1] % lanes:
             continue
-        return Convolution(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads)
+        return Convolution(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads, total, pad_value, widened,
+                           None if total is body else body)
     return None
 
 
@@ -229,9 +251,9 @@ def _bound_check(atom: Expr, indices: tuple[Expr, ...], shape: tuple[int, ...]) 
 
 def _blocked(out: Workload, task: ComputeTask, conv: Convolution, lanes: int) -> None:
     """The four tasks that stand for the convolution `task` in `out`."""
-    name, body = task.name, task.body
+    name, total = task.name, conv.total
     n, o, y, x = task.loop_names
-    taken = set(task.loop_names) | {a.arg[0] for a in body.src[1:]}
+    taken = set(task.loop_names) | {a.arg[0] for a in total.src[1:]}
     block, lane = fresh_name(f"{o}_block", taken), fresh_name(f"{o}_lane", taken)
     x_in, w_in = out.tensor(conv.act.arg.name), out.tensor(conv.weight.arg.name)
     read = conv.act.src
@@ -246,7 +268,7 @@ def _blocked(out: Workload, task: ComputeTask, conv: Convolution, lanes: int) ->
                 for check in ((index >= 0) if a else None, (index < x_in.shape[d]) if b else None):
                     if check is not None:
                         inside = check if inside is None else inside & check
-            return where(inside, x_in[tuple(inner)], const(0.0, "float32"))
+            return where(inside, x_in[tuple(inner)], conv.pad_value)
 
         source = compute_as(out, fresh_name(f"{name}_pad", set(out.tasks)), shape, names, padded)
         read = tuple(_shifted(i, a) for i, (a, _) in zip(read, conv.pads, strict=True))
@@ -263,11 +285,32 @@ def _blocked(out: Workload, task: ComputeTask, conv: Convolution, lanes: int) ->
     def contraction(vn, vb, vy, vx, vl):  # n, y and x are the task's own variables: `read` uses them as they are
         act = source[read]
         weight = weights[(vb, *conv.weight.src[2:], conv.weight.src[1], vl)]
-        return Expr(Op.REDUCE, "float32", (act * weight, *body.src[1:]), body.arg)
+        if conv.widened:
+            act, weight = cast(act, total.dtype), cast(weight, total.dtype)
+        return Expr(Op.REDUCE, total.dtype, (act * weight, *total.src[1:]), total.arg)
 
     result = compute_as(out, fresh_name(f"{name}_blocked", set(out.tasks)), blocked_shape, (n, block, y, x, lane),
-                      contraction)
+                        contraction)
+    if conv.epilogue is not None:  # the rescale around the sum, channel by channel in the blocked layout
+        result = compute_as(out, fresh_name(f"{name}_rescaled", set(out.tasks)), blocked_shape,
+                            (n, block, y, x, lane), lambda vn, vb, vy, vx, vl: _around(
+                                out, conv, result[vn, vb, vy, vx, vl], o, vb * lanes + vl))
     compute_as(out, name, shape, task.loop_names, lambda vn, vo, vy, vx: result[vn, vo // lanes, vy, vx, vo % lanes])
+
+
+def _around(out: Workload, conv: Convolution, total: Expr, channel: str, at: Expr) -> Expr:
+    """The epilogue with `total` for its sum and `at` for its output channel, reading `out`'s tensors."""
+    def replace(e: Expr) -> Expr | None:
+        if e is conv.total:
+            return total
+        if _is_var(e, channel):
+            return at
+        if e.op is Op.LOAD:
+            return Expr(Op.LOAD, e.dtype, tuple(substitute(i, replace) for i in e.src), out.tensor(e.arg.name))
+        return None
+
+    assert conv.epilogue is not None
+    return substitute(conv.epilogue, replace)
 
 
 def _shifted(index: Expr, by: int) -> Expr:

@@ -349,7 +349,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
-    if alone and reduce and len(spatial) >= 2 and spatial[-1].extent == lanes and vector_tile(s, task, spatial, reduce, lanes,
+    if (alone or hosting) and reduce and len(spatial) >= 2 and spatial[-1].extent == lanes and vector_tile(s, task, spatial, reduce, lanes,
                                                                                       choose):
         return None
     if len(reduce) == 1:

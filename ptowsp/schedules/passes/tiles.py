@@ -31,7 +31,8 @@ VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector regist
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
 HOIST_TERMS = 2048  # a blocked convolution's reduction at least this long walks its channel blocks outside the rows
-STREAMED_WEIGHT_BYTES = 2 << 20  # weights larger than a core's L2 are prefetched a channel block ahead
+STREAMED_WEIGHT_BYTES = 2 << 20
+GEMM_I8_K = 64  # the longest reduction a tensorized int8 tile hands one gemm_i8 call (unrolled in it)  # weights larger than a core's L2 are prefetched a channel block ahead
 
 
 def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose,
@@ -112,7 +113,20 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     cap = WIDE_VECTOR_TILE if lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 else VECTOR_TILE
     fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
     blocked = _channel_blocks(s, task, spatial)
-    counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap]
+    body = s.workload.task(task).body
+    # smallest extent first (the taps, then the channels), but an axis some load reads as its last
+    # index (the lanes of a blocked input's channels, propagation.py) innermost: contiguous steps
+    last = {load.src[-1].arg[0] for load in _lane_reads(body)}
+    order = [lp.name for lp in sorted(reduce, key=lambda lp: (lp.name in last, lp.extent))]
+    widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
+    blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
+    # int8 products summed in int32 call gemm_i8 over (rows, the vector, the innermost reduction) where
+    # the cpu answers so (VNNI): one vector of channels per call (so one channel block per tile), and
+    # at most GEMM_I8_K of the reduction, which the micro-kernel unrolls
+    tensorize = int8_dot(body) and _apart(body, order[-1], x.name) and \
+        choose(f"{task}.tensorize", (None, "gemm_i8"), None)
+    counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap
+              and not (tensorize and b > 1)]
     # the default tile: as many accumulators as the registers hold (cap), then the fewest loads per
     # multiply-add, (rows + blocks) / (rows x blocks): each step broadcasts one input per row and
     # loads one weight vector per block.  A short row (ResNet's 7x7 stage) fills the registers with
@@ -123,13 +137,9 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     several = choose(f"{task}.tile_blocks", counts or [1], filled)
     rows = choose(f"{task}.tile_rows", fits, best_rows if several == filled else
                   max(d for d in fits if d * several <= cap or d == 1))
-    # smallest extent first (the taps, then the channels), but an axis some load reads as its last
-    # index (the lanes of a blocked input's channels, propagation.py) innermost: contiguous steps
-    last = {load.src[-1].arg[0] for load in _lane_reads(s.workload.task(task).body)}
-    order = [lp.name for lp in sorted(reduce, key=lambda lp: (lp.name in last, lp.extent))]
-    widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
-    blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
-    block = choose(f"{task}.reduce_block", (0, *blocks), 0)
+    unrolled = tensorize and order[-1] == widest.name and widest.extent > GEMM_I8_K
+    block = choose(f"{task}.reduce_block", (0, *blocks), max((b for b in blocks if b <= GEMM_I8_K), default=0)
+                   if unrolled else 0)
     if block:
         s.split(task, widest.name, block)
         order = [f"{widest.name}.outer", *(n for n in order if n != widest.name), f"{widest.name}.inner"]
@@ -149,6 +159,20 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     for loop in blocks:
         s.unroll(task, loop)
     s.unroll(task, outer).vectorize(task, spatial[-1].name)
+    if tensorize:
+        s.tensorize(task, order[-1], "gemm_i8")
+    return True
+
+
+def _apart(body: Expr, axis: str, row: str) -> bool:
+    """No index of `body` uses both the reduce axis `axis` and the loop `row`: a tensorized call can
+    step through them as its k and its m (`x * 2 + s` of a strided 7x7 convolution cannot)."""
+    for node in walk(body):
+        if node.op is Op.LOAD:
+            for index in node.src:
+                names = {v.arg[0] for v in walk(index) if v.op in (Op.VAR, Op.RVAR)}
+                if axis in names and row in names:
+                    return False
     return True
 
 

@@ -90,7 +90,7 @@ def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution,
     """The convolution's parts, the input's row and column offsets (`y + r - 1`: -1) and the tile
     side when this pass takes `task`."""
     conv = convolution(wl, task, lanes)
-    if conv is None:
+    if conv is None or not conv.plain:
         return None
     n, o, y, x = task.loop_names
     weight, act = conv.weight, conv.act
