@@ -94,6 +94,15 @@ class LoopNest:
     def loop(self, name: str) -> Loop:
         return self.loops[self.index(name)]
 
+    def roots(self, name: str) -> frozenset[str]:
+        """The task's own loops (its variables and reduce axes) that loop `name` iterates a part of."""
+        for rel in self.relations:
+            if isinstance(rel, SplitRelation) and name in (rel.outer, rel.inner):
+                return self.roots(rel.parent)
+            if isinstance(rel, FuseRelation) and name == rel.fused:
+                return self.roots(rel.outer) | self.roots(rel.inner)
+        return frozenset({name})
+
     def _with(self, loops: list[Loop], relation: SplitRelation | FuseRelation | None = None) -> LoopNest:
         relations = self.relations + ((relation,) if relation else ())
         return LoopNest(tuple(loops), relations).checked()

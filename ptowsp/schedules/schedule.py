@@ -383,6 +383,15 @@ class Schedule:
             twin._apply(step)
         return twin
 
+    def without_compute_at(self, task: str) -> Schedule:
+        """An independent schedule with the same steps but `task`'s compute_at: `task` is stored on its own
+        again (a target whose buffers its consumer's loops overflow computes it as a task of its own)."""
+        twin = Schedule(self.workload)
+        for step in self._steps:
+            if not (isinstance(step, st.ComputeAt) and step.task == task):
+                twin._apply(step)
+        return twin
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Schedule) and self.workload.fingerprint == other.workload.fingerprint
                 and self._steps == other._steps)

@@ -222,3 +222,43 @@ def test_tiles_so_small_that_an_instance_streams_millions_of_blocks_are_refused(
     with pytest.raises(TooManyBlocks, match=r"task 'C' streams 2,097,152 blocks per instance \(128 x 128 x 128"):
         pw.build(s, target="aicore")
     assert issubclass(TooManyBlocks, pw.ScheduleError)
+
+
+def _sum_with_epilogue() -> pw.Workload:
+    """A classifier's `x . W^T + b` as one task, the sum inside its bias: W's 2048 x 1000 do not fit L0B."""
+    wl = pw.Workload("classifier")
+    x, w, b = wl.input("x", (1, 2048)), wl.input("w", (1000, 2048)), wl.input("b", (1000,))
+    k = pw.reduce_axis(2048, "k")
+    wl.output(wl.compute("y", (1, 1000), lambda i, j: pw.sum(x[i, k] * w[j, k], axis=k) + b[j]))
+    return wl
+
+
+def _patchify() -> pw.Workload:
+    """A vision transformer's patch embedding: 16 x 16 patches, stride 16.  One channel of the 224 x 224
+    image (196 KiB) is the block of every output pixel's tile however the channels stream."""
+    wl = pw.Workload("patches")
+    x, w = wl.input("x", (1, 3, 224, 224)), wl.input("w", (32, 3, 16, 16))
+    c, r, s = pw.reduce_axis(3, "c"), pw.reduce_axis(16, "r"), pw.reduce_axis(16, "s")
+    conv = wl.compute("conv", (1, 32, 14, 14), lambda n, o, y, q: pw.sum(
+        x[n, c, y * 16 + r, q * 16 + s] * w[o, c, r, s], axis=(c, r, s)))
+    wl.output(wl.compute("y", (1, 32, 14, 14), lambda n, o, y, q: pw.maximum(conv[n, o, y, q], 0.0)))
+    return wl
+
+
+@pytest.mark.parametrize("make, streamed", [(_sum_with_epilogue, "y"), (_patchify, "conv")])
+def test_the_default_fits_sums_in_epilogues_and_blocks_only_a_narrower_tile_shrinks(make, streamed):
+    """The sum inside `+ b[j]` streams its k; the patch embedding, computed inside its ReLU's loops, is
+    stored on its own and its tile narrowed along the image's rows and columns until one channel's
+    block fits."""
+    wl = make()
+    inputs = random_inputs(wl, seed=5)
+    prog = pw.build(wl, "aicore", device=SMALL)
+    assert streamed not in prog.schedule.compute_at_locations
+    nest = prog.schedule.nest(streamed)
+    assert any(lp.reduce and lp.name.endswith(".outer") for lp in nest.loops), str(prog.schedule)
+    if make is _patchify:  # the grid splits the image's rows and columns too
+        grid = {root for lp in nest.loops if lp.annotation == "parallel" for root in nest.roots(lp.name)}
+        assert {"y", "q"} <= grid, str(prog.schedule)
+    out = prog.run(**inputs)
+    for name, want in pw.reference(wl, **inputs).items():
+        np.testing.assert_allclose(out[name], want, rtol=1e-4, atol=1e-3)

@@ -302,11 +302,13 @@ class DeviceLimit(ScheduleError):
 
 
 class BufferOverflow(DeviceLimit):
-    """A task's tile or blocks do not fit a core buffer; `task` and `buffer` say which."""
+    """A task's tile or blocks do not fit a core buffer; `task` and `buffer` say which, `tensor` whose
+    block is the largest (None: the accumulators of the tile's outputs)."""
 
-    def __init__(self, task: str, buffer: str, message: str):
+    def __init__(self, task: str, buffer: str, message: str, tensor: str | None = None):
         super().__init__(task, message)
         self.buffer = buffer
+        self.tensor = tensor
 
 
 class TooManyBlocks(DeviceLimit):
@@ -337,22 +339,25 @@ def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsi
     for name, shape in shapes.items():
         tile_in = _box_bytes(shape.tile.reads, itemsize)
         block_in = _box_bytes(shape.stream.reads, itemsize) if shape.stream else tile_in
+        reads = shape.stream.reads if shape.stream else shape.tile.reads
+        largest = reads[block_in.index(max(block_in))][0] if block_in else None
         out = _box_bytes(shape.tile.writes, itemsize)
         in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
         if shape.core == "cube":
             out_elements = sum(_largest(box) for _, box in shape.tile.writes)
             needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
-                      "its tile's accumulators"),
+                      "its tile's accumulators", None),
                      ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
-                      "its largest input block"),
-                     ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})")]
+                      "its largest input block", largest),
+                     ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})",
+                      largest)]
         else:
             needs = [("UB", in_flight + sum(out), device.ub_bytes,
-                      f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs")]
-        for buffer, need, capacity, what in needs:
+                      f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs", largest)]
+        for buffer, need, capacity, what, tensor in needs:
             if need > capacity:
                 raise BufferOverflow(name, buffer, f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
-                                     f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}")
+                                     f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}", tensor)
 
 
 def itemsizes(dtypes: Mapping[str, str]) -> dict[str, int]:
