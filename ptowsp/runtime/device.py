@@ -283,13 +283,18 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 running.clear()
         await timed(i, None, core, costs.compute(i, block))
 
-    async def load(i: int, block: int, core: _Core) -> float:
-        """Issue one block's load; returns when the DMA engine is free again, with the block's arrival time."""
+    def issue(i: int, block: int, core: _Core) -> tuple[float, float]:
+        """Issue one block's load now: (when the DMA engine is free again, when the block has arrived)."""
         start = now()
         busy, ready = costs.load(i, block, start)
         record.stage(i, "load", core.index, start, start + ready)
-        await sleep(busy)
-        return start + ready
+        return start + busy, start + ready
+
+    async def load(i: int, block: int, core: _Core) -> float:
+        """Issue one block's load; returns when the DMA engine is free again, with the block's arrival time."""
+        free, arrived = issue(i, block, core)
+        await sleep_until(free)
+        return arrived
 
     async def store(i: int, block: int, core: _Core) -> None:
         await timed(i, "store", core, costs.store(i, block, now()))
@@ -308,7 +313,8 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
         try:
             async for i in arrivals(core):
                 for block in range(costs.blocks(i)):
-                    await sleep_until(await load(i, block, core))
+                    # nothing else on this core moves until the block is in: one wait, not the DMA's then the data's
+                    await sleep_until(issue(i, block, core)[1])
                     await compute(i, block, core)
                     if costs.stores(i, block):
                         await store(i, block, core)

@@ -11,7 +11,6 @@ estimates, the same on every machine.  docs/aicore.md describes the model.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
+from ptowsp.lower import lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.schedule import schedulable_reduce_axes
@@ -50,8 +50,9 @@ class AicoreExecutable:
             task, tensor, _, _ = schedule.prefetched[0]
             raise BuildError(f"task {task!r}: prefetch_tensor({tensor!r}) is a cpu cache hint, and an AICore has no "
                              "data cache to fetch into (its inputs move by DMA); drop the step for this target")
-        self.cpu = CpuExecutable(schedule)
-        wl, program = schedule.workload, self.cpu.program
+        # lowered first: the buffers are checked before anything is compiled (the default refits and retries)
+        wl, program = schedule.workload, lower_program(schedule.workload, schedule)
+        self.program = program
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}
         if unknown:
             raise BuildError(f"the aicore target has cube and vector cores; bind(..., core=) named {sorted(unknown)}")
@@ -73,11 +74,15 @@ class AicoreExecutable:
                 own = {lp.name for lp in nest.loops if lp.reduce}  # a variant's loops: its own reduce loops
                 self.shapes[variant.name] = kernel_shape(variant, core, reduce | own, own)
         self.classes = {name: shape.core for name, shape in self.shapes.items()}
-        self.table = self._on_cores(self.cpu.table)
-        names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
+        names = {t for shape in self.shapes.values() for access in (shape.tile, shape.stream) if access is not None
+                 for t, _ in (*access.reads, *access.writes)}
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
         check_blocks(self.shapes)
+        self.cpu = CpuExecutable(schedule, program=program)
+        self.table = self._on_cores(self.cpu.table)
+        table_names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
+        self.itemsize |= itemsizes({t: wl.tensor(t).dtype for t in table_names - names})
 
     def _on_cores(self, table: TaskTable) -> TaskTable:
         """The cpu's table with each instance on its core class."""
@@ -97,10 +102,6 @@ class AicoreExecutable:
             if chain[-1] == kernel:
                 members[task] = "".join(f"{t}." for t in reversed(chain[:-1]))
         return members
-
-    @functools.cached_property
-    def program(self):
-        return self.cpu.program
 
     @property
     def memory_plan(self):
@@ -178,6 +179,8 @@ class AicoreBackend:
                     # stream and narrow it as a task of its own
                     schedule = schedule.without_compute_at(summing)
                     blocks.pop(summing, None)
+                elif (narrowing := _narrowing(streamed, e.task, e.tensor, thinner=True)) is not None:
+                    narrowed.setdefault(e.task, []).append(narrowing)
                 else:
                     raise
 
@@ -229,14 +232,17 @@ def _streamable(schedule: Schedule, task: str) -> int | None:
 _MIN_WIDTH = 16  # the narrowest tile loop narrow_tile makes, but of loops that index the overflowing block
 
 
-def _narrowing(schedule: Schedule, task: str, tensor: str | None) -> tuple[str, int] | None:
+def _narrowing(schedule: Schedule, task: str, tensor: str | None, thinner: bool = False) -> tuple[str, int] | None:
     """The next split of `task`'s tile: its widest serial spatial loop halved (to at least _MIN_WIDTH), or,
     where that leaves `tensor`'s block as large (the loop does not index it), the widest loop that
-    indexes `tensor` halved down to one; None when nothing is left to narrow."""
+    indexes `tensor` halved down to one; `thinner`: once no loop is that wide, the widest halved down to
+    one.  None when nothing is left to narrow."""
     if task not in schedule.workload.tasks:
         return None
     nest = schedule.nest(task)
-    loops = [lp for lp in nest.loops if not lp.reduce and lp.annotation == SERIAL and isinstance(lp.extent, int)]
+    hosting = {loop for root, loop in schedule.compute_at_locations.values() if root == task}  # split those: refused
+    loops = [lp for lp in nest.loops if not lp.reduce and lp.annotation == SERIAL and isinstance(lp.extent, int)
+             and lp.name not in hosting]
     wide = [lp for lp in loops if lp.extent // 2 >= _MIN_WIDTH]
     if tensor is not None:
         body = schedule.workload.task(task).body
@@ -244,6 +250,8 @@ def _narrowing(schedule: Schedule, task: str, tensor: str | None) -> tuple[str, 
                     for index in load.src for v in walk(index) if v.op is Op.VAR}
         ours = [lp for lp in loops if nest.roots(lp.name) & indexing and lp.extent > 1]
         wide = [lp for lp in wide if lp in ours] or ours
+    if not wide and thinner:
+        wide = [lp for lp in loops if lp.extent > 1]
     if not wide:
         return None
     loop = max(wide, key=lambda lp: lp.extent)

@@ -91,8 +91,11 @@ class CpuExecutable:
 
     source_kinds = ("llvm", "asm")
 
-    def __init__(self, schedule: Schedule, cpu: TargetCpu | None = None):
+    def __init__(self, schedule: Schedule, cpu: TargetCpu | None = None, program: Program | None = None):
+        """`program`: the schedule already lowered (aicore lowers first to check its buffers)."""
         self.schedule = schedule
+        if program is not None:
+            self.program = program
         self.cpu = target_cpu() if cpu is None else cpu  # the CPU the kernels are compiled for
         self.unrunnable = self.cpu.unrunnable_reason()  # why this machine cannot run them, or None
         start = time.perf_counter()
