@@ -91,6 +91,11 @@ class KernelAccess(BaseModel):
         """f(*coords) -> (reads, writes) as ((tensor, ((start, stop), ...)), ...) (no symbolic sizes)."""
         return self.bound().regions
 
+    @property
+    def reads_at(self) -> Callable[..., tuple]:
+        """f(*coords) -> the reads alone, as `regions` gives them."""
+        return self.bound().reads_at
+
     def writes_over(self, sizes: tuple[int, ...], coords: Sequence[np.ndarray]) -> dict[str, tuple]:
         """tensor -> ((starts, stops), ...) per dimension, arrays over the instances at `coords`."""
         return {name: tuple(_span(s, coords) for s in spans) for name, spans, _ in self.bound(sizes).writes}
@@ -141,6 +146,10 @@ class _Bound:
     def regions(self, *coords: int) -> Regions:
         """(reads, writes) of the instance at `coords`."""
         return _at(self.reads, coords), _at(self.writes, coords)
+
+    def reads_at(self, *coords: int) -> tuple[tuple[str, Region], ...]:
+        """The reads alone (the aicore cost model's streamed blocks write nothing of their own)."""
+        return _at(self.reads, coords)
 
     def over(self, points: Sequence[tuple[int, ...]], coords: Sequence[np.ndarray] | None = None
              ) -> tuple[list, list]:

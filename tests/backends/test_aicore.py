@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
+from ptowsp.backends.aicore import AicoreBackend
 from ptowsp.backends.aicore.cost import TooManyBlocks
+from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import random_inputs, zoo
 
 SMALL = pw.DeviceModel(clusters=4, schedulers=2)
@@ -262,3 +264,20 @@ def test_the_default_fits_sums_in_epilogues_and_blocks_only_a_narrower_tile_shri
     out = prog.run(**inputs)
     for name, want in pw.reference(wl, **inputs).items():
         np.testing.assert_allclose(out[name], want, rtol=1e-4, atol=1e-3)
+
+
+def test_the_default_streams_channels_outside_a_tile_that_would_take_too_many_blocks():
+    """A strided 1x1 convolution: the default vectorizes 4 pixels and walks the 256 channels inside the
+    rest of its tile, 401,408 blocks an instance; the aicore default streams the channels outside instead."""
+    wl = zoo.conv2d(1, 256, 56, 56, 512, 1, 2, 0)
+    aicore = AicoreBackend()
+    default = default_schedule(wl, vector_bytes=aicore.vector_bytes, workers=len(aicore.cores(None, None)),
+                               choose=aicore.schedule_choices(None))
+    with pytest.raises(TooManyBlocks):
+        pw.build(default, "aicore")  # that schedule, as given
+    prog = pw.build(wl, "aicore")
+    nest = prog.schedule.nest("Y")
+    grid = [lp.name for lp in nest.loops if lp.annotation == "parallel"]
+    assert nest.names[len(grid)] == "c.outer", str(prog.schedule)  # the block loop just inside the grid
+    inputs = random_inputs(wl, seed=2)
+    np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.backends.aicore.cost import (BufferOverflow, KernelShape, ModelCosts, check_blocks, check_buffers, itemsizes,
-                                        kernel_shape)
+from ptowsp.backends.aicore.cost import (BufferOverflow, KernelShape, ModelCosts, TooManyBlocks, check_blocks,
+                                        check_buffers, itemsizes, kernel_shape)
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
@@ -183,6 +183,15 @@ class AicoreBackend:
                     narrowed.setdefault(e.task, []).append(narrowing)
                 else:
                     raise
+            except TooManyBlocks as e:
+                # a reduction walked inside a tile's element loops (a vectorized 1x1 convolution's channels
+                # inside its pixels): streamed outside them instead, in one block to start with, so each block
+                # is a whole tile's step; the buffers then halve it if it does not fit
+                summing = _summing(schedule, e.task)
+                extent = _streamable(streamed, summing) if summing else None
+                if extent is None or summing in blocks or _stream_piece(schedule, summing) is None:
+                    raise
+                blocks[summing] = extent
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl

@@ -187,21 +187,30 @@ class ModelCosts:
         self.slots = device.task_slots
         self.instances = table.instances
         self.shapes = shapes
+        self._shapes = [shapes.get(inst.label) for inst in table.instances]  # per instance (a hot lookup)
         self.itemsize = itemsize
         self.l2: OrderedDict[tuple, int] = OrderedDict()
         self.l2_held = 0
         self.hbm_free = 0.0  # when the HBM queue is next idle
         self.hbm_read = self.hbm_written = self.l2_hits = 0
+        # per instance on a core now: (tile, its regions) and (tile, last block, its compute seconds); a
+        # tile's blocks ask for the same ones block after block (the model's hot path)
+        self._tiles: dict[int, tuple[int, tuple[Parts, Parts]]] = {}
+        self._computes: dict[int, tuple[int, bool, float]] = {}
 
     def _shape(self, i: int) -> KernelShape | None:
-        return self.shapes.get(self.instances[i].label)
+        return self._shapes[i]
 
     def _tile(self, i: int, block: int) -> tuple[Parts, Parts]:
         """(reads outside the stream loop, writes) of the tile that `block` belongs to."""
         shape, inst = self._shape(i), self.instances[i]
         if shape is None:  # a host (opaque) task: its whole tensors
             return inst.reads, inst.writes
-        return shape.tile.regions(*inst.coords, *shape.tile_coords(block))
+        tile = block // shape.per_tile
+        known = self._tiles.get(i)
+        if known is None or known[0] != tile:
+            known = self._tiles[i] = tile, shape.tile.regions(*inst.coords, *shape.tile_coords(block))
+        return known[1]
 
     def blocks(self, i: int) -> int:
         shape = self._shape(i)
@@ -240,11 +249,15 @@ class ModelCosts:
         if block % (shape.per_tile if shape else 1) == 0:
             parts += self._tile(i, block)[0]
         if shape is not None and shape.stream is not None:
-            parts += shape.stream.regions(*inst.coords, *shape.tile_coords(block), block % shape.per_tile)[0]
+            parts += shape.stream.reads_at(*inst.coords, *shape.tile_coords(block), block % shape.per_tile)
         return self._transfer(parts, now, loading=True)
 
     def store(self, i: int, block: int, now: float) -> float:
-        return self._transfer(self._tile(i, block)[1], now, loading=False)[1]
+        seconds = self._transfer(self._tile(i, block)[1], now, loading=False)[1]
+        if block == self.blocks(i) - 1:  # the instance is done: nothing asks for its tiles again
+            self._tiles.pop(i, None)
+            self._computes.pop(i, None)
+        return seconds
 
     def _transfer(self, parts: Parts, now: float, loading: bool) -> tuple[float, float]:
         """(busy, ready) of moving `parts` through the core's DMA engine from device time `now`: loads
@@ -264,6 +277,17 @@ class ModelCosts:
         return busy, busy + (self.device.dma_startup_seconds if engine > now else 0.0)
 
     def compute(self, i: int, block: int) -> float:
+        """Seconds of one block's arithmetic: the same for every block of a tile but its last."""
+        shape = self._shape(i)
+        if shape is None:
+            return self._compute(i, block)
+        key = block // shape.per_tile, self.stores(i, block)
+        known = self._computes.get(i)
+        if known is None or known[:2] != key:
+            known = self._computes[i] = (*key, self._compute(i, block))
+        return known[2]
+
+    def _compute(self, i: int, block: int) -> float:
         inst, d, shape = self.instances[i], self.device, self._shape(i)
         if shape is None:  # a host (opaque) task: one pass over its bytes
             return inst.bytes / d.dma_bytes_per_second
