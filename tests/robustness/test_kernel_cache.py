@@ -346,6 +346,24 @@ def test_resigned_hostile_manifest_is_recompiled(cache, marker, change, reason):
     assert any(re.search(reason, m) for m in messages), messages
 
 
+def widened_grid_runs_safely(root: str) -> None:
+    """In a subprocess: a re-sealed manifest whose grid says 1000 rows of tiles where the kernel was
+    compiled for 4 passes every check the cache can make; the kernel leaves the extra tiles alone."""
+    pristine_entries(pathlib.Path(root))
+    with cache_at(pathlib.Path(root)):
+        resigned(entry()[1], lambda data: _grid(data)[0].update(value=1000))
+        prog = pw.build(schedule(), target="cpu")
+        assert prog._executable.from_cache
+        assert len(prog._executable.table.instances) == 1000 * 4
+        out = prog.run(**INPUTS)
+        np.testing.assert_allclose(out["C"], pw.reference(workload(), **INPUTS)["C"], rtol=1e-5, atol=1e-5)
+        print("ran")
+
+
+def test_a_grid_wider_than_the_kernel_was_compiled_for_does_not_crash(tmp_path):
+    assert "ran" in in_subprocess("widened_grid_runs_safely", str(tmp_path))
+
+
 # -- hypothesis: random damage to a real manifest -------------------------------------------------------
 
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])

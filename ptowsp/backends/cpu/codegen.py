@@ -103,7 +103,18 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
         self.fence = False  # a non-temporal store was emitted: the kernel ends with a fence
 
     def emit(self) -> ir.Function:
-        self.stmt(self.kernel.body)
+        """The kernel's function: its body, run only for grid coordinates inside the grid it was compiled
+        for (a kernel-cache manifest whose grid was altered calls it with others: they do nothing)."""
+        inside = None
+        for name, extent in self.kernel.grid:
+            coordinate = Expr(Op.VAR, "int64", (), (name, extent))
+            check = (coordinate >= 0) & (coordinate < extent)
+            inside = check if inside is None else inside & check
+        if inside is None:
+            self.stmt(self.kernel.body)
+        else:
+            with self.b.if_then(self.value(inside, None), likely=True):
+                self.stmt(self.kernel.body)
         if self.fence:
             store_fence(self.b, self.module)  # non-temporal stores are weakly ordered: done before the task is
         self.b.ret_void()
