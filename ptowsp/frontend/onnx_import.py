@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import InputError, PtowspError, WorkloadError
-from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, check_fold
+from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time
 from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
@@ -59,8 +59,10 @@ class Importer:
     """The state of one import: the workload, the values by ONNX name, constant arrays, names taken."""
 
     def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str,
-                 folder: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
+                 folder: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS):
         self.model, self.source, self.folder, self.max_bytes = model, source, folder, max_bytes
+        self.max_fold_seconds = max_fold_seconds
         graph = model.graph
         self.wl = Workload(_identifier(graph.name or "onnx_model", set()))
         self.values: dict[str, Value] = {}
@@ -114,7 +116,9 @@ class Importer:
         if onnx_name not in self.values and onnx_name in self.arrays:
             array = self.arrays[onnx_name]
             stored = array.reshape(1) if array.ndim == 0 else array
-            self.values[onnx_name] = Value(self.wl.constant(self.name(onnx_name), stored), tuple(array.shape))
+            # a graph output's name stays free for the task that copies the constant out (from_onnx)
+            name = f"{onnx_name}_constant" if onnx_name in self.outputs else onnx_name
+            self.values[onnx_name] = Value(self.wl.constant(self.name(name), stored), tuple(array.shape))
         return self.values.get(onnx_name)
 
     def _input(self, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> None:
@@ -272,9 +276,11 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
-              shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Workload:
+              shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+              max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS) -> Workload:
     """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
-    the import reads, computes or folds (onnx_budget.py: an InputError before it is allocated)."""
+    the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
+    import (onnx_budget.py: an InputError before it is allocated or run)."""
     from ptowsp.frontend import onnx_quantized, onnx_recurrent, onnx_sizes  # noqa: F401 - register operators
     from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
 
@@ -282,7 +288,10 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     _one_producer_each(proto.graph, source)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise InputError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
-    imp = Importer(proto, shapes or {}, source, folder, max_bytes)
+    if isinstance(max_fold_seconds, bool) or not isinstance(max_fold_seconds, (int, float)) \
+            or not max_fold_seconds > 0:
+        raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
+    imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
     nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
@@ -302,7 +311,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         value = imp.lookup(out.name)
         if value is None:
             raise WorkloadError(f"{source}: graph output {out.name!r} is produced by no node")
-        if value.tensor.name != imp.outputs[out.name]:  # an input, constant or shared value: copy it out
+        if value.tensor.name != imp.outputs[out.name] or value.tensor.name in imp.wl.constants:
+            # an input, constant or shared value: copy it out
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
@@ -330,6 +340,7 @@ def _fold(imp: Importer, node: onnx.NodeProto) -> None:
     from onnx.reference import ReferenceEvaluator
 
     check_fold(node, imp.arrays, imp.opset, imp.max_bytes, describe(node))
+    check_fold_time(node, imp.arrays, imp.max_fold_seconds, describe(node))
     names = [n for n in node.input if n]
     graph = onnx.helper.make_graph(
         [node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(

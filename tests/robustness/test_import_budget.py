@@ -82,3 +82,62 @@ def test_the_budget_is_the_callers():
         pw.frontend.from_onnx(m, max_bytes=1 << 20)
     with pytest.raises(pw.InputError, match="max_bytes must be a positive number of bytes"):
         pw.frontend.from_onnx(m, max_bytes=0)
+
+
+def _loop(trips: int | None) -> "onnx.ModelProto":
+    """v = v + 1, `trips` times (None: no trip count, a condition that stays true)."""
+    body = oh.make_graph([oh.make_node("Identity", ["c_in"], ["c_out"]), oh.make_node("Add", ["v_in", "one"], ["v_out"])],
+                         "body", [oh.make_tensor_value_info("i", TP.INT64, []), oh.make_tensor_value_info("c_in", TP.BOOL, []),
+                                  oh.make_tensor_value_info("v_in", TP.FLOAT, [1])],
+                         [oh.make_tensor_value_info("c_out", TP.BOOL, []), oh.make_tensor_value_info("v_out", TP.FLOAT, [1])],
+                         [nh.from_array(np.ones(1, np.float32), "one")])
+    inits = [nh.from_array(np.array(True), "cond"), nh.from_array(np.zeros(1, np.float32), "v0")]
+    if trips is not None:
+        inits.append(_i64("trips", trips))
+    loop = oh.make_node("Loop", ["trips" if trips is not None else "", "cond", "v0"], ["v"], name="loop", body=body)
+    return _model([loop, oh.make_node("Add", ["x", "v"], ["y"])], inits)
+
+
+def _matmul_of_constants(n: int):
+    return _model([oh.make_node("ConstantOfShape", ["s"], ["a"], value=nh.from_array(np.ones(1, np.float32))),
+                   oh.make_node("MatMul", ["a", "a"], ["m"], name="product"),
+                   oh.make_node("ReduceSum", ["m"], ["y"], keepdims=0)], [_i64("s", [n, n])], output="y")
+
+
+FOLDS = {
+    "MatMul": (lambda: _matmul_of_constants(8192), r"'product' \(op MatMul\): folding it over its constant inputs "
+               r"\(549,755,813,888 multiply-adds\) would take about 55 s, above the import's folding budget of 10 s"),
+    "Loop": (lambda: _loop(1 << 40), r"'loop' \(op Loop\): .*\(1,099,511,627,776 iterations of a 2-node body\)"),
+    "Loop without a trip count": (lambda: _loop(None), r"a loop whose trip count is not a constant\) would take "
+                                  r"with no bound"),
+}
+
+
+@pytest.mark.parametrize("case", FOLDS)
+def test_a_fold_too_long_is_refused_before_it_runs(case, tmp_path):
+    """Computed at import, these would take minutes, or never end: each is refused at once."""
+    make, message = FOLDS[case]
+    path = tmp_path / "model.onnx"
+    path.write_bytes(make().SerializeToString())
+    code = f"""
+import re, resource
+resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))
+import ptowsp as pw
+try:
+    pw.frontend.from_onnx({str(path)!r})
+except pw.InputError as e:
+    assert re.search({message!r}, str(e)), str(e)
+    print("refused")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+def test_the_folding_budget_is_the_callers():
+    m = _matmul_of_constants(256)  # 16.8 million multiply-adds: folded at once
+    wl = pw.frontend.from_onnx(m)  # the output is a constant, copied out by a task of its name
+    assert pw.reference(wl, x=np.zeros(1, np.float32))["y"].reshape(-1).tolist() == [256.0 ** 3]
+    with pytest.raises(pw.InputError, match="above the import's folding budget of 0.0001 s"):
+        pw.frontend.from_onnx(m, max_fold_seconds=1e-4)
+    with pytest.raises(pw.InputError, match="max_fold_seconds must be a positive number of seconds"):
+        pw.frontend.from_onnx(m, max_fold_seconds=-1)
