@@ -57,7 +57,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_huge_constant_is_refused_before_it_is_allocated(case, tmp_path):
-    make, message = CASES[case]
+    _refused_in_a_capped_process(*CASES[case], tmp_path, timeout=120)
+
+
+def _refused_in_a_capped_process(make, message: str, tmp_path, timeout: float) -> None:
+    """Import the model `make()` writes in a fresh process capped at CAP bytes: an InputError matching
+    `message`, within `timeout` seconds."""
     path = tmp_path / "model.onnx"
     path.write_bytes(make().SerializeToString())
     code = f"""
@@ -70,7 +75,7 @@ except pw.InputError as e:
     assert re.search({message!r}, str(e)), str(e)
     print("refused")
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
 
 
@@ -116,21 +121,7 @@ FOLDS = {
 @pytest.mark.parametrize("case", FOLDS)
 def test_a_fold_too_long_is_refused_before_it_runs(case, tmp_path):
     """Computed at import, these would take minutes, or never end: each is refused at once."""
-    make, message = FOLDS[case]
-    path = tmp_path / "model.onnx"
-    path.write_bytes(make().SerializeToString())
-    code = f"""
-import re, resource
-resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))
-import ptowsp as pw
-try:
-    pw.frontend.from_onnx({str(path)!r})
-except pw.InputError as e:
-    assert re.search({message!r}, str(e)), str(e)
-    print("refused")
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+    _refused_in_a_capped_process(*FOLDS[case], tmp_path, timeout=60)
 
 
 def test_the_folding_budget_is_the_callers():

@@ -189,9 +189,13 @@ class AicoreBackend:
                 # is a whole tile's step; the buffers then halve it if it does not fit
                 summing = _summing(schedule, e.task)
                 extent = _streamable(streamed, summing) if summing else None
-                if extent is None or summing in blocks or _stream_piece(schedule, summing) is None:
+                if extent is not None and summing not in blocks and _stream_piece(schedule, summing) is not None:
+                    blocks[summing] = extent
+                elif summing is not None and summing != e.task:  # computed inside its consumer: store it
+                    schedule = schedule.without_compute_at(summing)
+                    blocks.pop(summing, None)
+                else:
                     raise
-                blocks[summing] = extent
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl
