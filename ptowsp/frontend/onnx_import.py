@@ -272,7 +272,25 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.Model
         raise InputError(f"{source}: not an ONNX model ({type(e).__name__}: {e})") from e
     if not proto.graph.node and not proto.graph.output:
         raise InputError(f"{source}: not an ONNX model (no graph)")
+    bad = _not_utf8(proto)
+    if bad:
+        raise InputError(f"{source}: not an ONNX model (the text of {bad} is not UTF-8)")
     return proto, source, folder
+
+
+def _not_utf8(message) -> str | None:
+    """The first string field of `message` (at any depth) that protobuf could not decode as UTF-8 (it
+    hands such a field over as bytes), named by its path; None when every one is text."""
+    stack = [("model", message)]
+    while stack:
+        path, found = stack.pop()
+        for field, value in found.ListFields():
+            values = value if field.is_repeated else [value]
+            if field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+                return f"{path}.{field.name}"
+            if field.type == field.TYPE_MESSAGE:
+                stack.extend((f"{path}.{field.name}", v) for v in values)
+    return None
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
@@ -292,6 +310,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             or not max_fold_seconds > 0:
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
     imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
+    _schema_checked(proto, imp.opset)
     nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
     for node in nodes:
         if node.domain not in ("", "ai.onnx"):
@@ -316,6 +335,23 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
+
+
+def _schema_checked(model: onnx.ModelProto, opset: int) -> None:
+    """onnx's own check of each node against its operator's schema at the model's opset (a known operator,
+    input and output counts, attribute types, required attributes), its message an InputError naming
+    the node: what the handlers may then take for granted."""
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = model.ir_version or onnx.IR_VERSION
+    context.opset_imports = {"": opset}
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue  # refused by the import, naming the domain
+        try:
+            onnx.checker.check_node(node, context)
+        except onnx.checker.ValidationError as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(f"{describe(node)}: not a valid {node.op_type} at opset {opset}: {reason}") from None
 
 
 def _one_producer_each(graph: onnx.GraphProto, source: str) -> None:

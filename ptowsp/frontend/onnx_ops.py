@@ -228,12 +228,16 @@ def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list
     strides = list(attribute(node, "strides", [1, 1]))
     dilations = list(attribute(node, "dilations", [1, 1]))
     pads = _pads(node, 2)
+    for name, values, count, least in (("strides", strides, 2, 1), ("dilations", dilations, 2, 1),
+                                       ("pads", pads, 4, 0), ("kernel_shape", list(kernel), 2, 1)):
+        if len(values) != count or any(v < least for v in values):
+            refuse(node, name, values, f"{count} integers of at least {least} (a 2-D window)")
     ceil = bool(int(attribute(node, "ceil_mode", 0)))  # pools: the last window may hang over the end
     spans = [x.shape[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1 for d in range(2)]
     out = [-(-spans[d] // strides[d]) + 1 if ceil else spans[d] // strides[d] + 1 for d in range(2)]
     # (ONNX and torch: a last window that would start past the input and its leading pad is dropped)
     out = [o - 1 if ceil and (o - 1) * strides[d] >= x.shape[2 + d] + pads[d] else o for d, o in enumerate(out)]
-    if min(out) < 1:
+    if any(isinstance(o, int) and o < 1 for o in out):  # (a symbolic image size: checked when bound)
         raise WorkloadError(f"{describe(node)}: the window {list(kernel)} leaves no output on input {x.shape}")
     return strides, pads, dilations, out
 
@@ -262,7 +266,8 @@ def conv_of(imp: Importer, node: onnx.NodeProto, x: Value, w: Value, term: Calla
         raise WorkloadError(f"{describe(node)}: only 2-D convolutions are supported, weight shape {w.shape}")
     group = int(attribute(node, "group", 1))
     out_ch, per_group, kh, kw = w.shape
-    if x.shape[1] != per_group * group or out_ch % group:
+    if not all(isinstance(d, int) for d in (x.shape[1], *w.shape)) or group < 1 \
+            or x.shape[1] != per_group * group or out_ch % group:
         raise WorkloadError(f"{describe(node)}: input channels {x.shape[1]} do not match weight {w.shape} "
                             f"with group={group}")
     strides, pads, dil, (oh, ow) = _window(node, x, (kh, kw))
@@ -297,7 +302,10 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
     size = x.shape[2:]
     # how far the last window reaches past the input's end (ceil_mode=1 lets it hang over the end pad)
     over = [(o - 1) * strides[d] - pads[d] + kernel[d] - size[d] for d, o in enumerate((oh, ow))]
-    masked = any(pads) or max(over) > 0
+    ceil = bool(int(attribute(node, "ceil_mode", 0)))
+    # over a symbolic image size only ceil_mode=1 can hang a window past the end (and past the end pad)
+    past = [o > limit if isinstance(o, int) else ceil for o, limit in zip(over, (0, 0))]
+    masked = any(pads) or any(past)
     if node.op_type == "MaxPool":
         def body(n, ch, y, xx):
             pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
@@ -305,7 +313,7 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
             return pw.max(pw.where(_inside(pos, size), read, -math.inf) if masked else read, (r, s))
     else:
         include = int(attribute(node, "count_include_pad", 0))
-        if any(o > pads[d + 2] for d, o in enumerate(over)):
+        if any(o > pads[d + 2] if isinstance(o, int) else ceil for d, o in enumerate(over)):
             refuse(node, "ceil_mode", 1, "only where no window hangs over the end pad (the output size of ceil_mode=0)")
 
         def body(n, ch, y, xx):

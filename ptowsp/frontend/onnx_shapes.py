@@ -71,6 +71,9 @@ def reshape(imp: Importer, node: onnx.NodeProto) -> None:
     given = [d for d in target if isinstance(d, int)]
     if int(attribute(node, "allowzero", 0)) and 0 in given:  # (without a 0 it means what allowzero=0 does)
         refuse(node, "allowzero", 1, "a shape without 0: allowzero=1 makes a 0 an empty dimension")
+    if any(isinstance(n, int) and n == 0 and d >= len(x.shape) for d, n in enumerate(target)):
+        raise WorkloadError(f"{describe(node)}: shape {shown(target)} copies (0) a dimension past the input's "
+                            f"{len(x.shape)}")
     target = [x.shape[d] if isinstance(n, int) and n == 0 else n for d, n in enumerate(target)]
     if given.count(-1) > 1:
         raise WorkloadError(f"{describe(node)}: shape {shown(target)} has more than one -1")

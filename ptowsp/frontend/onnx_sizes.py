@@ -155,7 +155,10 @@ def extents(imp: Importer, node: onnx.NodeProto, k: int, what: str) -> list[Dim]
     name = node.input[k] if len(node.input) > k else ""
     if name in imp.sizes:
         return [x for x in imp.sizes[name].reshape(-1)]
-    return [int(d) for d in np.asarray(imp.array(node, k, what)).reshape(-1)]
+    values = np.asarray(imp.array(node, k, what))
+    if values.dtype.kind not in "iu":
+        raise WorkloadError(f"{describe(node)}: input {k} ({what}) is {values.dtype}; it must hold integers")
+    return [int(d) for d in values.reshape(-1)]
 
 
 def size_name(inp: onnx.ValueInfoProto, d: int) -> str:
