@@ -31,6 +31,7 @@ from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
+from ptowsp.workloads.arrays import adopt
 from ptowsp.workloads.checks import with_parameters
 
 
@@ -118,7 +119,7 @@ class Importer:
             stored = array.reshape(1) if array.ndim == 0 else array
             # a graph output's name stays free for the task that copies the constant out (from_onnx)
             name = f"{onnx_name}_constant" if onnx_name in self.outputs else onnx_name
-            self.values[onnx_name] = Value(self.wl.constant(self.name(name), stored), tuple(array.shape))
+            self.values[onnx_name] = Value(self.wl.constant(self.name(name), adopt(stored)), tuple(array.shape))
         return self.values.get(onnx_name)
 
     def _input(self, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> None:

@@ -74,9 +74,33 @@ def frozen_constant(what: str, value: object, dtype: object) -> tuple[np.ndarray
             (dtype is None or dtypes.normalize(dtype) == value.dtype.name):
         return value, _digests[id(value)]
     array = constant_array(what, value, dtype)
+    return array, _freeze(array)
+
+
+def _freeze(array: np.ndarray) -> str:
+    """Make `array` read-only and known as frozen; its digest (hashed in place: a copy of a 2 GiB
+    constant's bytes is 2 GiB more at the import's peak)."""
     array.flags.writeable = False
-    digest = hashlib.sha256(array.tobytes()).hexdigest()[:16]
+    digest = hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()[:16]
     key = id(array)
     _frozen[key], _digests[key] = array, digest
     weakref.finalize(array, _digests.pop, key, None)
-    return array, digest
+    return digest
+
+
+def adopt(array: np.ndarray) -> np.ndarray:
+    """`array`, frozen where it lies, for a caller that gives it up (the ONNX importer's folded and read
+    constants): a workload's `constant` then shares it instead of copying it, so a large constant is
+    held once at the import's peak, not twice.  An array of another dtype than the workload would
+    keep, or not laid out in one piece, is left as it is (`constant` copies it as usual)."""
+    if not isinstance(array, np.ndarray) or array.ndim == 0 or not array.flags.c_contiguous \
+            or not array.flags.owndata or _frozen.get(id(array)) is array:
+        return array
+    try:
+        kept = dtypes.normalize(array.dtype)
+    except DTypeError:
+        return array
+    if kept != array.dtype.name:
+        return array
+    _freeze(array)
+    return array

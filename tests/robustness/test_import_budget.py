@@ -132,3 +132,24 @@ def test_the_folding_budget_is_the_callers():
         pw.frontend.from_onnx(m, max_fold_seconds=1e-4)
     with pytest.raises(pw.InputError, match="max_fold_seconds must be a positive number of seconds"):
         pw.frontend.from_onnx(m, max_fold_seconds=-1)
+
+
+def test_a_large_folded_constant_is_held_once():
+    """A 512 MiB ConstantOfShape: the import's peak grows by the constant once (made by the evaluator and
+    kept as it is), not three times (a private copy, and a copy of its bytes to hash them)."""
+    code = """
+import resource
+import numpy as np
+from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
+import ptowsp as pw
+node = oh.make_node("ConstantOfShape", ["s"], ["c"], value=nh.from_array(np.ones(1, np.float32)))
+graph = oh.make_graph([node, oh.make_node("Add", ["x", "c"], ["y"])], "g", [oh.make_tensor_value_info("x", TP.FLOAT, [1])],
+                      [oh.make_tensor_value_info("y", TP.FLOAT, None)], [nh.from_array(np.array([1 << 13, 1 << 14]), "s")])
+model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+wl = pw.frontend.from_onnx(model)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / (512 << 10))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) <= 1.2, done.stdout
