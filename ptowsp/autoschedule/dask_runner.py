@@ -47,7 +47,10 @@ from ptowsp.schedules import Schedule
 from ptowsp.workloads import Workload
 
 INSTALL = "pip install 'ptowsp[distributed]'"
+CONNECT_GRACE = 2.0  # seconds past connect_timeout that making a client may take before it counts as hung
 CHECK_EVERY = 5.0  # seconds between looks for retries whose workers have all left, while none completes
+SCATTER_GRACE = 10.0  # seconds past twice the try's timeout a workload's scatter may take before a worker is
+# looked for that holds it (a frozen one)
 KEPT_RUNNERS = 4  # measuring set-ups (target, timing, evaluate) a worker keeps, each with its process
 
 
@@ -113,6 +116,7 @@ class DaskRunner:
         self._attempts = self._retried = self._failed_twice = self._trials = 0
         self._by_worker: Counter[str] = Counter()
         self._worker_seconds = self._turnaround = 0.0
+        self._stalled: set[str] = set()  # workers found frozen: no new tries go to them
 
     # -- measuring ------------------------------------------------------------------------------------
     def measure(self, schedule: Schedule) -> Measurement:
@@ -121,7 +125,18 @@ class DaskRunner:
     def measure_batch(self, schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement]]:
         """Submit every schedule at once; yield (index, measurement) as results complete.  A lost try
         (its measuring process or its worker died, or it hung) is submitted once more, to the other
-        workers with the resources; if all of those leave before it runs, to any of them again."""
+        workers with the resources; if all of those leave before it runs, to any of them again.  A lost
+        scheduler is a BuildError (the log the search writes keeps every result so far)."""
+        try:
+            yield from self._measure_batch(schedules)
+        except (OSError, TimeoutError) as e:  # distributed's lost connections and waits
+            raise self._lost(f"{type(e).__name__}: {e}") from None
+
+    def _lost(self, why: str) -> BuildError:
+        return BuildError(f"the dask scheduler at {self.address} is gone ({why}); the search's log keeps every "
+                          "result so far: start the cluster again and search with the same log_file to resume")
+
+    def _measure_batch(self, schedules: Sequence[Schedule]) -> Iterator[tuple[int, Measurement]]:
         if not schedules:
             return
         self._matching()  # fail now, not hang, when no worker may take the trials
@@ -168,9 +183,20 @@ class DaskRunner:
         """One try of a schedule, on the `allowed` workers when given."""
         key, payload = self._payload(schedule.workload)
         self._attempts += 1
+        if not allowed and self._stalled:
+            allowed = tuple(self._responsive())
         return self.client.submit(_trial, self._config_key, self._config, key, payload, schedule.to_json(),
                                   key=f"ptowsp-trial-{uuid.uuid4().hex}", resources=self.resources,
                                   workers=list(allowed) or None, pure=False)
+
+    def _responsive(self) -> list[str]:
+        """The matching workers but those found frozen (they may come back; the scheduler keeps them)."""
+        return [w for w in self._matching() if w not in self._stalled] or self._matching()
+
+    def _deadline(self) -> float:
+        """Seconds a workload's scatter may take before the workers are asked to answer: one try's
+        `timeout`, as much again, and SCATTER_GRACE."""
+        return 2 * self.timeout + SCATTER_GRACE
 
     def _stranded(self, tries: dict[Any, _Try]) -> list[Any]:
         """Retries bound to workers none of which is in the cluster any more."""
@@ -197,17 +223,33 @@ class DaskRunner:
         """The workload's pickle, scattered to the workers once (each keeps it set up); scattered again
         when every worker holding it has gone.  BuildError naming what cannot travel."""
         known = self._payloads.get(wl.fingerprint)
-        if known is None or known[1].status != "finished":
+        if known is None or not isinstance(known[1], bytes) and known[1].status != "finished":
             data = serialize(wl, wl, self._evaluate)
-            known = (_digest(data), self.client.scatter(data, broadcast=True, hash=True))
+            known = (_digest(data), self._scatter(data))
             self._payloads[wl.fingerprint] = known
         return known
+
+    def _scatter(self, data: bytes) -> Any:
+        """`data` on every worker, once (a future of it), or, when that takes longer than `_deadline` (a
+        frozen worker holds a scatter to it for ever), the data itself, sent with each try: each worker is
+        then asked to answer, and those that do not are set aside."""
+        workers = self._responsive()
+        done, future = _bounded(lambda: self.client.scatter(data, workers=workers, broadcast=True, hash=True),
+                                self._deadline())
+        if done:
+            return future
+        for worker in workers:
+            if not _bounded(lambda w=worker: self.client.run(os.getpid, workers=[w]), SCATTER_GRACE)[0]:
+                self._stalled.add(worker)
+        return data
 
     def _matching(self) -> list[str]:
         """Addresses of the workers offering `resources`, waiting up to `wait_for_workers` for one."""
         deadline = time.monotonic() + self.wait_for_workers
         while True:
-            workers = self.client.scheduler_info()["workers"]
+            if self.client.status != "running":
+                raise self._lost(f"the client is {self.client.status}")
+            workers = self.client.scheduler_info().get("workers", {})
             found = [a for a, w in workers.items() if _offers(w.get("resources") or {}, self.resources)]
             if found or time.monotonic() >= deadline:
                 break
@@ -228,7 +270,8 @@ class DaskRunner:
     def close(self) -> None:
         """Release the scattered workloads; close the client if this runner made it."""
         for _, payload in self._payloads.values():
-            payload.release()
+            if not isinstance(payload, bytes):  # (the data itself where a scatter could not be made)
+                payload.release()
         self._payloads.clear()
         if self._own_client:
             self.client.close()
@@ -260,12 +303,45 @@ def _client(distributed, given: Any, connect_timeout: float) -> tuple[Any, bool]
         raise BuildError(f"DaskRunner takes a scheduler address ('tcp://host:8786'), a distributed.Client or a "
                          f"cluster, got {type(given).__name__} {given!r:.60}")
     try:
-        return distributed.Client(given, timeout=connect_timeout, set_as_default=False), True
+        return _connected(distributed, given, connect_timeout), True
     except ValueError as e:  # distributed's parse of the address
         raise InputError(f"dask scheduler address {given!r} does not parse ({e}); expected 'tcp://host:port'") from None
     except (OSError, TimeoutError) as e:
         raise BuildError(f"cannot reach the dask scheduler at {given!r} within {connect_timeout:g} s ({e}); "
                          "start one with `dask scheduler` and workers with `dask worker ADDRESS`") from None
+
+
+def _connected(distributed, given: Any, timeout: float) -> Any:
+    """distributed.Client(given), waited for `timeout` (and CONNECT_GRACE) at most: a peer that accepts the
+    connection but never answers the handshake holds distributed's own wait for ever."""
+    done, client = _bounded(lambda: distributed.Client(given, timeout=timeout, set_as_default=False),
+                            timeout + CONNECT_GRACE)
+    if not done:
+        raise TimeoutError(f"the address accepted a connection but nothing answered as a dask scheduler in "
+                           f"{timeout + CONNECT_GRACE:g} s")
+    return client
+
+
+def _bounded(call: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+    """(True, call()) when `call` returns within `seconds` (raising what it raises), else (False, None),
+    the call left running in a daemon thread (a distributed call to a frozen worker never returns)."""
+    made: list = []
+
+    def run() -> None:
+        try:
+            made.append((True, call()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            made.append((False, e))
+
+    thread = threading.Thread(target=run, name="ptowsp-dask-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not made:
+        return False, None
+    ok, value = made[0]
+    if not ok:
+        raise value
+    return True, value
 
 
 def _offers(offered: Mapping[str, float], asked: Mapping[str, float] | None) -> bool:

@@ -56,3 +56,4 @@ def crash_on_first_worker(built, inputs, repeat, min_time, budget, *, marker: st
     if depth == 1 or (depth == 2 and Path(marker).read_text() == str(os.getppid())):
         ctypes.string_at(0)  # SIGSEGV
     return made_up_cost(built, inputs, repeat, min_time, budget)
+

@@ -5,15 +5,20 @@ asked, resume from the log, whole-model tuning, and `ptowsp tune --cluster`."""
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from distributed import Client, LocalCluster
 
 import ptowsp as pw
-from ptowsp.autoschedule import records
-from ptowsp.autoschedule.dask_runner import DaskRunner
+from ptowsp.autoschedule import dask_runner, records
+from ptowsp.autoschedule.dask_runner import CONNECT_GRACE, DaskRunner
 from ptowsp.autoschedule.measure import Runner
 from ptowsp.autoschedule.space import Space
 from ptowsp.cli import main
@@ -95,6 +100,42 @@ def test_a_lost_try_is_tried_once_more_on_another_worker(client, tmp_path):
     assert [r.error for r in records.load(log)].count(None) == 2
 
 
+def test_a_worker_frozen_before_the_search_is_set_aside(monkeypatch, tmp_path):
+    """A worker stopped with SIGSTOP holds the workload's scatter to it for ever, and the scheduler would
+    wait minutes to drop it: past the scatter's deadline (2 x 1 s + 3 s here; 2 x timeout + 10 s by
+    default) the runner asks each worker to answer, sets the silent one aside and sends the workload
+    with each try to the others."""
+    monkeypatch.setattr(dask_runner, "SCATTER_GRACE", 3.0)
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2, timeout=60)
+        frozen, pid = sorted(client.run(os.getpid).items())[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with DaskRunner(client, workers=2, timeout=1.0, evaluate=made_up_cost) as runner:
+                res = _search(runner, tmp_path / "tune.jsonl", num_trials=6)
+                stats = runner.statistics()
+            took = time.monotonic() - start
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert len(res.history) >= 6 and all(r.seconds is not None for r in res.history), res.history
+    assert stats.by_worker and frozen not in stats.by_worker, stats
+    assert took < 45, took  # the scheduler drops a silent worker after 5 minutes (its worker-ttl)
+
+
+def test_a_lost_scheduler_is_a_build_error_saying_the_log_resumes():
+    """The cluster closed under a runner: the next batch was a raw KeyError from scheduler_info()."""
+    cluster = LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None)
+    client = Client(cluster, set_as_default=False)
+    with DaskRunner(client, workers=1, wait_for_workers=2, evaluate=made_up_cost) as runner:
+        assert runner.measure(_matmul().schedule()).seconds is not None
+        cluster.close()
+        with pytest.raises(pw.BuildError, match="dask scheduler at .* is gone .* same log_file to resume"):
+            runner.measure(_matmul().schedule().parallel("C", "i"))
+    client.close()
+
+
 def test_resources_route_trials_only_to_matching_workers(client):
     tagged = min(client.scheduler_info()["workers"])
 
@@ -170,6 +211,22 @@ def test_unreachable_scheduler_and_missing_package_are_build_errors(monkeypatch)
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     with pytest.raises(pw.BuildError, match=r"pip install 'ptowsp\[distributed\]'"):
         DaskRunner("tcp://127.0.0.1:9")
+
+
+def test_a_scheduler_that_accepts_but_never_answers_is_a_build_error_in_time():
+    """A socket that accepts the connection and says nothing held distributed's handshake for ever."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held = []
+    threading.Thread(target=lambda: held.extend(listener.accept() for _ in range(8)), daemon=True).start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(pw.BuildError, match="nothing answered as a dask scheduler"):
+            DaskRunner(f"tcp://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=1)
+    finally:
+        listener.close()
+    assert time.monotonic() - start < 1 + CONNECT_GRACE + 5
 
 
 def test_importing_ptowsp_does_not_import_distributed():
