@@ -36,7 +36,7 @@ def _matmul():
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as c:
         yield c
 
 
@@ -106,7 +106,7 @@ def test_a_worker_frozen_before_the_search_is_set_aside(monkeypatch, tmp_path):
     default) the runner asks each worker to answer, sets the silent one aside and sends the workload
     with each try to the others."""
     monkeypatch.setattr(dask_runner, "SCATTER_GRACE", 3.0)
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         client.wait_for_workers(2, timeout=60)
         frozen, pid = sorted(client.run(os.getpid).items())[0]
@@ -126,7 +126,7 @@ def test_a_worker_frozen_before_the_search_is_set_aside(monkeypatch, tmp_path):
 
 def test_a_lost_scheduler_is_a_build_error_saying_the_log_resumes():
     """The cluster closed under a runner: the next batch was a raw KeyError from scheduler_info()."""
-    cluster = LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None)
+    cluster = LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0")
     client = Client(cluster, set_as_default=False)
     with DaskRunner(client, workers=1, wait_for_workers=2, evaluate=made_up_cost) as runner:
         assert runner.measure(_matmul().schedule()).seconds is not None
