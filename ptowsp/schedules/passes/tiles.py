@@ -31,8 +31,8 @@ VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector regist
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
 HOIST_TERMS = 2048  # a blocked convolution's reduction at least this long walks its channel blocks outside the rows
-STREAMED_WEIGHT_BYTES = 2 << 20
-GEMM_I8_K = 64  # the longest reduction a tensorized int8 tile hands one gemm_i8 call (unrolled in it)  # weights larger than a core's L2 are prefetched a channel block ahead
+STREAMED_WEIGHT_BYTES = 2 << 20  # weights larger than a core's L2 are prefetched a channel block ahead
+GEMM_I8_K = 64  # the longest reduction a tensorized int8 tile hands one gemm_i8 call (unrolled in it)
 
 
 def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose,
