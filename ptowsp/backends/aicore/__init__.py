@@ -11,7 +11,6 @@ estimates, the same on every machine.  docs/aicore.md describes the model.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from ptowsp.backends.aicore.cost import (BufferOverflow, KernelShape, ModelCosts, TooManyBlocks, check_blocks,
                                         check_buffers, itemsizes, kernel_shape)
+from ptowsp.backends.aicore.fitting import Fitting
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
@@ -26,10 +26,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.schedule import schedulable_reduce_axes
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL
 from ptowsp.schedules.passes.default import Choose
-from ptowsp.te import Op, walk
 from ptowsp.workloads import Category, Workload
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
@@ -147,54 +144,18 @@ class AicoreBackend:
         return AicoreExecutable(schedule, device or DeviceModel())
 
     def compile_default(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
-        """The default schedule, with each task whose input blocks overflow a core buffer made to stream
-        its outermost reduction loop in blocks (halved until they fit): a convolution's channels, a
-        contraction's k; then its tile narrowed; then, for a sum computed inside its consumer's loops
-        (a convolution inside its requantization), that sum stored on its own and fitted the same way.
-        A user's own schedule is compiled as given (`compile`) and refused if it does not fit."""
-        blocks: dict[str, int] = {}
-        narrowed: dict[str, list[tuple[str, int]]] = {}  # task -> (loop, width) splits into its grid (narrow_tile)
+        """The default schedule, changed until it fits the device's buffers (fitting.py): a task's
+        reduction streamed in blocks, its tile narrowed, a sum computed inside its consumer stored on
+        its own.  A user's own schedule is compiled as given (`compile`) and refused if it does not fit."""
+        fitting = Fitting(schedule)
         while True:
-            streamed = schedule
-            for task, splits in narrowed.items():
-                for loop, width in splits:
-                    streamed = narrow_tile(streamed, task, loop, width)
-            for task, block in blocks.items():
-                streamed = stream_reduction_blocks(streamed, task, block)
             try:
-                return self.compile(streamed, device)
+                return self.compile(fitting.schedule(), device)
             except BufferOverflow as e:
-                summing = _summing(schedule, e.task)
-                extent = _streamable(streamed, summing) if summing else None
-                piece = _stream_piece(schedule, summing) if extent is not None else None
-                block = blocks.get(summing) or extent
-                if e.buffer != "L0C" and extent is not None and piece is not None and block // 2 >= piece[1]:
-                    blocks[summing] = block // 2
-                elif (narrowing := _narrowing(streamed, e.task, e.tensor)) is not None:
-                    # the reduction streams no further (or there is none), or the accumulators overflow: a
-                    # narrower tile
-                    narrowed.setdefault(e.task, []).append(narrowing)
-                elif summing is not None and summing != e.task:
-                    # a sum computed inside its consumer's loops overflows however those go: store it, and
-                    # stream and narrow it as a task of its own
-                    schedule = schedule.without_compute_at(summing)
-                    blocks.pop(summing, None)
-                elif (narrowing := _narrowing(streamed, e.task, e.tensor, thinner=True)) is not None:
-                    narrowed.setdefault(e.task, []).append(narrowing)
-                else:
+                if not fitting.overflowed(e):
                     raise
             except TooManyBlocks as e:
-                # a reduction walked inside a tile's element loops (a vectorized 1x1 convolution's channels
-                # inside its pixels): streamed outside them instead, in one block to start with, so each block
-                # is a whole tile's step; the buffers then halve it if it does not fit
-                summing = _summing(schedule, e.task)
-                extent = _streamable(streamed, summing) if summing else None
-                if extent is not None and summing not in blocks and _stream_piece(schedule, summing) is not None:
-                    blocks[summing] = extent
-                elif summing is not None and summing != e.task:  # computed inside its consumer: store it
-                    schedule = schedule.without_compute_at(summing)
-                    blocks.pop(summing, None)
-                else:
+                if not fitting.too_many_blocks(e):
                     raise
 
     def default_workload(self, wl: Workload) -> Workload:
@@ -218,93 +179,3 @@ class AicoreBackend:
             return default
 
         return choose
-
-
-def _reduce_axes(schedule: Schedule, task: str) -> list[tuple[str, int]]:
-    """The axes of `task`'s one scheduled reduction (in an epilogue too: `sum(..) + b[o]`), outermost first."""
-    if task not in schedule.workload.tasks:
-        return []
-    return schedulable_reduce_axes(schedule.workload.task(task).body)
-
-
-def _summing(schedule: Schedule, task: str) -> str | None:
-    """The task whose reduction an overflow of kernel `task` streams: the task itself, or the producer
-    computed at it that sums (a convolution whose epilogue, its bias or its requantization, is the root)."""
-    if _reduce_axes(schedule, task):
-        return task
-    inside = [t for t, (root, _) in schedule.compute_at_locations.items() if root == task and _reduce_axes(schedule, t)]
-    return inside[0] if len(inside) == 1 else None
-
-
-def _streamable(schedule: Schedule, task: str) -> int | None:
-    """The extent of `task`'s outermost reduction loop in the schedule's workload, or None."""
-    axes = _reduce_axes(schedule, task)
-    return axes[0][1] if axes and isinstance(axes[0][1], int) else None
-
-
-_MIN_WIDTH = 16  # the narrowest tile loop narrow_tile makes, but of loops that index the overflowing block
-
-
-def _narrowing(schedule: Schedule, task: str, tensor: str | None, thinner: bool = False) -> tuple[str, int] | None:
-    """The next split of `task`'s tile: its widest serial spatial loop halved (to at least _MIN_WIDTH), or,
-    where that leaves `tensor`'s block as large (the loop does not index it), the widest loop that
-    indexes `tensor` halved down to one; `thinner`: once no loop is that wide, the widest halved down to
-    one.  None when nothing is left to narrow."""
-    if task not in schedule.workload.tasks:
-        return None
-    nest = schedule.nest(task)
-    hosting = {loop for root, loop in schedule.compute_at_locations.values() if root == task}  # split those: refused
-    loops = [lp for lp in nest.loops if not lp.reduce and lp.annotation == SERIAL and isinstance(lp.extent, int)
-             and lp.name not in hosting]
-    wide = [lp for lp in loops if lp.extent // 2 >= _MIN_WIDTH]
-    if tensor is not None:
-        body = schedule.workload.task(task).body
-        indexing = {v.arg[0] for load in walk(body) if load.op is Op.LOAD and load.arg.name == tensor
-                    for index in load.src for v in walk(index) if v.op is Op.VAR}
-        ours = [lp for lp in loops if nest.roots(lp.name) & indexing and lp.extent > 1]
-        wide = [lp for lp in wide if lp in ours] or ours
-    if not wide and thinner:
-        wide = [lp for lp in loops if lp.extent > 1]
-    if not wide:
-        return None
-    loop = max(wide, key=lambda lp: lp.extent)
-    return loop.name, max(1, loop.extent // 2)
-
-
-def _stream_piece(schedule: Schedule, task: str) -> tuple[str, int] | None:
-    """The piece of `task`'s outermost reduction axis that streams (its last serial one: a vectorized or
-    unrolled piece is a fixed block), and how many elements of the axis one of its iterations covers."""
-    axis = _reduce_axes(schedule, task)[0][0]
-    pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
-    serial = [k for k, lp in enumerate(pieces) if lp.annotation == SERIAL]
-    if not serial or not all(isinstance(lp.extent, int) for lp in pieces):
-        return None
-    last = serial[-1]
-    return pieces[last].name, math.prod(lp.extent for lp in pieces[last + 1:])
-
-
-def narrow_tile(schedule: Schedule, task: str, loop: str, width: int) -> Schedule:
-    """`task`'s spatial loop `loop` split by `width`, its outer part added to the task grid: a smaller tile,
-    so a smaller input block (or fewer accumulators), when streaming the reduction cannot shrink it."""
-    grid = [lp.name for lp in schedule.nest(task).loops if lp.annotation == PARALLEL]
-    s = schedule.copy().split(task, loop, width)
-    rest = [lp.name for lp in s.nest(task).loops if lp.name not in grid and lp.name != f"{loop}.outer"]
-    return s.reorder(task, *grid, f"{loop}.outer", *rest).parallel(task, f"{loop}.outer")
-
-
-def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedule:
-    """`task`'s outermost reduction axis streamed in blocks of `block` elements: its streaming piece is split and
-    the block loop placed just inside the task grid (after any block loop already there), so each step
-    of it loads one block of the inputs (the aicore cost model's stream)."""
-    loop, span = _stream_piece(schedule, task)
-    s = schedule.copy().split(task, loop, max(1, block // span))  # in place: leave the given one as it is
-    loops = s.nest(task).loops
-    grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
-    after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != f"{loop}.outer"]
-    streaming = []  # block loops already just inside the grid
-    for lp in after:
-        if not lp.reduce:
-            break
-        streaming.append(lp.name)
-    rest = [lp.name for lp in after if lp.name not in streaming]
-    return s.reorder(task, *grid, *streaming, f"{loop}.outer", *rest)
