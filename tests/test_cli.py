@@ -155,6 +155,18 @@ def test_an_onnx_model_with_a_bad_shape_is_one_line(tmp_path, capsys, args, mess
     assert re.search(message, err)
 
 
+def test_an_import_over_its_budgets_is_one_line(tmp_path, capsys):
+    """A Loop of 2^40 iterations folded at import (issue: it never ended) and a 4 TiB constant."""
+    from tests.robustness.test_import_budget import CASES, _loop
+
+    for name, model in (("loop", _loop(1 << 40)), ("huge", CASES["initializer"][0]())):
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(model.SerializeToString())
+        assert main(["run", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "InputError" in err and "budget" in err, err
+
+
 def test_a_model_s_symbolic_dimensions_left_unbound_are_bound_for_the_command_and_said_so(tmp_path, capsys):
     model = str(_onnx_mlp(tmp_path / "mlp.onnx"))
     assert main(["run", model, "--runs", "2", "--workers", "2"]) == 0
