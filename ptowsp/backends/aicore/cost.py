@@ -333,6 +333,7 @@ class BufferOverflow(DeviceLimit):
         super().__init__(task, message)
         self.buffer = buffer
         self.tensor = tensor
+        self.others: list[BufferOverflow] = []  # the other tasks that overflow in the same build, one each
 
 
 class TooManyBlocks(DeviceLimit):
@@ -357,31 +358,44 @@ def check_blocks(shapes: Mapping[str, KernelShape]) -> None:
 
 def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsize: Mapping[str, int],
                   prefetch: int) -> None:
-    """Refuse, at build time, a task whose tile does not fit its core's buffers (ScheduleError)."""
+    """Refuse, at build time, a task whose tile does not fit its core's buffers (ScheduleError): the first,
+    with every other task's first overflow in `others` (the aicore default refits them all at once)."""
+    found = []
+    for name, shape in shapes.items():
+        try:
+            _check_buffers(device, name, shape, itemsize, prefetch)
+        except BufferOverflow as e:
+            found.append(e)
+    if found:
+        found[0].others = found[1:]
+        raise found[0]
+
+
+def _check_buffers(device: DeviceModel, name: str, shape: KernelShape, itemsize: Mapping[str, int],
+                   prefetch: int) -> None:
     ahead = 1 + prefetch
     hint = "split the task's reduction loop (streamed in blocks) or make its tile smaller"
-    for name, shape in shapes.items():
-        tile_in = _box_bytes(shape.tile.reads, itemsize)
-        block_in = _box_bytes(shape.stream.reads, itemsize) if shape.stream else tile_in
-        reads = shape.stream.reads if shape.stream else shape.tile.reads
-        largest = reads[block_in.index(max(block_in))][0] if block_in else None
-        out = _box_bytes(shape.tile.writes, itemsize)
-        in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
-        if shape.core == "cube":
-            out_elements = sum(_largest(box) for _, box in shape.tile.writes)
-            needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
-                      "its tile's accumulators", None),
-                     ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
-                      "its largest input block", largest),
-                     ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})",
-                      largest)]
-        else:
-            needs = [("UB", in_flight + sum(out), device.ub_bytes,
-                      f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs", largest)]
-        for buffer, need, capacity, what, tensor in needs:
-            if need > capacity:
-                raise BufferOverflow(name, buffer, f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
-                                     f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}", tensor)
+    tile_in = _box_bytes(shape.tile.reads, itemsize)
+    block_in = _box_bytes(shape.stream.reads, itemsize) if shape.stream else tile_in
+    reads = shape.stream.reads if shape.stream else shape.tile.reads
+    largest = reads[block_in.index(max(block_in))][0] if block_in else None
+    out = _box_bytes(shape.tile.writes, itemsize)
+    in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
+    if shape.core == "cube":
+        out_elements = sum(_largest(box) for _, box in shape.tile.writes)
+        needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
+                  "its tile's accumulators", None),
+                 ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
+                  "its largest input block", largest),
+                 ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})",
+                  largest)]
+    else:
+        needs = [("UB", in_flight + sum(out), device.ub_bytes,
+                  f"{ahead} input block(s) in flight (prefetch {prefetch}) and its outputs", largest)]
+    for buffer, need, capacity, what, tensor in needs:
+        if need > capacity:
+            raise BufferOverflow(name, buffer, f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
+                                 f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}", tensor)
 
 
 def itemsizes(dtypes: Mapping[str, str]) -> dict[str, int]:

@@ -40,8 +40,13 @@ class Fitting:
         return fitted
 
     def overflowed(self, e: BufferOverflow) -> bool:
-        """One more change for a task whose tile or blocks overflow a buffer; False when none is left."""
+        """One more change for each task whose tile or blocks overflow a buffer (`e` and the others of the
+        same build: a model's tasks are fitted side by side, not one build each); False when none is left."""
         current = self.schedule()
+        changed = [self._refit(current, x) for x in (e, *e.others)]
+        return any(changed)
+
+    def _refit(self, current: Schedule, e: BufferOverflow) -> bool:
         summing = _summing(self.given, e.task)
         extent = _streamable(current, summing) if summing else None
         piece = _stream_piece(self.given, summing) if extent is not None else None
