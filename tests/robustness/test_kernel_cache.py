@@ -346,6 +346,16 @@ def test_resigned_hostile_manifest_is_recompiled(cache, marker, change, reason):
     assert any(re.search(reason, m) for m in messages), messages
 
 
+@pytest.mark.parametrize("part", ["object", "manifest"])
+def test_a_fifo_in_place_of_an_entry_is_discarded_not_read(cache, part):
+    """A FIFO blocked the next build for ever (reading it waits for a writer)."""
+    path = entry()[0 if part == "object" else 1]
+    path.unlink()
+    os.mkfifo(path)
+    messages = build_and_check(damaged=True)
+    assert any(path.name in m and "not a regular file" in m for m in messages), messages
+
+
 def widened_grid_runs_safely(root: str) -> None:
     """In a subprocess: a re-sealed manifest whose grid says 1000 rows of tiles where the kernel was
     compiled for 4 passes every check the cache can make; the kernel leaves the extra tiles alone."""

@@ -24,6 +24,7 @@ import hashlib
 import os
 import pathlib
 import re
+import stat
 import tempfile
 import warnings
 from typing import Annotated
@@ -88,6 +89,14 @@ def load(key: str) -> tuple[bytes, Manifest] | None:
     obj, manifest = entry_paths(key)
     if not (obj.exists() and manifest.exists()):
         return None
+    for path in (obj, manifest):  # a FIFO would block the build for ever, a device never end
+        try:
+            regular = stat.S_ISREG(path.stat().st_mode)
+        except OSError:
+            regular = False
+        if not regular:
+            discard(path, "it is not a regular file (a FIFO, device or directory)")
+            return None
     try:
         data, text = obj.read_bytes(), manifest.read_bytes()
     except OSError as e:
