@@ -57,10 +57,10 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_huge_constant_is_refused_before_it_is_allocated(case, tmp_path):
-    _refused_in_a_capped_process(*CASES[case], tmp_path, timeout=120)
+    assert_refused_in_a_capped_process(*CASES[case], tmp_path, timeout=120)
 
 
-def _refused_in_a_capped_process(make, message: str, tmp_path, timeout: float) -> None:
+def assert_refused_in_a_capped_process(make, message: str, tmp_path, timeout: float) -> None:
     """Import the model `make()` writes in a fresh process capped at CAP bytes: an InputError matching
     `message`, within `timeout` seconds."""
     path = tmp_path / "model.onnx"
@@ -121,7 +121,7 @@ FOLDS = {
 @pytest.mark.parametrize("case", FOLDS)
 def test_a_fold_too_long_is_refused_before_it_runs(case, tmp_path):
     """Computed at import, these would take minutes, or never end: each is refused at once."""
-    _refused_in_a_capped_process(*FOLDS[case], tmp_path, timeout=60)
+    assert_refused_in_a_capped_process(*FOLDS[case], tmp_path, timeout=60)
 
 
 def test_the_folding_budget_is_the_callers():

@@ -140,7 +140,8 @@ def _stream_piece(schedule: Schedule, task: str) -> tuple[str, int] | None:
     """The piece of `task`'s outermost reduction axis that streams (its last serial one: a vectorized or
     unrolled piece is a fixed block), and how many elements of the axis one of its iterations covers."""
     axis = _reduce_axes(schedule, task)[0][0]
-    pieces = [lp for lp in schedule.nest(task).loops if lp.name == axis or lp.name.startswith(axis + ".")]
+    nest = schedule.nest(task)
+    pieces = [lp for lp in nest.loops if nest.roots(lp.name) == {axis}]
     serial = [k for k, lp in enumerate(pieces) if lp.annotation == SERIAL]
     if not serial or not all(isinstance(lp.extent, int) for lp in pieces):
         return None
