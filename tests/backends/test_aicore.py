@@ -5,7 +5,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.backends.aicore import AicoreBackend
-from ptowsp.backends.aicore.cost import TooManyBlocks
+from ptowsp.backends.aicore.cost import DEFAULT_MAX_BLOCKS, MAX_BLOCKS, TooManyBlocks
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import random_inputs, zoo
 
@@ -280,4 +280,19 @@ def test_the_default_streams_channels_outside_a_tile_that_would_take_too_many_bl
     grid = [lp.name for lp in nest.loops if lp.annotation == "parallel"]
     assert nest.names[len(grid)] == "c.outer", str(prog.schedule)  # the block loop just inside the grid
     inputs = random_inputs(wl, seed=2)
+    np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)
+
+
+def test_the_default_keeps_each_instance_to_a_few_thousand_blocks():
+    """A 1x1 convolution whose plain default walks 64 channels, one a block, inside tiles of a few pixels:
+    legal (below the device's limit, so a user's schedule like it builds), but under a cube fractal of
+    arithmetic a block.  The aicore default streams the channels outside the tile instead."""
+    wl = zoo.conv2d(1, 64, 28, 28, 64, 1, 1, 0)
+    aicore = AicoreBackend()
+    default = default_schedule(wl, vector_bytes=aicore.vector_bytes, workers=len(aicore.cores(None, None)),
+                               choose=aicore.schedule_choices(None))
+    assert DEFAULT_MAX_BLOCKS < aicore.compile(default).shapes["Y"].blocks <= MAX_BLOCKS  # as given: builds
+    assert all(shape.blocks <= DEFAULT_MAX_BLOCKS for shape in aicore.compile_default(default).shapes.values())
+    prog = pw.build(wl, "aicore")
+    inputs = random_inputs(wl, seed=4)
     np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)

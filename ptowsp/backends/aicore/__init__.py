@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.backends.aicore.cost import (BufferOverflow, KernelShape, ModelCosts, TooManyBlocks, check_blocks,
-                                        check_buffers, itemsizes, kernel_shape)
+from ptowsp.backends.aicore.cost import (DEFAULT_MAX_BLOCKS, MAX_BLOCKS, BufferOverflow, KernelShape, ModelCosts,
+                                        TooManyBlocks, check_blocks, check_buffers, itemsizes, kernel_shape)
 from ptowsp.backends.aicore.fitting import Fitting
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
@@ -37,7 +37,7 @@ class AicoreExecutable:
 
     source_kinds = CpuExecutable.source_kinds  # the host code that computes the numbers
 
-    def __init__(self, schedule: Schedule, device: DeviceModel):
+    def __init__(self, schedule: Schedule, device: DeviceModel, max_blocks: int = MAX_BLOCKS):
         self.schedule, self.device = schedule, device
         if schedule.workload.sizes:
             raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
@@ -75,7 +75,7 @@ class AicoreExecutable:
                  for t, _ in (*access.reads, *access.writes)}
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
-        check_blocks(self.shapes)
+        check_blocks(self.shapes, max_blocks)
         self.cpu = CpuExecutable(schedule, program=program)
         self.table = self._on_cores(self.cpu.table)
         table_names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
@@ -146,17 +146,22 @@ class AicoreBackend:
     def compile_default(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
         """The default schedule, changed until it fits the device's buffers (fitting.py): a task's
         reduction streamed in blocks, its tile narrowed, a sum computed inside its consumer stored on
-        its own.  A user's own schedule is compiled as given (`compile`) and refused if it does not fit."""
-        fitting = Fitting(schedule)
+        its own; and until no instance streams more than DEFAULT_MAX_BLOCKS blocks where streaming its
+        reduction outside its tile can make them fewer.  A user's own schedule is compiled as given
+        (`compile`) and refused if it does not fit."""
+        fitting, limit = Fitting(schedule), DEFAULT_MAX_BLOCKS
         while True:
             try:
-                return self.compile(fitting.schedule(), device)
+                return AicoreExecutable(fitting.schedule(), device or DeviceModel(), limit)
             except BufferOverflow as e:
                 if not fitting.overflowed(e):
                     raise
             except TooManyBlocks as e:
-                if not fitting.too_many_blocks(e):
+                if fitting.too_many_blocks(e):
+                    continue
+                if limit == MAX_BLOCKS or max(x.blocks for x in (e, *e.others)) > MAX_BLOCKS:
                     raise
+                limit = MAX_BLOCKS  # the default's own limit could not be met: the device's is enough
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl

@@ -337,23 +337,37 @@ class BufferOverflow(DeviceLimit):
 
 
 class TooManyBlocks(DeviceLimit):
-    """A task instance streams more blocks than MAX_BLOCKS: each is a DMA, compute and store step
+    """A task instance streams more blocks than its limit: each is a DMA, compute and store step
     that the AICPU-driven core takes (and the model simulates) one at a time."""
+
+    def __init__(self, task: str, message: str, blocks: int):
+        super().__init__(task, message)
+        self.blocks = blocks
+        self.others: list[TooManyBlocks] = []  # the other tasks over the limit in the same build
 
 
 MAX_BLOCKS = 1 << 18  # blocks of one task instance: about 2 s of the model's host time
+# the default schedule's own limit: a tile of a few elements streaming its reduction one element a block
+# (a convolution's 8 pixels, one channel a block) is a legal schedule, but it gives each block less
+# arithmetic than one cube fractal and costs the model one event each (ResNet-50: 160 million blocks)
+DEFAULT_MAX_BLOCKS = 1 << 12
 
 
-def check_blocks(shapes: Mapping[str, KernelShape]) -> None:
+def check_blocks(shapes: Mapping[str, KernelShape], limit: int = MAX_BLOCKS) -> None:
     """Refuse, at build time, a task whose tiles are so small that one instance streams more than
-    MAX_BLOCKS blocks (a random schedule's eight tile loops made 46 million; the model would run for
-    hours, one event per block)."""
+    `limit` blocks (a random schedule's eight tile loops made 46 million; the model would run for
+    hours, one event per block): the first, with every other such task in `others`."""
+    found = []
     for name, shape in shapes.items():
-        if shape.blocks > MAX_BLOCKS:
+        if shape.blocks > limit:
             loops = " x ".join(map(str, shape.path))
-            raise TooManyBlocks(name, f"task {name!r} streams {shape.blocks:,} blocks per instance ({loops}: its tile "
-                                f"loops and stream loop), more than the {MAX_BLOCKS:,} an aicore task takes; make its "
-                                "tiles larger (fewer, longer loops inside the task grid)")
+            found.append(TooManyBlocks(name, f"task {name!r} streams {shape.blocks:,} blocks per instance ({loops}: "
+                                       f"its tile loops and stream loop), more than the {limit:,} an aicore task "
+                                       "takes; make its tiles larger (fewer, longer loops inside the task grid)",
+                                       shape.blocks))
+    if found:
+        found[0].others = found[1:]
+        raise found[0]
 
 
 def check_buffers(device: DeviceModel, shapes: Mapping[str, KernelShape], itemsize: Mapping[str, int],

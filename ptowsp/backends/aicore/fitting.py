@@ -67,14 +67,19 @@ class Fitting:
         return True
 
     def too_many_blocks(self, e: TooManyBlocks) -> bool:
-        """A reduction walked inside a tile's element loops (a vectorized 1x1 convolution's channels inside
-        its pixels): streamed outside them instead, in one block to start with (so each block is a whole
-        tile's step; the buffers then halve it if it does not fit).  False when that was done already."""
-        summing = _summing(self.given, e.task)
-        extent = _streamable(self.schedule(), summing) if summing else None
+        """Each task with too many blocks (`e` and the others of the same build) whose reduction walks
+        inside its tile's element loops (a vectorized 1x1 convolution's channels inside its pixels) has
+        it streamed outside them instead, in one block to start with (so each block is a whole tile's
+        step; the buffers then halve it if it does not fit).  False when that was done already for all."""
+        current = self.schedule()
+        return any([self._stream_outside(current, x.task) for x in (e, *e.others)])
+
+    def _stream_outside(self, current: Schedule, task: str) -> bool:
+        summing = _summing(self.given, task)
+        extent = _streamable(current, summing) if summing else None
         if extent is not None and summing not in self.blocks and _stream_piece(self.given, summing) is not None:
             self.blocks[summing] = extent
-        elif summing is not None and summing != e.task:  # computed inside its consumer: store it
+        elif summing is not None and summing != task:  # computed inside its consumer: store it
             self._store(summing)
         else:
             return False
