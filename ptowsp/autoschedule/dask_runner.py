@@ -51,6 +51,8 @@ CONNECT_GRACE = 2.0  # seconds past connect_timeout that making a client may tak
 CHECK_EVERY = 5.0  # seconds between looks for retries whose workers have all left, while none completes
 SCATTER_GRACE = 10.0  # seconds past twice the try's timeout a workload's scatter may take before a worker is
 # looked for that holds it (a frozen one)
+SILENT_BEATS = 20  # heartbeats a worker may miss (at the scheduler's rate for the cluster's size) before it is
+SILENT_FLOOR = 10.0  # ... counted as frozen, and at least this many seconds: its tries are moved to the others
 KEPT_RUNNERS = 4  # measuring set-ups (target, timing, evaluate) a worker keeps, each with its process
 
 
@@ -117,6 +119,8 @@ class DaskRunner:
         self._by_worker: Counter[str] = Counter()
         self._worker_seconds = self._turnaround = 0.0
         self._stalled: set[str] = set()  # workers found frozen: no new tries go to them
+        self._heard: dict[str, tuple[float, float]] = {}  # worker -> (its last heartbeat, when that changed here)
+        self._heartbeat = _distributed().scheduler.heartbeat_interval  # seconds between a worker's heartbeats
 
     # -- measuring ------------------------------------------------------------------------------------
     def measure(self, schedule: Schedule) -> Measurement:
@@ -151,20 +155,23 @@ class DaskRunner:
 
         for n in range(len(schedules)):
             submit(n)
+        checked = time.monotonic()
         while tries:
             # not distributed.as_completed: its iterator wakes for results only, and a retry bound to
-            # workers that have all left would wait for ever
+            # workers that have all left, or a try on a frozen worker, would wait for ever
             try:
                 future = arrived.get(timeout=CHECK_EVERY)
             except queue.Empty:
-                for future in self._stranded(tries):
-                    stranded = tries.pop(future)
-                    future.cancel()
-                    submit(stranded.index, stranded.first)
-                continue
-            done = tries.pop(future, None)
+                future = None
+            if time.monotonic() - checked >= CHECK_EVERY:
+                checked = time.monotonic()
+                for stuck in self._stranded(tries) + self._on_silent_workers(tries):
+                    moved = tries.pop(stuck)
+                    stuck.cancel()
+                    submit(moved.index, moved.first)
+            done = tries.pop(future, None) if future is not None else None
             if done is None:
-                continue  # a stranded try, cancelled and submitted again
+                continue  # nothing arrived, or a try that was moved: cancelled and submitted again
             self._turnaround += time.perf_counter() - done.submitted
             m, worker = self._outcome(future)
             if (m is None or m.lost) and done.first is None:  # the machine may be at fault: once more, elsewhere
@@ -205,6 +212,39 @@ class DaskRunner:
             return []
         present = set(self._matching())
         return [f for f in bound if present.isdisjoint(tries[f].allowed)]
+
+    def _on_silent_workers(self, tries: dict[Any, _Try]) -> list[Any]:
+        """Tries on workers that stopped sending heartbeats (frozen: the scheduler would drop them only after
+        minutes, its worker-ttl), which are set aside until they are heard again."""
+        workers = self.client.scheduler_info().get("workers", {})
+        now, silent = time.monotonic(), set()
+        quiet = max(SILENT_FLOOR, SILENT_BEATS * self._heartbeat(len(workers)))
+        for address, info in workers.items():
+            beat = info.get("last_seen")
+            heard = self._heard.get(address)
+            if heard is None or heard[0] != beat:
+                self._heard[address] = (beat, now)
+                if heard is not None:
+                    self._stalled.discard(address)  # heard again: it answers
+            elif now - heard[1] >= quiet:
+                silent.add(address)
+        newly = silent - self._stalled
+        self._stalled |= silent
+        if not newly:
+            return []
+        self._forget_held_only_by(self._stalled)
+        keys = {key for held in self.client.processing(workers=sorted(newly)).values() for key in held}
+        return [f for f in tries if f.key in keys]
+
+    def _forget_held_only_by(self, workers: set[str]) -> None:
+        """Drop the scattered workloads that only `workers` hold (the scheduler keeps one copy of data no
+        task waits for), so that the next try scatters them again to the others."""
+        scattered = {fingerprint: p for fingerprint, (_, p) in self._payloads.items() if not isinstance(p, bytes)}
+        holders = self.client.who_has(list(scattered.values()))
+        for fingerprint, payload in scattered.items():
+            if set(holders.get(payload.key, ())) <= workers:
+                del self._payloads[fingerprint]
+                payload.release()
 
     def _outcome(self, future: Any) -> tuple[Measurement | None, str | None]:
         """The try's measurement and the worker that made it; (None, None) when the try itself was lost

@@ -57,3 +57,13 @@ def crash_on_first_worker(built, inputs, repeat, min_time, budget, *, marker: st
         ctypes.string_at(0)  # SIGSEGV
     return made_up_cost(built, inputs, repeat, min_time, budget)
 
+
+
+def freeze_worker_once(built, inputs, repeat, min_time, budget, *, marker: str) -> float:
+    """The made-up cost; but the first call of all (no `marker` file yet) stops the dask worker that started
+    this measuring process (SIGSTOP to its parent, whose pid goes in `marker` for the test to resume it): a
+    machine that froze mid-trial, whose try never comes back."""
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getppid()))
+        os.kill(os.getppid(), signal.SIGSTOP)
+    return made_up_cost(built, inputs, repeat, min_time, budget)

@@ -25,6 +25,7 @@ from ptowsp.cli import main
 from ptowsp.workloads import zoo
 from tests.autoschedule.faults import (
     crash_on_first_worker,
+    freeze_worker_once,
     kill_worker_once,
     made_up_cost,
 )
@@ -122,6 +123,33 @@ def test_a_worker_frozen_before_the_search_is_set_aside(monkeypatch, tmp_path):
     assert len(res.history) >= 6 and all(r.seconds is not None for r in res.history), res.history
     assert stats.by_worker and frozen not in stats.by_worker, stats
     assert took < 45, took  # the scheduler drops a silent worker after 5 minutes (its worker-ttl)
+
+
+def test_a_worker_frozen_mid_trial_has_its_tries_moved_to_the_others(monkeypatch, local, tmp_path):
+    """A worker stopped with SIGSTOP during a trial sends no result and no heartbeat; the scheduler would
+    keep its tries for 5 minutes (its worker-ttl).  Once it has missed its heartbeats (4 here, at least
+    2 s; 20 and 10 s by default) the runner moves its tries to the other worker: every record is there,
+    the same as on one machine."""
+    monkeypatch.setattr(dask_runner, "SILENT_BEATS", 4)
+    monkeypatch.setattr(dask_runner, "SILENT_FLOOR", 2.0)
+    monkeypatch.setattr(dask_runner, "CHECK_EVERY", 1.0)
+    marker = tmp_path / "frozen"
+    evaluate = functools.partial(freeze_worker_once, marker=str(marker))
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2, timeout=60)
+        start = time.monotonic()
+        try:
+            with DaskRunner(client, workers=2, evaluate=evaluate) as runner:
+                res = _search(runner, tmp_path / "tune.jsonl")
+            took = time.monotonic() - start
+        finally:
+            if marker.exists():
+                os.kill(int(marker.read_text()), signal.SIGCONT)
+    assert marker.exists()  # a worker froze during its trial
+    assert [r.steps for r in res.history] == [r.steps for r in local.history]
+    assert all(r.seconds is not None for r in res.history)
+    assert took < 60, took
 
 
 def test_a_lost_scheduler_is_a_build_error_saying_the_log_resumes():
