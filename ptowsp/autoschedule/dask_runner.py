@@ -274,7 +274,9 @@ class DaskRunner:
         frozen worker holds a scatter to it for ever), the data itself, sent with each try: each worker is
         then asked to answer, and those that do not are set aside."""
         workers = self._responsive()
-        done, future = _bounded(lambda: self.client.scatter(data, workers=workers, broadcast=True, hash=True),
+        # a fresh key, not one hashed from the data: a copy scattered before may still be known to the
+        # scheduler on a worker that froze, and the new one would only be pointed at it
+        done, future = _bounded(lambda: self.client.scatter(data, workers=workers, broadcast=True, hash=False),
                                 self._deadline())
         if done:
             return future

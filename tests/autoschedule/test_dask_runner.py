@@ -138,14 +138,21 @@ def test_a_worker_frozen_mid_trial_has_its_tries_moved_to_the_others(monkeypatch
     with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         client.wait_for_workers(2, timeout=60)
+
+        def resume():
+            if marker.exists():
+                os.kill(int(marker.read_text()), signal.SIGCONT)
+
         start = time.monotonic()
+        unfreeze = threading.Timer(90, resume)  # should the runner wait for it: a slow failure, not a hang
+        unfreeze.start()
         try:
             with DaskRunner(client, workers=2, evaluate=evaluate) as runner:
                 res = _search(runner, tmp_path / "tune.jsonl")
             took = time.monotonic() - start
         finally:
-            if marker.exists():
-                os.kill(int(marker.read_text()), signal.SIGCONT)
+            unfreeze.cancel()
+            resume()
     assert marker.exists()  # a worker froze during its trial
     assert [r.steps for r in res.history] == [r.steps for r in local.history]
     assert all(r.seconds is not None for r in res.history)
