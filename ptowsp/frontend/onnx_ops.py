@@ -278,11 +278,14 @@ def conv_of(imp: Importer, node: onnx.NodeProto, x: Value, w: Value, term: Calla
 
     def body(n, o, y, xx):
         pos = (y * strides[0] + r * dil[0] - pads[0], xx * strides[1] + s * dil[1] - pads[1])
-        channel = c if group == 1 else o // outs_per_group * per_group + c
+        if per_group == 1:  # depthwise: one input channel per group, read as the output's own (no c axis)
+            channel, k, axes = o if outs_per_group == 1 else o // outs_per_group, 0, (r, s)
+        else:
+            channel, k, axes = c if group == 1 else o // outs_per_group * per_group + c, c, (c, r, s)
         read = x.at([n, channel, *pos])
         if any(pads):
             read = pw.where(_inside(pos, size), read, pad)
-        return finish(pw.sum(term(read, w.at([o, c, r, s])), (c, r, s)), (n, o, y, xx))
+        return finish(pw.sum(term(read, w.at([o, k, r, s])), axes), (n, o, y, xx))
     return imp.compute(node, (x.shape[0], out_ch, oh, ow), body, part=part)
 
 

@@ -8,6 +8,7 @@ import pytest
 import ptowsp as pw
 from ptowsp.schedules.passes import tiles
 from ptowsp.schedules.passes.blocking import block_convolutions
+from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.workloads import random_inputs
 
@@ -98,3 +99,47 @@ def test_a_long_reduction_over_a_blocked_input_walks_its_channel_blocks_outside_
     assert "prefetch C2_raw_weights[" in prog.source("C2_raw_blocked")
     inputs = random_inputs(wl, seed=5)
     np.testing.assert_allclose(prog.run(**inputs)["T"], pw.reference(wl, **inputs)["T"], rtol=1e-4, atol=2e-3)
+
+
+def _inverted_residual(project: int):
+    """MobileNetV2's block as ONNX writes it: an expansion to 32 channels (3x3 here: a 1x1 of the model's
+    input would be a matmul over its pixels), ReLU6, 3x3 depthwise, ReLU6, 1x1 projection to `project`
+    channels."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+
+    def weight(name, shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    limits = [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"], name="expand", pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"], name="relu_e"),
+             helper.make_node("Conv", ["e6", "wd"], ["d"], name="dw", group=32, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"], name="relu_d"),
+             helper.make_node("Conv", ["d6", "w2"], ["y"], name="project")]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, project, 16, 16])],
+                              [weight("w1", (32, 16, 3, 3)), weight("wd", (32, 1, 3, 3)),
+                               weight("w2", (project, 32, 1, 1)), *limits])
+    return pw.frontend.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("project", [32, 24])
+def test_a_depthwise_convolution_takes_the_blocked_layout_of_the_convolution_before_it(project):
+    """The depthwise convolution reads its own channel (no one-element channel sum), so it is computed
+    blocked and nothing unpacks the expansion; a projection whose 24 channels are not whole blocks keeps
+    its plain output and reads a plain input (a blocked one would put 16 floats between its pixels),
+    one whose 32 are reads the blocked one.  The default vectorizes the blocked depthwise convolution
+    a whole block at a time: its padding guards are one scalar test per vector, not int64 vectors."""
+    wl = _inverted_residual(project)
+    out = propagate_blocking(block_convolutions(wl, 16), 16)
+    assert {"dw_blocked", "relu_d_blocked"} <= set(out.tasks) and "relu_e" not in out.tasks
+    projection = out.task("y_blocked" if project == 32 else "y")  # named after the graph's output
+    assert ("relu_d_blocked[" in str(projection.body)) == (project == 32)
+    schedule = default_schedule(out, vector_bytes=64, workers=2)  # AVX-512's 16 float lanes
+    lanes = [lp.extent for lp in schedule.nest("dw_blocked").loops if lp.annotation == "vectorized"]
+    assert lanes == [16], str(schedule)
+    inputs = random_inputs(wl, seed=3)
+    np.testing.assert_allclose(pw.reference(out, **inputs)["y"], pw.reference(wl, **inputs)["y"], rtol=1e-4,
+                               atol=1e-3)

@@ -321,8 +321,15 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
     """Lanes of one vector register of the task's widest value, its output or an intermediate (a
     uint8 pipeline that sums in int32 gets 16 lanes per AVX-512 register, not 64: a wider vector
     only spills, and multiplies the code LLVM compiles)."""
-    def values(e: Expr):  # the value nodes: not loop variables, reduce axes or the index arithmetic of loads
-        if e.op in (Op.VAR, Op.RVAR):
+    last = wl.task(task).loop_names[-1]  # the loop a vector runs along
+
+    def along_vector(e: Expr) -> bool:
+        return any(n.op is Op.LOAD or n.op is Op.VAR and n.arg[0] == last for n in walk(e))
+
+    def values(e: Expr):  # the value nodes: not loop variables, reduce axes or the index arithmetic of loads,
+        # nor an integer or boolean the vector loop leaves alone (a padding guard over the rows and
+        # taps of a channel-blocked tile: one scalar test per vector, not a vector of int64)
+        if e.op in (Op.VAR, Op.RVAR) or np.dtype(e.dtype).kind in "iub" and not along_vector(e):
             return
         yield e
         if e.op is not Op.LOAD:

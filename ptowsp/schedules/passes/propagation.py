@@ -122,9 +122,11 @@ def _channel_wise(task: ComputeTask, available: Mapping[str, str], lanes: int) -
 
 
 def _channel_reducing(task: ComputeTask, available: Mapping[str, str], lanes: int) -> tuple[str, ...] | None:
-    """The reduce axes whose channel reads go blocked (each split in two), or None."""
+    """The reduce axes whose channel reads go blocked (each split in two), or None.  Not for a 4-D task
+    whose own channels are not whole blocks (a 24-channel projection): its output stays plain, its
+    tile runs along the pixels, and a blocked input would put L floats between each pixel's channel."""
     body = _body(task)
-    if body.op is not Op.REDUCE:
+    if body.op is not Op.REDUCE or len(task.loop_names) == 4 and task.tensor.shape[1] % lanes:
         return None
     found = []
     for axis in body.src[1:]:
