@@ -30,7 +30,8 @@ A task is rewritten only when it is exactly this pattern (a sum of a product; th
 [o, reduce axes...]; the input at [n, reduce axis, affine in y, affine in x], guarded only by
 its bounds checks), O is a multiple of L, and the workload is plain compute tasks with static
 shapes; anything else is left as written.  Depthwise and grouped convolutions (the input's
-channel is the output's) are left to the default's other rules.
+channel is the output's) are not blocked here: a depthwise one reads its own channel, so
+propagation.py computes it in the layout of the convolution before it.
 """
 
 from __future__ import annotations
