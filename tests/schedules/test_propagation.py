@@ -130,11 +130,12 @@ def test_a_depthwise_convolution_takes_the_blocked_layout_of_the_convolution_bef
     """The depthwise convolution reads its own channel (no one-element channel sum), so it is computed
     blocked and nothing unpacks the expansion; a projection whose 24 channels are not whole blocks keeps
     its plain output and reads a plain input (a blocked one would put 16 floats between its pixels),
-    one whose 32 are reads the blocked one.  The default vectorizes the blocked depthwise convolution
+    one whose 32 are reads the blocked one.  The depthwise weights are packed by lanes.  The default vectorizes the blocked depthwise convolution
     a whole block at a time: its padding guards are one scalar test per vector, not int64 vectors."""
     wl = _inverted_residual(project)
     out = propagate_blocking(block_convolutions(wl, 16), 16)
     assert {"dw_blocked", "relu_d_blocked"} <= set(out.tasks) and "relu_e" not in out.tasks
+    assert "wd_lanes[" in str(out.task("dw_blocked").body)  # its weights packed: a vector a tap, not a gather
     projection = out.task("y_blocked" if project == 32 else "y")  # named after the graph's output
     assert ("relu_d_blocked[" in str(projection.body)) == (project == 32)
     schedule = default_schedule(out, vector_bytes=64, workers=2)  # AVX-512's 16 float lanes

@@ -149,6 +149,7 @@ def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Map
     cb, cl = fresh_name(f"{c}_block", taken), fresh_name(f"{c}_lane", taken)
     shape = task.tensor.shape
     blocked_shape = (shape[0], shape[1] // lanes, shape[2], shape[3], lanes)
+    packed = _packed_parameters(out, task, c, lanes)
 
     def body(vn, vb, vh, vw, vl):
         channel = vb * lanes + vl
@@ -157,6 +158,8 @@ def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Map
             if e.op is Op.LOAD and _blocked_read(e, c, Op.VAR, available, lanes):
                 lead, _, y, x = (retarget(out, i) for i in e.src)
                 return out.tensor(available[e.arg.name])[lead, vb, y, x, vl]
+            if e.op is Op.LOAD and e.arg.name in packed:
+                return out.tensor(packed[e.arg.name])[(vb, *(retarget(out, i) for i in e.src[1:]), vl)]
             if _is_var(e, c):
                 return channel
             if e.op is Op.LOAD:
@@ -168,6 +171,24 @@ def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Map
     result = compute_as(out, blocked_name, blocked_shape, (n, cb, h, w, cl), body)
     compute_as(out, task.name, shape, task.loop_names,
                lambda vn, vc, vh, vw: result[vn, vc // lanes, vh, vw, vc % lanes])
+
+
+def _packed_parameters(out: Workload, task: ComputeTask, c: str, lanes: int) -> dict[str, str]:
+    """The constants `task` reads at its channel `c` in their first dimension and at other indices in the
+    rest (a depthwise convolution's weights `W[c, 0, r, s]`), each packed as `W_lanes[cb, .., cl]` (a task
+    the default folds) so that a blocked tile reads a vector of them, not a gather 9 floats apart."""
+    packed: dict[str, str] = {}
+    for load in walk(_body(task)):
+        if load.op is not Op.LOAD or load.arg.name not in out.constants or load.arg.name in packed:
+            continue
+        first, *rest = load.src
+        if rest and _is_var(first, c) and not any(_uses(i, c) for i in rest) and load.arg.shape[0] % lanes == 0:
+            source = out.tensor(load.arg.name)
+            name = packed[load.arg.name] = fresh_name(f"{load.arg.name}_lanes", set(out.tasks) | set(out.constants))
+            dims = [f"d{k}" for k in range(len(rest))]
+            compute_as(out, name, (source.shape[0] // lanes, *source.shape[1:], lanes), ("b", *dims, "l"),
+                       lambda vb, *more: source[(vb * lanes + more[-1], *more[:-1])])
+    return packed
 
 
 def _split(out: Workload, task: ComputeTask, axes: tuple[str, ...], available: Mapping[str, str], lanes: int) -> None:
