@@ -100,3 +100,24 @@ def test_a_vector_never_has_more_lanes_than_a_loop_may_vectorize():
     """aicore's 256-byte vectors hold 128 float16; a vectorized loop takes at most 64 lanes."""
     s = default_schedule(zoo.matmul(4096, 4096, 4096, dtype="float16"), vector_bytes=256, workers=72)
     assert all(lp.extent <= 64 for lp in s.nest("C").loops if lp.annotation == VECTORIZED)
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_a_channel_blocked_task_is_vectorized_one_block_a_vector(reduced):
+    """A task over a channel-blocked tensor whose last axis is exactly one vector (16 float lanes of
+    AVX-512): a ReLU6 or a global mean of the blocked layout.  The ReLU6's last axis was left scalar (no
+    wider vector divides it), which made MobileNetV2's blocked ReLU6s 1 ms each."""
+    wl = pw.Workload("blocked")
+    x = wl.input("x", (1, 4, 28, 28, 16))
+    if reduced:
+        r, s = pw.reduce_axis(28, "r"), pw.reduce_axis(28, "s")
+        y = wl.compute("y", (1, 4, 16), lambda n, b, l: pw.sum(x[n, b, r, s, l], axis=(r, s)) / 784.0)
+    else:
+        y = wl.compute("y", x.shape, lambda n, b, h, w, l: pw.minimum(pw.maximum(x[n, b, h, w, l], 0.0), 6.0))
+    wl.output(y)
+    schedule = default_schedule(wl, vector_bytes=64, workers=2)
+    nest = schedule.nest("y")
+    assert nest.loops[-1].annotation == VECTORIZED and nest.loops[-1].extent == 16, str(schedule)
+    inputs = {"x": np.random.default_rng(1).standard_normal(x.shape).astype(np.float32)}
+    np.testing.assert_allclose(pw.build(schedule, "cpu", workers=2).run(**inputs)["y"],
+                               pw.reference(wl, **inputs)["y"], rtol=1e-5, atol=1e-5)
