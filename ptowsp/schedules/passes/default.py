@@ -375,18 +375,17 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     if not spatial or lanes == 1:
         return None
     j = spatial[-1]
+    if j.extent == lanes:  # one vector exactly (a channel-blocked tensor's lanes): vectorized as it is
+        if choose(f"{task}.vectors", (0, 1), 1):
+            if reduce:
+                s.reorder(task, *[lp.name for lp in spatial[:-1]], *[lp.name for lp in reduce], j.name)
+            s.vectorize(task, j.name)
+        return None
     while lanes > 4 and isinstance(j.extent, int) and j.extent % lanes:  # a narrower vector that divides
         lanes //= 2
     fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
-    if j.extent == lanes:  # one vector exactly (a channel-blocked tensor's lanes): vectorized as it is
-        fits = [1]
     vectors = choose(f"{task}.vectors", (0, *fits), 1 if 1 in fits else 0)
     if not vectors:
-        return None
-    if j.extent == lanes:
-        if reduce:
-            s.reorder(task, *[lp.name for lp in spatial[:-1]], *[lp.name for lp in reduce], j.name)
-        s.vectorize(task, j.name)
         return None
     s.split(task, j.name, vectors * lanes)
     if reduce:

@@ -178,13 +178,14 @@ def _packed_parameters(out: Workload, task: ComputeTask, c: str, lanes: int) -> 
     rest (a depthwise convolution's weights `W[c, 0, r, s]`), each packed as `W_lanes[cb, .., cl]` (a task
     the default folds) so that a blocked tile reads a vector of them, not a gather 9 floats apart."""
     packed: dict[str, str] = {}
+    constants = set(out.constants)  # (a copy each time it is asked for)
     for load in walk(_body(task)):
-        if load.op is not Op.LOAD or load.arg.name not in out.constants or load.arg.name in packed:
+        if load.op is not Op.LOAD or load.arg.name not in constants or load.arg.name in packed:
             continue
         first, *rest = load.src
         if rest and _is_var(first, c) and not any(_uses(i, c) for i in rest) and load.arg.shape[0] % lanes == 0:
             source = out.tensor(load.arg.name)
-            name = packed[load.arg.name] = fresh_name(f"{load.arg.name}_lanes", set(out.tasks) | set(out.constants))
+            name = packed[load.arg.name] = fresh_name(f"{load.arg.name}_lanes", names_in(out))
             dims = [f"d{k}" for k in range(len(rest))]
             compute_as(out, name, (source.shape[0] // lanes, *source.shape[1:], lanes), ("b", *dims, "l"),
                        lambda vb, *more: source[(vb * lanes + more[-1], *more[:-1])])
