@@ -214,8 +214,8 @@ class DaskRunner:
         return [f for f in bound if present.isdisjoint(tries[f].allowed)]
 
     def _on_silent_workers(self, tries: dict[Any, _Try]) -> list[Any]:
-        """Tries on workers that stopped sending heartbeats (frozen: the scheduler would drop them only after
-        minutes, its worker-ttl), which are set aside until they are heard again."""
+        """Tries on workers that stopped sending heartbeats or did not answer (frozen: the scheduler would
+        drop them only after minutes, its worker-ttl), which are set aside until they are heard again."""
         workers = self.client.scheduler_info().get("workers", {})
         now, silent = time.monotonic(), set()
         quiet = max(SILENT_FLOOR, SILENT_BEATS * self._heartbeat(len(workers)))
@@ -228,12 +228,15 @@ class DaskRunner:
                     self._stalled.discard(address)  # heard again: it answers
             elif now - heard[1] >= quiet:
                 silent.add(address)
-        newly = silent - self._stalled
-        self._stalled |= silent
-        if not newly:
-            return []
-        self._forget_held_only_by(self._stalled)
-        keys = {key for held in self.client.processing(workers=sorted(newly)).values() for key in held}
+        if silent - self._stalled:
+            self._stalled |= silent
+            self._forget_held_only_by(self._stalled)
+        answering = {a for a, info in workers.items() if _offers(info.get("resources") or {}, self.resources)}
+        if not self._stalled or not answering - self._stalled:
+            return []  # (all silent, a loaded machine's late heartbeats as likely: nowhere better to go)
+        # every look, not only when a worker falls silent: a try submitted before (to any worker) may be
+        # handed to the frozen one when the scheduler sees its slot free, once the try it held is cancelled
+        keys = {key for held in self.client.processing(workers=sorted(self._stalled)).values() for key in held}
         return [f for f in tries if f.key in keys]
 
     def _forget_held_only_by(self, workers: set[str]) -> None:
