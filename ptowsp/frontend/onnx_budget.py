@@ -12,8 +12,8 @@ timed the same way, before it runs: a `MatMul` of two constant 8192 x 8192 matri
 multiply-adds, a `Loop` with a constant trip count of 2^40 never ends.  `fold_seconds` estimates a
 node's time from its inputs' shapes at rates the evaluator beats on any machine we meet (numpy's
 BLAS for contractions, its Python for a loop body's iterations), and one above
-`from_onnx(max_fold_seconds=...)` (10 s by default) is an InputError naming the node and the work.
-A `Loop` whose trip count is not a constant is never folded (nothing bounds it).
+`from_onnx(max_fold_seconds=...)` (10 s by default) is an InputError naming the node and the work,
+except a `Loop` or `Scan`, which becomes a ptowsp scan instead (onnx_control.py).
 """
 
 from __future__ import annotations

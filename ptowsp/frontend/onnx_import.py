@@ -26,7 +26,9 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import InputError, PtowspError, WorkloadError
-from ptowsp.frontend.onnx_budget import DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time
+from ptowsp.frontend.onnx_budget import (
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time, fold_seconds,
+)
 from ptowsp.frontend.onnx_data import tensor_array
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
@@ -47,13 +49,17 @@ class Value:
         return self.tensor[0] if not self.shape else self.tensor[tuple(idx)]
 
     def broadcast_at(self, idx: Sequence[Expr | int], out: Sequence[int]) -> Expr:
-        """This value's element for output index `idx` under numpy broadcasting to shape `out`."""
-        offset = len(out) - len(self.shape)
-        return self.at([0 if dim == 1 else idx[offset + d] for d, dim in enumerate(self.shape)])
+        return broadcast_read(self, idx, out)
 
     @property
     def dtype(self) -> str:
         return self.tensor.dtype
+
+
+def broadcast_read(value, idx: Sequence[Expr | int], out: Sequence[int]) -> Expr:
+    """`value`'s element for output index `idx` under numpy broadcasting to shape `out`."""
+    offset = len(out) - len(value.shape)
+    return value.at([0 if dim == 1 else idx[offset + d] for d, dim in enumerate(value.shape)])
 
 
 class Importer:
@@ -300,8 +306,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
     the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
     import (onnx_budget.py: an InputError before it is allocated or run)."""
-    from ptowsp.frontend import onnx_quantized, onnx_recurrent, onnx_sizes  # noqa: F401 - register operators
-    from ptowsp.frontend.onnx_shapes import OPS  # every operator (the registry, after the modules register)
+    from ptowsp.frontend import onnx_control, onnx_quantized, onnx_recurrent  # noqa: F401 - register operators
 
     proto, source, folder = load(model)
     _one_producer_each(proto.graph, source)
@@ -312,21 +317,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
     imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
     _schema_checked(proto, imp.opset)
-    nodes = fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output})
-    for node in nodes:
-        if node.domain not in ("", "ai.onnx"):
-            raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
-                                "default ONNX domain)")
-        if node.input and all(not n or n in imp.arrays for n in node.input):
-            _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
-            continue
-        if onnx_sizes.fold(imp, node):  # shape arithmetic over symbolic sizes
-            continue
-        handler = OPS.get(node.op_type)
-        if handler is None:
-            raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
-                                f"{', '.join(sorted(OPS))}")
-        handler(imp, node)
+    import_nodes(imp, fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output}))
     for out in proto.graph.output:
         value = imp.lookup(out.name)
         if value is None:
@@ -336,6 +327,56 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
+
+
+def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
+    """Each node in turn: folded when everything it reads is a constant (shape arithmetic, constant
+    subgraphs), else made by its operator's handler (onnx_ops.py and the modules beside it)."""
+    from ptowsp.frontend import onnx_sizes
+    from ptowsp.frontend.onnx_shapes import OPS
+
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
+                                "default ONNX domain)")
+        reads = node_reads(node)
+        if reads and all(n in imp.arrays for n in reads) and not (
+                node.op_type in _RECURRENCES and fold_seconds(node, imp.arrays)[0] > imp.max_fold_seconds):
+            _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
+            continue  # (a loop too long to fold is a scan: onnx_control.py)
+        if onnx_sizes.fold(imp, node):  # shape arithmetic over symbolic sizes
+            continue
+        handler = OPS.get(node.op_type)
+        if handler is None:
+            raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
+                                f"{', '.join(sorted(OPS))}")
+        handler(imp, node)
+
+
+_RECURRENCES = ("Loop", "Scan")
+
+
+def node_reads(node: onnx.NodeProto) -> set[str]:
+    """The values a node reads: its inputs and what its subgraphs (a Loop's body, If's branches) read
+    from the enclosing graph by name."""
+    reads = {n for n in node.input if n}
+    for graph in _subgraphs(node):
+        reads |= graph_reads(graph)
+    return reads
+
+
+def graph_reads(graph: onnx.GraphProto) -> set[str]:
+    """The names a subgraph reads from the graphs around it."""
+    made = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    reads: set[str] = set()
+    for inner in graph.node:
+        reads |= node_reads(inner) - made
+        made |= set(inner.output)
+    return reads | ({o.name for o in graph.output} - made)
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
 
 
 def _schema_checked(model: onnx.ModelProto, opset: int) -> None:
@@ -349,10 +390,23 @@ def _schema_checked(model: onnx.ModelProto, opset: int) -> None:
         if node.domain not in ("", "ai.onnx"):
             continue  # refused by the import, naming the domain
         try:
-            onnx.checker.check_node(node, context)
+            onnx.checker.check_node(_outer_names_declared(node), context)
         except onnx.checker.ValidationError as e:
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise InputError(f"{describe(node)}: not a valid {node.op_type} at opset {opset}: {reason}") from None
+
+
+def _outer_names_declared(node: onnx.NodeProto) -> onnx.NodeProto:
+    """`node`, its subgraphs given placeholders for the names they read from the enclosing graph (legal
+    in ONNX; the checker, seeing the node alone, would call them undefined)."""
+    if not _subgraphs(node):
+        return node
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    for graph in _subgraphs(copy):
+        graph.initializer.extend(onnx.numpy_helper.from_array(np.zeros(1, np.float32), n)
+                                 for n in sorted(graph_reads(graph)))
+    return copy
 
 
 def _one_producer_each(graph: onnx.GraphProto, source: str) -> None:

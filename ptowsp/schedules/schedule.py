@@ -48,7 +48,9 @@ def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
 
 def _original(wl: Workload, name: str) -> tuple[list[tuple[str, int]], list]:
     task = wl.task(name)
-    return list(zip(task.loop_names, task.tensor.shape, strict=True)), schedulable_reduce_axes(task.body)
+    # a scan's reductions stay inside its update (lower/scan.py): they run once per step
+    reduce_axes = schedulable_reduce_axes(task.body) if task.scan is None else []
+    return list(zip(task.loop_names, task.tensor.shape, strict=True)), reduce_axes
 
 
 _COMPUTE_TASKS: weakref.WeakKeyDictionary[Workload, tuple[int, frozenset[str]]] = weakref.WeakKeyDictionary()

@@ -23,7 +23,7 @@ from ptowsp.workloads import random_inputs, zoo  # noqa: F401 - random_inputs: t
 from ptowsp.workloads.zoo import layers
 from tests.conformance.dtype_cases import DTYPE_CASES
 from tests.conformance.edge_cases import EDGE_CASES
-from tests.conformance.onnx_cases import onnx_cnn, onnx_cnn_formula
+from tests.conformance.onnx_cases import onnx_cnn, onnx_cnn_formula, onnx_loop, onnx_loop_formula
 from tests.conformance.operator_cases import EXACT, OPERATOR_CASES
 
 
@@ -186,6 +186,7 @@ CASES = [
     Case("softmax_prime", lambda: zoo.softmax(7, 13), lambda p: {"Y": _softmax(p["X"])}),
     Case("mlp_constants", _constant_mlp, _constant_mlp_formula),
     Case("onnx_cnn", onnx_cnn, onnx_cnn_formula),  # imported by pw.frontend.from_onnx; oracle: onnx.reference
+    Case("onnx_loop", onnx_loop, onnx_loop_formula),  # ONNX Loop and Scan as ptowsp scans
 ]
 CASES += [
     Case(fn.__name__, lambda fn=fn: fn()[0], lambda p, fn=fn: fn()[1](p),

@@ -42,3 +42,49 @@ def onnx_cnn() -> pw.Workload:
 
 def onnx_cnn_formula(p: dict) -> dict:
     return {"probs": ReferenceEvaluator(cnn_model()).run(None, {"x": p["x"].astype(np.float32)})[0]}
+
+
+def loop_model():
+    """A Loop (an RNN step: tanh(U h + x), its states stacked) feeding a Scan that runs back over them,
+    reversed in and out: ONNX control flow as ptowsp scans (frontend/onnx_control.py)."""
+    vi = oh.make_tensor_value_info
+    step = oh.make_graph(
+        [oh.make_node("Identity", ["go"], ["still"]), oh.make_node("MatMul", ["U", "h"], ["uh"]),
+         oh.make_node("Add", ["uh", "x"], ["z"]), oh.make_node("Tanh", ["z"], ["h2"]),
+         oh.make_node("Mul", ["h2", "two"], ["y"])],
+        "step", [vi("i", TP.INT64, []), vi("go", TP.BOOL, []), vi("h", TP.FLOAT, [_C])],
+        [vi("still", TP.BOOL, []), vi("h2", TP.FLOAT, [_C]), vi("y", TP.FLOAT, [_C])],
+        [nh.from_array(np.float32(2.0), "two")])
+    back = oh.make_graph(
+        [oh.make_node("Add", ["s", "y_t"], ["s2"]), oh.make_node("Sigmoid", ["s2"], ["o"])],
+        "back", [vi("s", TP.FLOAT, [_C]), vi("y_t", TP.FLOAT, [_C])], [vi("s2", TP.FLOAT, [_C]), vi("o", TP.FLOAT, [_C])])
+    nodes = [oh.make_node("Loop", ["M", "T", "x"], ["h", "ys"], name="rnn", body=step),
+             oh.make_node("Scan", ["h", "ys"], ["s", "os"], name="back", body=back, num_scan_inputs=1,
+                          scan_input_directions=[1], scan_output_directions=[1])]
+    graph = oh.make_graph(nodes, "onnx_loop", [vi("x", TP.FLOAT, [_C])], [vi("s", TP.FLOAT, [_C]),
+                                                                          vi("os", TP.FLOAT, [5, _C])],
+                          [nh.from_array(np.int64(5), "M"), nh.from_array(np.array(True), "T"),
+                           nh.from_array(_RNG.standard_normal((_C, _C)).astype(np.float32) * 0.4, "U")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+_LOOP_MODEL = loop_model()
+
+
+def onnx_loop() -> pw.Workload:
+    return pw.frontend.from_onnx(_LOOP_MODEL)
+
+
+def onnx_loop_formula(p: dict) -> dict:
+    """The same in numpy, from the operators' specs (onnx's evaluator has no reversed Scan)."""
+    u = nh.to_array(next(i for i in _LOOP_MODEL.graph.initializer if i.name == "U")).astype(np.float64)
+    x = p["x"].astype(np.float64)
+    h, ys = x, []
+    for _ in range(5):
+        h = np.tanh(u @ h + x)
+        ys.append(2 * h)
+    s, outs = h, [None] * 5
+    for t in range(5):
+        s = s + ys[4 - t]
+        outs[4 - t] = 1 / (1 + np.exp(-s))
+    return {"s": s, "os": np.array(outs)}

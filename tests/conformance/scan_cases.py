@@ -96,5 +96,25 @@ def zoo_lstm():
     return wl, lambda p: {"H": lstm_reference(p)}
 
 
-SCAN_CASES = [scan_decay, scan_fibonacci, scan_of_producer, zoo_cumsum, zoo_iir_blur, zoo_lstm]
+def scan_one_reduction(steps: int = 6, hidden: int = 12):
+    """H[t] = tanh(sum_m U[j, m] H[t - 1, m] + X[t, j]): the update holds exactly one reduction, whose
+    loops a scan's nest keeps inside its steps (an ONNX Loop body's MatMul imports as this)."""
+    wl = pw.Workload("scan_one_reduction")
+    x = wl.input("X", (steps, hidden))
+    u = wl.input("U", (hidden, hidden))
+    m = pw.reduce_axis(hidden, "m")
+    h = wl.scan("H", (steps, hidden), axis="t", init=lambda j: pw.tanh(x[0, j]),
+                update=lambda t, j: pw.tanh(pw.sum(u[j, m] * h[t - 1, m], m) + x[t, j]))
+    wl.output(h)
+
+    def expected(p):
+        out = [np.tanh(p["X"][0])]
+        for t in range(1, steps):
+            out.append(np.tanh(p["U"] @ out[-1] + p["X"][t]))
+        return {"H": np.array(out)}
+
+    return wl, expected
+
+
+SCAN_CASES = [scan_decay, scan_fibonacci, scan_of_producer, scan_one_reduction, zoo_cumsum, zoo_iir_blur, zoo_lstm]
 EXACT_SCANS = {scan_fibonacci}
