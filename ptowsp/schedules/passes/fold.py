@@ -7,6 +7,9 @@ computed then, with the reference evaluator, instead of on every run: a
 folded task gets no kernel and no task instance, and its result is handed
 to the kernels that read it like a constant.  Only compute tasks fold:
 opaque host code may be impure (random, clocks, I/O), so it always runs.
+Nor do scans: the evaluator takes their steps one at a time in Python (an
+ONNX `Loop` of 2^20 constant steps took 43 s to build that way; its kernel
+runs them in 24 ms), so a scan is always compiled, and what reads it too.
 
 Workloads are append-only (tasks and constants are added, never changed),
 so the folded values are cached per workload object and extended when
@@ -47,7 +50,7 @@ def _find_foldable(wl: Workload) -> frozenset[str]:
     known = set(wl.constants)
     for name in wl.tasks:  # definition order: a task's inputs are decided before it
         task = wl.task(name)
-        static = not sizes.names_in(task.tensor.shape) if isinstance(task, ComputeTask) else False
+        static = isinstance(task, ComputeTask) and task.scan is None and not sizes.names_in(task.tensor.shape)
         if static and all(t.name in known for t in task.inputs):
             known.add(name)
     return frozenset(known - set(wl.constants))
