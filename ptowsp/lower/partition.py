@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ptowsp.lower.ir import For, Stmt, block, map_exprs, stmt_exprs, walk_stmts
+from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, walk_stmts
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, dtypes, substitute, walk
@@ -28,13 +28,18 @@ Bounds = tuple[int, int]
 
 
 def partition_loops(s: Stmt) -> Stmt:
-    """Cut the innermost serial loops around vectorized loops where their clamps stop binding."""
+    """Cut the innermost serial loops around vectorized loops where their clamps stop binding, and
+    every serial loop before the iterations where a split's guard inside it can fail."""
     if isinstance(s, For) and s.kind == SERIAL and isinstance(s.extent, int):
         lanes = _vector_loops(s.body)
         if lanes:
             cut = _interior(s, lanes)
             if cut is not None:
                 return _cut(s, *cut)
+        steady = _guards_hold_below(s)
+        if steady is not None:
+            head, tail = _cut(s, 0, steady).stmts
+            return block(partition_loops(_without_decided_guards(head)), partition_loops(tail))
     children = [partition_loops(c) for c in s.children()]
     return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
 
@@ -77,6 +82,44 @@ def _interior(loop: For, lanes: set[str]) -> tuple[int, int] | None:
     if not found or hi - lo < MIN_INTERIOR or (lo, hi) == (0, loop.extent):
         return None
     return lo, hi
+
+
+def _guards_hold_below(loop: For) -> int | None:
+    """The first iteration of `loop` where a guard `c * v + rest < K` inside it may fail (c > 0: a
+    non-dividing split's `outer * factor + inner < extent`), when that leaves at least MIN_INTERIOR
+    iterations before it and some after; None otherwise.  Below it every such guard holds: the
+    register tile of a matmul over 197 rows runs 24 unguarded tiles of 8 rows and one guarded."""
+    hi = loop.extent
+    inside = {st.var for st in walk_stmts(loop.body) if isinstance(st, For)}
+    for st in walk_stmts(loop.body):
+        if not isinstance(st, IfThen):
+            continue
+        for cond in _conjuncts(st.cond):
+            if cond.op is not Op.LT:
+                continue
+            names = {m.arg[0] for m in walk(cond.src[0]) if m.op is Op.VAR}
+            # the split of this loop itself (`rest` over the loops inside it): a guard that also reads an
+            # enclosing loop would be cut at that loop's worst case, in every one of its iterations
+            if loop.var not in names or not names - {loop.var} <= inside:
+                continue
+            form, bound = _affine(cond.src[0], loop.var), interval(cond.src[1])
+            if form is None or form[0] <= 0 or bound is None or bound[0] != bound[1]:
+                continue
+            c, (_, rest_hi) = form
+            hi = min(hi, max(0, (bound[0] - 1 - rest_hi) // c + 1))
+    return hi if MIN_INTERIOR <= hi < loop.extent else None
+
+
+def _conjuncts(cond: Expr) -> list[Expr]:
+    return [*_conjuncts(cond.src[0]), *_conjuncts(cond.src[1])] if cond.op is Op.AND else [cond]
+
+
+def _without_decided_guards(s: Stmt) -> Stmt:
+    """`s` with every guard its loops' ranges decide true taken away (simplify folded it to true)."""
+    if isinstance(s, IfThen) and s.cond.op is Op.CONST and s.cond.arg is True:
+        return _without_decided_guards(s.then)
+    children = [_without_decided_guards(c) for c in s.children()]
+    return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
 
 
 def _through_opposite(clamp: Expr) -> tuple[Expr, Expr]:

@@ -21,6 +21,13 @@ pytestmark = pytest.mark.skipif("cpu" not in pw.targets(), reason="the cpu targe
 PREFETCH = 'call void @"llvm.prefetch.p0"'
 
 
+@pytest.fixture(autouse=True)
+def own_kernel_cache(tmp_path, monkeypatch):
+    """These tests read the LLVM IR, which only a compile makes: a kernel another test of the session
+    built (the 4 MiB stream is both a long stream and a big output) would come from the shared cache."""
+    monkeypatch.setenv("PTOWSP_CACHE_DIR", str(tmp_path))
+
+
 def test_prefetch_ahead_rule():
     long = MIN_STREAM_BYTES // 64
     assert prefetch_ahead(64, long) == DISTANCE_BYTES  # a dense stream: a whole number of steps ahead

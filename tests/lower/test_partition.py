@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ptowsp as pw
-from ptowsp.lower.ir import Buffer, For, Store, var, walk_stmts
+from ptowsp.lower.ir import Buffer, For, IfThen, Store, var, walk_stmts
 from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.simplify import simplify_expr
 from ptowsp.te import Op, const, walk
@@ -80,3 +80,34 @@ def test_the_blur_interior_has_no_clamp_along_x():
     text = pw.build(s, target="cpu").source("blur_x")
     interior = text.split("for x.outer in 0..6:")[1].split("for x.outer")[0]  # 8 vectors: first, 6, last
     assert "maximum" not in interior and "minimum" not in interior
+
+
+def guarded_tiles(rows: int = 197, tile: int = 8):
+    """for o: unrolled for r: if o * tile + r < rows: Y[o * tile + r] = X[..] (a split that does not divide)."""
+    outer = -(-rows // tile)
+    o, r = var("o", outer), var("r", tile)
+    y = Buffer("Y", (rows,), "float32")
+    x = Buffer("X", (rows,), "float32")
+    return For("o", outer, "serial", For("r", tile, "unrolled",
+                                         IfThen(o * tile + r < const(rows, "int64"), Store(y, (o * tile + r,), x[(o * tile + r,)]))))
+
+
+def guards(stmt) -> int:
+    return sum(1 for s in walk_stmts(stmt) if isinstance(s, IfThen))
+
+
+def test_a_split_s_guard_runs_only_in_the_last_tile():
+    """197 rows in tiles of 8: 24 tiles with no guard, then the last one guarded (it stores 5 rows)."""
+    cut = partition_loops(guarded_tiles())
+    assert [lp.extent for lp in cut.stmts] == [24, 1]
+    assert guards(cut.stmts[0]) == 0 and guards(cut.stmts[1]) == 1
+    assert partition_loops(guarded_tiles(rows=9)).extent == 2  # one whole tile: not worth a copy
+
+
+def test_a_guard_that_reads_an_enclosing_loop_is_not_cut_at_its_worst_case():
+    """i's guard reads the task grid's loop g: cutting i at g's last value would guard most rows in
+    every tile, so i stays whole."""
+    g, i = var("g", 4), var("i", 32)
+    y = Buffer("Y", (100,), "float32")
+    body = For("i", 32, "serial", IfThen(g * 32 + i < const(100, "int64"), Store(y, (g * 32 + i,), X[(i,)])))
+    assert partition_loops(body) is body

@@ -76,7 +76,45 @@ def test_tiny_work_makes_one_task_and_large_work_at_most_a_few_per_worker():
     assert 1024 * 1024 // (TASKS_PER_WORKER * 4) >= MIN_TASK_WORK
 
 
+def _guarded(s: pw.Schedule, task: str) -> bool:
+    return any(getattr(r, "guarded", False) for r in s.nest(task).relations)
+
+
+def test_rows_and_keys_no_tile_divides_get_a_guarded_last_tile():
+    """ViT's 197 tokens: a matmul's register tile of rows and columns, a softmax's vectors and partial
+    sums each end in a guarded tile (which lowering runs apart from the others, lower/partition.py);
+    they had been left unrolled and scalar, 5.8x onnxruntime's time."""
+    wl = zoo.matmul(197, 64, 197)
+    s = default_schedule(wl, vector_bytes=64, workers=2)
+    assert _guarded(s, "C") and _annotated(s, "C", VECTORIZED) and len(_annotated(s, "C", "unrolled")) == 2
+    soft = zoo.softmax(197, 197)
+    t = default_schedule(soft, vector_bytes=64, workers=2)
+    assert all(_annotated(t, task, VECTORIZED) for task in ("Y", "Y_sum", "Y_max"))
+    rng = np.random.default_rng(0)
+    for work, schedule, want in ((wl, s, lambda p: p["A"] @ p["B"]), (soft, t, None)):
+        inputs = {n: rng.standard_normal(work.tensor(n).shape).astype(np.float32) for n in work.inputs}
+        got = pw.build(schedule, "cpu").run(**inputs)
+        expected = pw.reference(work, **inputs) if want is None else {"C": want(inputs)}
+        for name, value in expected.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_of_one_row_products_takes_its_batch_as_rows():
+    """(197, 1, 768) x (768, 64), as torch's attention projects a sequence-first input: the batch loop
+    is the register tile's rows (the one-row loop left none)."""
+    wl = pw.Workload("projection")
+    x, w = wl.input("X", (197, 1, 96)), wl.input("W", (96, 64))
+    k = pw.reduce_axis(96, "k")
+    wl.output(wl.compute("Y", (197, 1, 64), lambda b, i, j: pw.sum(x[b, i, k] * w[k, j], k)))
+    s = default_schedule(wl, vector_bytes=64, workers=2)
+    assert "b.inner" in _annotated(s, "Y", "unrolled")
+    rng = np.random.default_rng(1)
+    xs, ws = rng.standard_normal((197, 1, 96)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+    np.testing.assert_allclose(pw.build(s, "cpu").run(X=xs, W=ws)["Y"], xs @ ws, rtol=1e-5, atol=1e-5)
+
+
 def test_extents_the_tiles_do_not_divide_get_no_tail():
+    """Short ones: a guarded tile is only worth its code where there are a few whole tiles beside it."""
     wl = zoo.matmul(30, 17, 19)
     s = default_schedule(wl, vector_bytes=32, workers=2)
     for task in wl.tasks:

@@ -25,8 +25,11 @@ the AutoScheduler is the tool that measures):
    runtime's per-task cost, about 10 us, would dominate).
 
 Loop steps that do not fit (extents the tile does not divide) are simply not
-taken: the default never makes a guarded tail.  docs/schedules.md shows the
-schedules it writes.
+taken, with two exceptions that leave a guarded tail: a contraction whose rows
+no register tile divides (197 tokens) still gets its tile, the last one
+guarded, which lowering runs apart from the others (lower/partition.py); and
+a task grid that no divisor near the wanted count cuts evenly.
+docs/schedules.md shows the schedules it writes.
 
 Every number and either-or above is a *decision* asked of `choose(name,
 candidates, default)`.  `pw.build` answers each with its default; the
@@ -341,6 +344,9 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
     return max(1, min(MAX_VECTOR_LANES, vector_bytes // widest))  # aicore's 256-byte vectors: 128 float16
 
 
+GUARDED_VECTORS = 4  # a row no vector divides is vectorized with a guarded tail from this many vectors on
+
+
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
                  alone: bool, hosting: bool) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
@@ -367,6 +373,8 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     if len(reduce) == 1 and contiguous(wl.task(task).body, reduce[0].name) and lanes > 1:
         k = reduce[0]
         fits = [n for n in (1, 2, 4, 8) if k.extent % (n * lanes) == 0 and k.extent > lanes]
+        if not fits and isinstance(k.extent, int) and k.extent >= GUARDED_VECTORS * lanes:
+            fits = [1]  # whole vectors of partials and a guarded last one (a softmax's 197 keys)
         partials = choose(f"{task}.partials", (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
         if partials:
             s.split(task, k.name, partials * lanes).split(task, f"{k.name}.inner", lanes)
@@ -381,9 +389,14 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
                 s.reorder(task, *[lp.name for lp in spatial[:-1]], *[lp.name for lp in reduce], j.name)
             s.vectorize(task, j.name)
         return None
+    full = lanes
     while lanes > 4 and isinstance(j.extent, int) and j.extent % lanes:  # a narrower vector that divides
         lanes //= 2
     fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
+    if not fits and isinstance(j.extent, int) and j.extent >= GUARDED_VECTORS * full:
+        # no vector divides the row (197 keys): whole vectors and a guarded last one, which lowering runs
+        # apart from them (lower/partition.py; ViT's softmax over 197 keys ran scalar)
+        lanes, fits = full, [1]
     vectors = choose(f"{task}.vectors", (0, *fits), 1 if 1 in fits else 0)
     if not vectors:
         return None
