@@ -30,6 +30,7 @@ import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from export_models import make  # noqa: E402 - (before torch: importing torch drops this folder from sys.path)
 from timing import MIN_BLOCK, side_by_side  # noqa: E402
 
 import ptowsp as pw  # noqa: E402
@@ -51,7 +52,6 @@ def _ort_session(model: Path):
 def _torch_runner(name: str, feeds: dict[str, np.ndarray]):
     """The module export_models.py exported, rebuilt from its seed, run on the same input."""
     import torch
-    from export_models import make
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
