@@ -20,7 +20,7 @@ from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, wal
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, dtypes, substitute, walk
-from ptowsp.te.bounds import combine, interval
+from ptowsp.te.bounds import combine, conjuncts, interval
 
 MIN_INTERIOR = 2  # iterations: a shorter interior is not worth a third copy of the body
 
@@ -94,7 +94,7 @@ def _guards_hold_below(loop: For) -> int | None:
     for st in walk_stmts(loop.body):
         if not isinstance(st, IfThen):
             continue
-        for cond in _conjuncts(st.cond):
+        for cond in conjuncts(st.cond):
             if cond.op is not Op.LT:
                 continue
             names = {m.arg[0] for m in walk(cond.src[0]) if m.op is Op.VAR}
@@ -108,10 +108,6 @@ def _guards_hold_below(loop: For) -> int | None:
             c, (_, rest_hi) = form
             hi = min(hi, max(0, (bound[0] - 1 - rest_hi) // c + 1))
     return hi if MIN_INTERIOR <= hi < loop.extent else None
-
-
-def _conjuncts(cond: Expr) -> list[Expr]:
-    return [*_conjuncts(cond.src[0]), *_conjuncts(cond.src[1])] if cond.op is Op.AND else [cond]
 
 
 def _without_decided_guards(s: Stmt) -> Stmt:

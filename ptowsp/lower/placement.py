@@ -87,9 +87,18 @@ def stage(stmt: Stmt, anchor: str | None, grid: tuple[tuple[str, int], ...], ten
         inside = grid[grid_names.index(anchor) + 1:] if anchor is not None else ()
         return _stage_body(stmt, tensor, name, scope, fill, dict(inside))
 
+    def inside_guards(body: Stmt, threads: dict[str, int], known: tuple[Expr, ...]) -> Stmt:
+        """Staged under the guards that open the anchor's body (a split's tail: `i < 197`): the box is
+        filled only where the body runs, and the guards bound it (without them, the reads of a
+        producer computed here and of its own producer clamp differently, and their box fell back to
+        the whole tensor: a LayerNorm's mean over every row, once per row)."""
+        if isinstance(body, IfThen):
+            return IfThen(body.cond, inside_guards(body.then, threads, known + conjuncts(body.cond)))
+        return _stage_body(body, tensor, name, scope, fill, threads, known)
+
     def visit(s: Stmt, threads: dict[str, int], known: tuple[Expr, ...]) -> Stmt:
         if isinstance(s, For) and s.var == anchor:
-            return For(s.var, s.extent, s.kind, _stage_body(s.body, tensor, name, scope, fill, threads, known))
+            return For(s.var, s.extent, s.kind, inside_guards(s.body, threads, known))
         if isinstance(s, For) and scope == SHARED and s.kind.startswith("threadIdx."):
             threads = {**threads, s.var: s.extent}
         if isinstance(s, IfThen):
