@@ -29,14 +29,16 @@ Bounds = tuple[int, int]
 
 def partition_loops(s: Stmt) -> Stmt:
     """Cut the innermost serial loops around vectorized loops where their clamps stop binding, and
-    every serial loop before the iterations where a split's guard inside it can fail."""
+    every serial loop over vector or unrolled code (a register tile) before the iterations where a
+    split's guard inside it can fail; plain scalar code keeps its guard (a copy of it would only cost
+    compile time)."""
     if isinstance(s, For) and s.kind == SERIAL and isinstance(s.extent, int):
         lanes = _vector_loops(s.body)
         if lanes:
             cut = _interior(s, lanes)
             if cut is not None:
                 return _cut(s, *cut)
-        steady = _guards_hold_below(s)
+        steady = _guards_hold_below(s) if lanes or _unrolled(s.body) else None
         if steady is not None:
             head, tail = _cut(s, 0, steady).stmts
             return block(partition_loops(_without_decided_guards(head)), partition_loops(tail))
@@ -82,6 +84,10 @@ def _interior(loop: For, lanes: set[str]) -> tuple[int, int] | None:
     if not found or hi - lo < MIN_INTERIOR or (lo, hi) == (0, loop.extent):
         return None
     return lo, hi
+
+
+def _unrolled(s: Stmt) -> bool:
+    return any(isinstance(st, For) and st.kind == UNROLLED for st in walk_stmts(s))
 
 
 def _guards_hold_below(loop: For) -> int | None:
