@@ -7,7 +7,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.schedules.loopnest import UNROLLED, VECTORIZED
-from ptowsp.schedules.passes.blocking import block_convolutions
+from ptowsp.schedules.passes.blocking import block_convolutions, block_width
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import random_inputs, zoo
 
@@ -160,3 +160,19 @@ def test_a_pointwise_convolution_of_a_computed_tensor_stays_blocked():
     c = pw.reduce_axis(32, "c")
     wl.output(wl.compute("Y", (1, 16, 8, 8), lambda n, o, y, xx: pw.sum(relu[n, c, y, xx] * w[o, c, 0, 0], axis=c)))
     assert "Y_blocked" in block_convolutions(wl, 8).tasks  # the blocked layout may carry on from its producer
+
+
+def test_channels_in_half_vectors_are_blocked_by_half_vectors():
+    """40 output channels are five 8-lane blocks but no whole 16-lane ones (AVX-512): the model is blocked
+    by 8, and the blocked convolution runs on 8-lane vectors, not unvectorized in NCHW (MobileNetV3-Small
+    on AVX-512: 6.9 -> 2.5 ms).  32 channels keep whole vectors."""
+    forty = zoo.conv2d(1, 16, 14, 14, 40, 1, 1, 0)
+    assert block_width(forty, 16) == 8 and block_width(zoo.conv2d(1, 16, 14, 14, 32, 1, 1, 0), 16) == 16
+    blocked = block_convolutions(forty, 8)
+    s = default_schedule(blocked, vector_bytes=64, workers=2)
+    lanes = [blocked.task(t).tensor.shape[-1] for t in blocked.tasks
+             if any(lp.annotation == VECTORIZED for lp in s.nest(t).loops) and len(blocked.task(t).tensor.shape) == 5]
+    assert lanes and set(lanes) == {8}
+    inputs = random_inputs(forty)
+    got = pw.build(forty, "cpu").run(**inputs)["Y"]
+    np.testing.assert_allclose(got, pw.reference(forty, **inputs)["Y"], rtol=1e-4, atol=1e-4)
