@@ -226,7 +226,9 @@ def _outputs(body: BodyImporter, node: onnx.NodeProto, graph: onnx.GraphProto) -
         value = body.lookup(out.name)
         if value is None:
             raise WorkloadError(f"{describe(node)}: body output {out.name!r} is produced by no node")
-        found.append(value if isinstance(value, Inline) else Inline(value.shape, value.dtype, lambda *i, v=value: v.at(i)))
+        if not isinstance(value, Inline):  # a constant or an enclosing graph's value, passed on
+            value = Inline(value.shape, value.dtype, lambda *i, v=value: v.at(i))
+        found.append(value)
     return found
 
 

@@ -25,10 +25,12 @@ the AutoScheduler is the tool that measures):
    runtime's per-task cost, about 10 us, would dominate).
 
 Loop steps that do not fit (extents the tile does not divide) are simply not
-taken, with two exceptions that leave a guarded tail: a contraction whose rows
-no register tile divides (197 tokens) still gets its tile, the last one
-guarded, which lowering runs apart from the others (lower/partition.py); and
-a task grid that no divisor near the wanted count cuts evenly.
+taken, with two exceptions that leave a guarded tail.  Where nothing divides
+an extent (197 tokens) and there are at least `GUARDED_TILES` whole tiles, a
+contraction's register tile (rows or columns), a vector strip and a
+reduction's vector partial sums end in a guarded tile, which lowering runs
+apart from the whole ones (lower/partition.py); and a task grid that no
+divisor near the wanted count cuts evenly is split anyway.
 docs/schedules.md shows the schedules it writes.
 
 Every number and either-or above is a *decision* asked of `choose(name,
@@ -52,8 +54,8 @@ from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.passes.tiles import (
-    Choose, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel, stream_reduction,
-    streamed_weights, vector_tile,
+    GUARDED_TILES, Choose, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
+    stream_reduction, streamed_weights, vector_tile,
 )
 from ptowsp.schedules.scan_rules import independent_axes, scan_loops
 from ptowsp.schedules.schedule import Schedule
@@ -344,9 +346,6 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
     return max(1, min(MAX_VECTOR_LANES, vector_bytes // widest))  # aicore's 256-byte vectors: 128 float16
 
 
-GUARDED_VECTORS = 4  # a row no vector divides is vectorized with a guarded tail from this many vectors on
-
-
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
                  alone: bool, hosting: bool) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
@@ -375,7 +374,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     if len(reduce) == 1 and contiguous(wl.task(task).body, reduce[0].name) and lanes > 1:
         k = reduce[0]
         fits = [n for n in (1, 2, 4, 8) if k.extent % (n * lanes) == 0 and k.extent > lanes]
-        if not fits and isinstance(k.extent, int) and k.extent >= GUARDED_VECTORS * lanes:
+        if not fits and isinstance(k.extent, int) and k.extent >= GUARDED_TILES * lanes:
             fits = [1]  # whole vectors of partials and a guarded last one (a softmax's 197 keys)
         partials = choose(f"{task}.partials", (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
         if partials:
@@ -395,7 +394,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     while lanes > 4 and isinstance(j.extent, int) and j.extent % lanes:  # a narrower vector that divides
         lanes //= 2
     fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
-    if not fits and isinstance(j.extent, int) and j.extent >= GUARDED_VECTORS * full:
+    if not fits and isinstance(j.extent, int) and j.extent >= GUARDED_TILES * full:
         # no vector divides the row (197 keys): whole vectors and a guarded last one, which lowering runs
         # apart from them (lower/partition.py; ViT's softmax over 197 keys ran scalar)
         lanes, fits = full, [1]

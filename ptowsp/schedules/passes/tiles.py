@@ -24,6 +24,7 @@ from ptowsp.te.indices import collapsed
 Choose = Callable[[str, Sequence[Any], Any], Any]
 
 ROW_TILES = (1, 2, 4, 6, 8)  # the register tile rows a contraction may take
+GUARDED_TILES = 4  # where nothing divides an extent, a guarded last tile needs this many whole ones beside it
 REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
 WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
@@ -59,12 +60,13 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     stored_in = {n.arg.name: w for n in walk(body) if n.op is Op.LOAD and (w := _panel_width(n, k.name, j.name))}
     stored = set(stored_in.values())
     rows_fit = [r for r in ROW_TILES if i.extent % r == 0]
-    if REGISTER_ROWS not in rows_fit and isinstance(i.extent, int) and i.extent >= 4 * WIDE_REGISTER_ROWS:
+    if REGISTER_ROWS not in rows_fit and isinstance(i.extent, int) and \
+            i.extent >= GUARDED_TILES * WIDE_REGISTER_ROWS:
         # no tile of rows divides them (ViT's 197 tokens): the last tile is guarded, and lowering runs
         # it apart (lower/partition.py), every other tile unguarded (ViT's MLP 69.5 -> 11.2 ms)
         rows_fit = [r for r in ROW_TILES if r > 1]
     vectors_fit = [v for v in (1, 2, 3, 4) if j.extent % (v * lanes) == 0]
-    if not vectors_fit and isinstance(j.extent, int) and j.extent >= 4 * lanes:
+    if not vectors_fit and isinstance(j.extent, int) and j.extent >= GUARDED_TILES * lanes:
         vectors_fit = [1, 2]  # no tile of columns divides them: the last tile is guarded (as rows above)
     if stored:
         (width,) = stored
