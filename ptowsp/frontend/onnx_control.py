@@ -31,6 +31,7 @@ from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_budget import check_size
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, broadcast_read, describe, import_nodes
 from ptowsp.frontend.onnx_ops import op
+from ptowsp.frontend.onnx_shapes import regrouped
 from ptowsp.te import Expr, Op, const, dtypes, lift, substitute, walk
 
 _FRESH = itertools.count()
@@ -100,24 +101,6 @@ def _var(name: str, extent: int) -> Expr:
     return Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (name, extent))
 
 
-def _flat(idx: Sequence[Expr | int], shape: Sequence[int]) -> Expr | int:
-    """The row-major position of `idx` in `shape`."""
-    position: Expr | int = 0
-    for i, n in zip(idx, shape, strict=True):
-        position = position * n + i
-    return position
-
-
-def _unflat(position: Expr, shape: Sequence[int]) -> list[Expr | int]:
-    """The index in `shape` whose row-major position is `position` (which is below its size)."""
-    idx: list[Expr | int] = []
-    stride = math.prod(shape)
-    for d, n in enumerate(shape):
-        stride //= n
-        idx.append(0 if n == 1 else (position // stride if d == 0 else (position // stride) % n))
-    return idx
-
-
 class Recurrence:
     """`trips` iterations of a body over carried values (their initial `Value`s), as one ptowsp scan."""
 
@@ -137,7 +120,7 @@ class Recurrence:
         the scan exists (BodyImporter only learns dtypes from it)."""
         if self.state is None:
             return const(0, self.slots[k].dtype)
-        element = self.state[time, k, _flat(idx, self.shapes[k])]
+        element = self.state[time, k, regrouped(idx, self.shapes[k], (self.width,))[0]]
         return element if self.slots[k].dtype == self.dtype else pw.cast(element, self.slots[k].dtype)
 
     def carried(self, k: int) -> Inline:
@@ -158,7 +141,8 @@ class Recurrence:
             out: Expr | None = None
             for k in reversed(range(len(values))):
                 size = math.prod(self.shapes[k])
-                element = values[k].at(_unflat(f if size == self.width else pw.minimum(f, size - 1), self.shapes[k]))
+                at = f if size == self.width else pw.minimum(f, size - 1)
+                element = values[k].at(regrouped([at], (size,), self.shapes[k]))
                 element = pw.cast(element, self.dtype) if element.dtype != self.dtype else element
                 if hold is not None and not (self.has_running and k == len(values) - 1):
                     element = pw.where(self.read(len(values) - 1, self.time, []), element, hold(k))

@@ -14,7 +14,6 @@ for every batch size), unless `shapes={"input": (1, 3, 224, 224)}` binds it for 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
 import os
@@ -32,6 +31,7 @@ from ptowsp.frontend.onnx_budget import (
     DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time, fold_seconds,
 )
 from ptowsp.frontend.onnx_data import tensor_array
+from ptowsp.frontend.onnx_graph import describe, node_reads, one_producer_each, schema_checked
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
@@ -211,11 +211,6 @@ class Importer:
         return value
 
 
-def describe(node: onnx.NodeProto) -> str:
-    """How errors name a node: its name (if it has one) and its op type."""
-    return f"ONNX node {node.name!r} (op {node.op_type})" if node.name else f"ONNX node of op {node.op_type}"
-
-
 def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object:
     for a in node.attribute:
         if a.name == name:
@@ -311,14 +306,14 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     from ptowsp.frontend import onnx_control, onnx_quantized, onnx_recurrent  # noqa: F401 - register operators
 
     proto, source, folder = load(model)
-    _one_producer_each(proto.graph, source)
+    one_producer_each(proto.graph, source)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise InputError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
     if isinstance(max_fold_seconds, bool) or not isinstance(max_fold_seconds, (int, float)) \
             or not max_fold_seconds > 0:
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
     imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
-    _schema_checked(proto, imp.opset)
+    schema_checked(proto, imp.opset)
     with _no_cycle_collection():
         import_nodes(imp, fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output}))
     for out in proto.graph.output:
@@ -371,75 +366,6 @@ def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
 
 
 _RECURRENCES = ("Loop", "Scan")
-
-
-def node_reads(node: onnx.NodeProto) -> set[str]:
-    """The values a node reads: its inputs and what its subgraphs (a Loop's body, If's branches) read
-    from the enclosing graph by name."""
-    reads = {n for n in node.input if n}
-    for graph in _subgraphs(node):
-        reads |= graph_reads(graph)
-    return reads
-
-
-def graph_reads(graph: onnx.GraphProto) -> set[str]:
-    """The names a subgraph reads from the graphs around it."""
-    made = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    reads: set[str] = set()
-    for inner in graph.node:
-        reads |= node_reads(inner) - made
-        made |= set(inner.output)
-    return reads | ({o.name for o in graph.output} - made)
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
-
-
-def _schema_checked(model: onnx.ModelProto, opset: int) -> None:
-    """onnx's own check of each node against its operator's schema at the model's opset (a known operator,
-    input and output counts, attribute types, required attributes), its message an InputError naming
-    the node: what the handlers may then take for granted."""
-    context = onnx.checker.C.CheckerContext()
-    context.ir_version = model.ir_version or onnx.IR_VERSION
-    context.opset_imports = {"": opset}
-    for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            continue  # refused by the import, naming the domain
-        try:
-            onnx.checker.check_node(_outer_names_declared(node), context)
-        except onnx.checker.ValidationError as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"{describe(node)}: not a valid {node.op_type} at opset {opset}: {reason}") from None
-
-
-def _outer_names_declared(node: onnx.NodeProto) -> onnx.NodeProto:
-    """`node`, its subgraphs given placeholders for the names they read from the enclosing graph (legal
-    in ONNX; the checker, seeing the node alone, would call them undefined)."""
-    if not _subgraphs(node):
-        return node
-    copy = onnx.NodeProto()
-    copy.CopyFrom(node)
-    for graph in _subgraphs(copy):
-        graph.initializer.extend(onnx.numpy_helper.from_array(np.zeros(1, np.float32), n)
-                                 for n in sorted(graph_reads(graph)))
-    return copy
-
-
-def _one_producer_each(graph: onnx.GraphProto, source: str) -> None:
-    """InputError for a value two places define (a later node would silently win) or an output listed twice."""
-    made: dict[str, str] = {i.name: "an initializer" for i in graph.initializer}
-    made.update({i.name: "a graph input" for i in graph.input if i.name not in made})
-    for node in graph.node:
-        for out in filter(None, node.output):
-            if out in made:
-                raise InputError(f"{describe(node)}: its output {out!r} is already {made[out]}; "
-                                 "a value has one producer")
-            made[out] = f"the output of node {node.name or node.op_type!r}"
-    listed = collections.Counter(o.name for o in graph.output)
-    twice = sorted(n for n, count in listed.items() if count > 1)
-    if twice:
-        raise InputError(f"{source}: graph output {twice[0]!r} is listed {listed[twice[0]]} times")
 
 
 def _fold(imp: Importer, node: onnx.NodeProto) -> None:

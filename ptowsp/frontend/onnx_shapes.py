@@ -38,7 +38,7 @@ def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[Dim]
     if lead or trail or not all(isinstance(d, int) for d in (*middle_in, *middle_out)):
         if not same(quotient(node, middle_in, middle_out), 1):
             raise WorkloadError(f"{describe(node)}: cannot view shape {shown(x.shape)} as {shown(shape)}")
-        imp.compute(node, shape, lambda *idx: x.at([*idx[:lead], *_regrouped(idx[lead:len(idx) - trail],
+        imp.compute(node, shape, lambda *idx: x.at([*idx[:lead], *regrouped(idx[lead:len(idx) - trail],
                                                                               middle_out, middle_in),
                                                     *idx[len(idx) - trail:]]))
         return
@@ -48,10 +48,10 @@ def _reindex(imp: Importer, node: onnx.NodeProto, x: Value, shape: Sequence[Dim]
         kept = [d for d, n in enumerate(shape) if n != 1]
         imp.compute(node, shape, lambda *idx: x.at(_unit_map(idx, kept, x.shape)))
     else:
-        imp.compute(node, shape, lambda *idx: x.at(_regrouped(idx, shape, x.shape)))
+        imp.compute(node, shape, lambda *idx: x.at(regrouped(idx, shape, x.shape)))
 
 
-def _regrouped(idx: Sequence[object], out: Sequence[int], into: Sequence[int]) -> list[object]:
+def regrouped(idx: Sequence[object], out: Sequence[int], into: Sequence[int]) -> list[object]:
     """The index into shape `into` of element `idx` of shape `out` (the same elements, row-major)."""
     linear = sum(i * math.prod(out[d + 1:]) for d, i in enumerate(idx))
     # (a symbolic first dimension takes no wrap: the index is below it anyway)
