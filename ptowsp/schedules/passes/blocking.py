@@ -64,6 +64,11 @@ class Convolution:
             and self.pad_value.arg == 0 and self.total.dtype == "float32"
 
 
+def _rewritable(wl: Workload) -> bool:
+    """Static shapes and plain compute tasks only: what this pass copies."""
+    return not wl.sizes and all(plain(wl.task(t)) for t in wl.tasks)
+
+
 HALF_BLOCKS_BELOW = 0.85  # whole-vector blocks must cover this share of the work half-vector blocks would
 
 
@@ -74,7 +79,7 @@ def block_width(wl: Workload, lanes: int) -> int:
     but not 16-lane ones: on AVX-512, 16-lane blocks cover 61% of its convolutions' work against 86%,
     and the rest ran unvectorized in NCHW (6.9 ms; 8-lane blocks 2.5 ms).  MobileNetV2 (87% against
     93%) and EfficientNet-B0 (83% against 90%) keep whole vectors, which measured faster."""
-    if lanes < 4 or lanes % 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
+    if lanes < 4 or lanes % 2 or not _rewritable(wl):
         return lanes
     covered = {lanes: 0, lanes // 2: 0}
     for name in wl.tasks:
@@ -91,7 +96,7 @@ def block_width(wl: Workload, lanes: int) -> int:
 def block_convolutions(wl: Workload, lanes: int) -> Workload:
     """`wl` with every convolution it holds blocked by `lanes` output channels; `wl` itself when
     there is none (or the workload has a task this pass does not copy)."""
-    if lanes < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
+    if lanes < 2 or not _rewritable(wl):
         return wl
     found = {t: c for t in wl.tasks if (c := convolution(wl, wl.task(t), lanes)) is not None}
     if not found:
