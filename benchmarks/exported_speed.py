@@ -2,7 +2,7 @@
 
     sh benchmarks/peers.sh && .bench-venv/bin/python benchmarks/export_models.py
     .bench-venv/bin/python benchmarks/exported_speed.py [--dir benchmarks/exported] [--only resnet18,vit_b_16]
-        [--levels host,x86-64-v3] [--rounds 5] [--repeat 5]
+        [--levels host,x86-64-v3] [--rounds 5] [--repeat 5] [--tuned 64 --log-dir tuning]
 
 For each model of the export folder (benchmarks/export_models.py: torchvision classifiers, ViT-B/16, a
 BERT-base encoder, a GPT-2 style block, ResNet-50 int8), on the input saved beside it:
@@ -14,6 +14,10 @@ BERT-base encoder, a GPT-2 style block, ResNet-50 int8), on the input saved besi
   its kernels pick the widest vectors the CPU has, whichever ptowsp level is beside it);
 - torch eager: the exported module rebuilt from the same seed (`export_models.make`), 2 threads,
   under `torch.inference_mode()` (not for the int8 model, which onnxruntime quantized).
+
+With `--tuned N`, each model is first tuned on this machine's level (`AutoScheduler.search`, a
+whole-model search: N trials per tuning task, autoschedule/model_search.py; logged to `--log-dir`
+and resumed from there) and the tuned program joins the sides as one more column.
 
 Every output is checked against onnxruntime's first.  The times are medians of `--repeat` warm runs
 per block over `--rounds` blocks that alternate between the sides (ptowsp.timing.side_by_side); the
@@ -27,6 +31,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import argparse  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -78,6 +83,22 @@ def _build(wl: pw.Workload, level: str):
             os.environ["PTOWSP_CPU"] = previous
 
 
+def _tuned(name: str, wl: pw.Workload, trials_per_task: int, log_dir: Path):
+    """`wl` tuned on this machine's level for `trials_per_task` trials per tuning task."""
+    from ptowsp.autoschedule.tasks import extract
+    from ptowsp.backends import backend
+
+    cpu = backend("cpu")
+    tasks = extract(cpu.default_workload(wl), vector_bytes=cpu.vector_bytes, workers=THREADS)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    result = pw.AutoScheduler.search(wl, "cpu", num_trials=trials_per_task * len(tasks), split=True, seed=0,
+                                     workers=THREADS, log_file=log_dir / f"{name}.jsonl")
+    print(f"{name}: {len(tasks)} tuning tasks, {trials_per_task * len(tasks)} trials, "
+          f"{time.perf_counter() - start:.0f} s; {result}", flush=True)
+    return pw.build(result.schedule, "cpu", workers=THREADS)
+
+
 def _error(got: dict[str, np.ndarray], want: list[np.ndarray], names: list[str]) -> float:
     return max(float(np.max(np.abs(got[n].astype(np.float64) - w) / (np.max(np.abs(w)) + 1e-30)))
                for n, w in zip(names, want, strict=True))
@@ -91,6 +112,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--tuned", type=int, default=0, help="tune each model first: this many trials per task")
+    parser.add_argument("--log-dir", type=Path, default=Path("tuning"), help="tuning logs (resumed from)")
     args = parser.parse_args()
     levels = args.levels.split(",")
     names = args.only.split(",") if args.only else sorted(p.stem for p in args.dir.glob("*.onnx"))
@@ -104,19 +127,22 @@ def main() -> None:
         want = session.run(None, feeds)
         wl = pw.frontend.from_onnx(model)
         programs = {level: _build(wl, level) for level in levels}
+        if args.tuned:
+            programs["tuned"] = _tuned(name, wl, args.tuned, args.log_dir)
         errors = [_error(p(**feeds), want, outputs) for p in programs.values()]
         sides = [lambda p=p: p(**feeds) for p in programs.values()] + [lambda: session.run(None, feeds)]
         if not args.no_torch and name not in NO_TORCH:
             sides.append(_torch_runner(name, feeds))
         seconds = side_by_side(sides, args.repeat, rounds=args.rounds, min_block=MIN_BLOCK)
-        ours, ort = seconds[:len(levels)], seconds[len(levels)]
-        torch_ms = f"{seconds[-1] * 1e3:.2f}" if len(seconds) > len(levels) + 1 else "-"
+        ours, ort = seconds[:len(programs)], seconds[len(programs)]
+        torch_ms = f"{seconds[-1] * 1e3:.2f}" if len(seconds) > len(programs) + 1 else "-"
         row = [name, *(f"{s * 1e3:.2f}" for s in ours), f"{ort * 1e3:.2f}", torch_ms,
                *(f"{ort / s:.2f}x" for s in ours), f"{max(errors):.1e}"]
         rows.append(row)
         print(" | ".join(row), flush=True)
-    header = ["model", *(f"ptowsp {lv} ms" for lv in levels), "onnxruntime ms", "torch eager ms",
-              *(f"onnxruntime / ptowsp {lv}" for lv in levels), "error vs onnxruntime"]
+    columns = levels + (["tuned"] if args.tuned else [])
+    header = ["model", *(f"ptowsp {lv} ms" for lv in columns), "onnxruntime ms", "torch eager ms",
+              *(f"onnxruntime / ptowsp {lv}" for lv in columns), "error vs onnxruntime"]
     print("\n| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -41,14 +41,14 @@ from ptowsp.workloads.checks import with_parameters
 
 @dataclass(frozen=True)
 class Value:
-    """An ONNX value: the tensor holding it and its ONNX shape (a scalar is stored in a tensor of one);
-    a dimension is an int or a symbolic size (onnx_sizes.py)."""
+    """An ONNX value: the tensor holding it and its ONNX shape (a scalar is a 0-d tensor); a dimension
+    is an int or a symbolic size (onnx_sizes.py)."""
 
     tensor: Tensor
     shape: tuple[int | Expr, ...]
 
     def at(self, idx: Sequence[Expr | int]) -> Expr:
-        return self.tensor[0] if not self.shape else self.tensor[tuple(idx)]
+        return self.tensor[tuple(idx)]
 
     def broadcast_at(self, idx: Sequence[Expr | int], out: Sequence[int]) -> Expr:
         return broadcast_read(self, idx, out)
@@ -124,10 +124,9 @@ class Importer:
             self.values[onnx_name] = self.deferred.pop(onnx_name)()
         if onnx_name not in self.values and onnx_name in self.arrays:
             array = self.arrays[onnx_name]
-            stored = array.reshape(1) if array.ndim == 0 else array
             # a graph output's name stays free for the task that copies the constant out (from_onnx)
             name = f"{onnx_name}_constant" if onnx_name in self.outputs else onnx_name
-            self.values[onnx_name] = Value(self.wl.constant(self.name(name), adopt(stored)), tuple(array.shape))
+            self.values[onnx_name] = Value(self.wl.constant(self.name(name), adopt(array)), tuple(array.shape))
         return self.values.get(onnx_name)
 
     def _input(self, inp: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> None:
@@ -143,8 +142,8 @@ class Importer:
 
             shape = tuple(d.dim_value if d.HasField("dim_value") else size_name(inp, k)
                           for k, d in enumerate(t.shape.dim))
-        tensor = self.wl.input(self.name(inp.name), shape or (1,), dtype)
-        self.values[inp.name] = Value(tensor, tensor.shape if shape else ())
+        tensor = self.wl.input(self.name(inp.name), shape, dtype)
+        self.values[inp.name] = Value(tensor, tensor.shape)
 
     def _bound(self, inp: onnx.ValueInfoProto, given: Sequence[int]) -> tuple[int, ...]:
         """`shapes=`'s shape for the input: positive integers that bind its symbolic dimensions and repeat
@@ -199,10 +198,9 @@ class Importer:
         shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
         onnx_name = node.output[output] if len(node.output) > output and not part else ""
         wanted = self.outputs.get(onnx_name) or f"{node.name or node.op_type}{'_' + part if part else ''}"
-        loops = [f"i{d}" for d in range(len(shape))] or ["i0"]
-        body = with_parameters((lambda *idx: fn(*idx)) if shape else (lambda _: fn()), loops)
+        body = with_parameters(lambda *idx: fn(*idx), [f"i{d}" for d in range(len(shape))])
         try:
-            tensor = self.wl.compute(self.name(wanted), shape or (1,), body)
+            tensor = self.wl.compute(self.name(wanted), shape, body)
         except PtowspError as e:
             raise WorkloadError(f"{describe(node)}: {e}") from e
         value = Value(tensor, shape)

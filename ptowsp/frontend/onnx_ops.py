@@ -46,8 +46,32 @@ def _elementwise(imp: Importer, node: onnx.NodeProto, fn: Callable[..., object],
     return imp.compute(node, shape, lambda *idx: fn(*(v.broadcast_at(idx, shape) for v in inputs)))
 
 
+def _is_integer(x: Expr) -> bool:
+    return np.dtype(x.dtype).kind in "iub"
+
+
+def _divide(a: Expr, b: Expr) -> Expr:
+    """ONNX Div: integers divide truncating toward zero and keep their type (C's `/`); floats divide."""
+    if not (_is_integer(a) and _is_integer(b)):
+        return a / b
+    q = a // b  # floor division; a remainder of the other sign than the divisor's moves it up by one
+    return pw.where((a % b != 0) & ((a < 0) != (b < 0)), q + 1, q)
+
+
+def _fmod(a: Expr, b: Expr) -> Expr:
+    """C's fmod (ONNX Mod with fmod=1): the remainder with the dividend's sign."""
+    m = a % b  # numpy's remainder: the divisor's sign
+    return pw.where((m != 0) & ((a < 0) != (b < 0)), m - b, m)
+
+
+def _power(a: Expr, b: Expr) -> Expr:
+    """ONNX Pow: the result has the base's type (computed in floating point, then converted)."""
+    p = pw.pow(a, b)
+    return p if p.dtype == a.dtype else pw.cast(p, a.dtype)
+
+
 _BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-           "Div": lambda a, b: a / b, "Pow": pw.pow, "Max": pw.maximum, "Min": pw.minimum}
+           "Div": _divide, "Pow": _power, "Max": pw.maximum, "Min": pw.minimum}
 _UNARY = {"Relu": lambda x: pw.maximum(x, 0.0), "Sigmoid": pw.sigmoid, "Tanh": pw.tanh, "Exp": pw.exp,
           "Log": pw.log, "Sqrt": pw.sqrt, "Neg": lambda x: -x, "Abs": pw.abs, "Erf": pw.erf,
           "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil, "Round": pw.round}
@@ -59,6 +83,13 @@ _BINARY |= {"Equal": lambda a, b: a == b, "Less": lambda a, b: a < b, "Greater":
             "And": lambda a, b: a & b, "Or": lambda a, b: a | b, "Xor": lambda a, b: a != b}
 _UNARY |= {"Not": lambda x: ~x, "Sign": lambda x: pw.cast(pw.where(x > 0, 1, pw.where(x < 0, -1, 0)), x.dtype),
            "Softplus": lambda x: pw.maximum(x, 0.0) + pw.log(pw.exp(-pw.abs(x)) + 1.0)}
+
+
+@op("Mod")
+def mod(imp: Importer, node: onnx.NodeProto) -> None:
+    """fmod=0: the remainder with the divisor's sign (Python's, numpy's); fmod=1: the dividend's (C's)."""
+    fmod = int(attribute(node, "fmod", 0))
+    _elementwise(imp, node, _fmod if fmod else (lambda x, y: x % y), [imp.value(node, 0), imp.value(node, 1)])
 
 
 @op(*_BINARY)
@@ -242,6 +273,11 @@ def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list
     return strides, pads, dilations, out
 
 
+def _lowest(dtype: str) -> float | int:
+    """The identity of max in `dtype`: padding that never wins and keeps the type."""
+    return int(np.iinfo(dtype).min) if np.dtype(dtype).kind in "iu" else -math.inf
+
+
 def _inside(pos: Sequence[object], size: Sequence[int]) -> object:
     return (pos[0] >= 0) & (pos[0] < size[0]) & (pos[1] >= 0) & (pos[1] < size[1])
 
@@ -313,7 +349,7 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
         def body(n, ch, y, xx):
             pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
             read = x.at([n, ch, *pos])
-            return pw.max(pw.where(_inside(pos, size), read, -math.inf) if masked else read, (r, s))
+            return pw.max(pw.where(_inside(pos, size), read, _lowest(x.dtype)) if masked else read, (r, s))
     else:
         include = int(attribute(node, "count_include_pad", 0))
         if any(o > pads[d + 2] if isinstance(o, int) else ceil for d, o in enumerate(over)):

@@ -171,9 +171,13 @@ def split(imp: Importer, node: onnx.NodeProto) -> None:
 @op("Slice")
 def slice_(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
-    starts, ends = imp.array(node, 1, "starts"), imp.array(node, 2, "ends")
-    axes = imp.array(node, 3, "axes")
-    steps = imp.array(node, 4, "steps")
+    if imp.opset < 10:  # starts, ends and axes were attributes; no steps
+        starts, ends, axes, steps = attribute(node, "starts"), attribute(node, "ends"), attribute(node, "axes"), None
+        if starts is None or ends is None:
+            raise WorkloadError(f"{describe(node)}: Slice (opset {imp.opset}) needs the starts and ends attributes")
+    else:
+        starts, ends = imp.array(node, 1, "starts"), imp.array(node, 2, "ends")
+        axes, steps = imp.array(node, 3, "axes"), imp.array(node, 4, "steps")
     axes = list(range(len(starts))) if axes is None else [axis_of(node, int(a), len(x.shape)) for a in axes]
     steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
     first, step, shape = [0] * len(x.shape), [1] * len(x.shape), list(x.shape)

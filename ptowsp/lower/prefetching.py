@@ -88,6 +88,9 @@ def _prefetch_at(stmt: Stmt, task: str, tensor: Buffer, loop: str, ahead: int) -
 
 
 def _with_prefetches(anchor: For, task: str, tensor: Buffer, ahead: int) -> Stmt:
+    """The body of loop `anchor` with the prefetches of `tensor` `ahead` iterations on."""
+    if not tensor.shape:  # a 0-d tensor: one element, fetched by its first read
+        return anchor.body
     reads = global_reads(anchor.body, tensor.name)
     shape = tensor.shape
     box = read_box([r.src for r in reads], bound_loops(anchor.body), shape, shift=False)

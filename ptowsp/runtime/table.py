@@ -90,8 +90,12 @@ class RegionIndex:
     """Written boxes of every tensor, for overlap queries (see the module docstring)."""
 
     dims: dict[str, list[_DimensionIndex]] = field(default_factory=dict)
+    scalars: dict[str, int] = field(default_factory=dict)  # a 0-d tensor: the bitset of its writers
 
     def add(self, tensor: str, box: Region, writer: int) -> None:
+        if not box:
+            self.scalars[tensor] = self.scalars.get(tensor, 0) | 1 << writer
+            return
         per_dim = self.dims.get(tensor)
         if per_dim is None:
             per_dim = self.dims[tensor] = [_DimensionIndex() for _ in box]
@@ -100,6 +104,8 @@ class RegionIndex:
 
     def writers(self, tensor: str, box: Region) -> int:
         """Bitset of writers whose box of `tensor` overlaps `box`."""
+        if not box:
+            return self.scalars.get(tensor, 0)
         per_dim = self.dims.get(tensor)
         if per_dim is None:
             return 0

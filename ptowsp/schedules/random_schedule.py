@@ -34,6 +34,8 @@ def _propose(s: Schedule, task: str, rng: random.Random) -> None:
     """Try one random loop step on `task` (raises ScheduleError when it is illegal)."""
     nest = s.nest(task)
     loops = nest.loops
+    if not loops:  # a 0-d task without a reduction: nothing to schedule
+        return
     serial = [lp for lp in loops if lp.annotation == SERIAL]
     kind = rng.choice(["split", "split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel"])
     if kind == "split" and serial:
@@ -191,7 +193,7 @@ def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at
     if layouts:
         chooser = random.Random(f"layouts {seed}")
         for tensor in [*wl.constants, *(t for t in computes if t not in wl.outputs)]:
-            if chooser.random() < 0.3:
+            if chooser.random() < 0.3 and wl.tensor(tensor).shape:  # (a 0-d tensor has one layout)
                 try:
                     s.transform_layout(tensor, random_layout(wl.tensor(tensor).shape, chooser))
                 except ScheduleError:

@@ -122,9 +122,6 @@ class Workload:
         self._claim(name, "constant")
         what = f"constant {name!r}"
         value, digest = frozen_constant(what, array, dtype)
-        if value.ndim == 0:
-            raise ShapeError(f"{what}: a constant needs at least one dimension, got a scalar; "
-                             "use a shape-(1,) array and index it with [0]")
         shape = normalize_shape(value.shape, what)
         tensor = Tensor(name, shape, value.dtype.name, self._id)
         self._tensors[name] = tensor

@@ -206,6 +206,8 @@ def hand_schedule(wl: pw.Workload) -> pw.Schedule:
         if wl.category(task) is pw.Category.OPAQUE:
             continue
         spatial = s.spatial_loops(task)
+        if not spatial:  # a 0-d task: one element
+            continue
         try:
             inner = spatial[-1]
             if s.nest(task).loop(inner).extent >= 8:

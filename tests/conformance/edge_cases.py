@@ -230,6 +230,22 @@ def loop_names_like_a_schedule_s():
     return wl, expected
 
 
-EDGE_CASES = [broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
+def scalar_tensors():
+    """0-d tensors (ONNX's scalars): a 0-d input, a 0-d reduction read by a later task, a 0-d output.
+    The reader must wait for the writer of a tensor that has no axes (runtime/table.py)."""
+    wl = pw.Workload("scalar_tensors")
+    x, scale = wl.input("X", (9,)), wl.input("scale", ())
+    k = pw.reduce_axis(9, "k")
+    total = wl.compute("total", (), lambda: pw.sum(x[k], k) * scale[()])
+    wl.output(total, wl.compute("Y", (9,), lambda i: x[i] - total[()]))
+
+    def expected(p):
+        t = p["X"].sum() * p["scale"]
+        return {"total": t, "Y": p["X"] - t}
+
+    return wl, expected
+
+
+EDGE_CASES = [scalar_tensors, broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
               two_outputs, opaque_middle, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
               gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline, loop_names_like_a_schedule_s]

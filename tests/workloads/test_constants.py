@@ -103,8 +103,6 @@ def test_constant_dtypes(value, dtype, expected_dtype):
     (np.array([1j]), "float32", pw.DTypeError, "constant 'C'"),
     (np.array(["a"]), "float32", pw.DTypeError, "constant 'C'"),
     (np.array([2**40]), "int32", pw.DTypeError, "constant 'C'.*do not fit int32"),
-    (np.float32(3.0), None, pw.ShapeError, "constant 'C'.*at least one dimension"),
-    (3.0, None, pw.ShapeError, "constant 'C'.*at least one dimension"),
     (np.zeros((0, 3)), None, pw.ShapeError, "constant 'C'.*positive int"),
     ([[1.0, 2.0], [3.0]], None, pw.ShapeError, "constant 'C'.*not a rectangular array"),
 ])
@@ -113,6 +111,17 @@ def test_bad_constants_are_refused(value, dtype, error, match):
     with pytest.raises(error, match=match):
         wl.constant("C", value, dtype=dtype)
     assert not wl.constants and "C" not in wl.graph
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu", "aicore"])
+def test_a_scalar_constant_is_a_0d_tensor_read_at_no_index(target):
+    wl = pw.Workload("scalar")
+    x = wl.input("X", (5,))
+    c = wl.constant("C", np.float32(3.0))
+    assert c.shape == ()
+    wl.output(wl.compute("Y", (5,), lambda i: x[i] * c[()]))
+    got = pw.build(wl, target).run(X=np.arange(5, dtype=np.float32))["Y"]
+    np.testing.assert_array_equal(got, np.arange(5, dtype=np.float32) * 3.0)
 
 
 def test_a_constant_name_is_claimed_like_any_other():

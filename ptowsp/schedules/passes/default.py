@@ -326,6 +326,8 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
     """Lanes of one vector register of the task's widest value, its output or an intermediate (a
     uint8 pipeline that sums in int32 gets 16 lanes per AVX-512 register, not 64: a wider vector
     only spills, and multiplies the code LLVM compiles)."""
+    if not wl.task(task).loop_names:  # a 0-d task: one element, no vector
+        return 1
     last = wl.task(task).loop_names[-1]  # the loop a vector runs along
 
     def along_vector(e: Expr) -> bool:

@@ -180,7 +180,7 @@ def _packed_parameters(out: Workload, task: ComputeTask, c: str, lanes: int) -> 
     packed: dict[str, str] = {}
     constants = set(out.constants)  # (a copy each time it is asked for)
     for load in walk(_body(task)):
-        if load.op is not Op.LOAD or load.arg.name not in constants or load.arg.name in packed:
+        if load.op is not Op.LOAD or not load.src or load.arg.name not in constants or load.arg.name in packed:
             continue
         first, *rest = load.src
         if rest and _is_var(first, c) and not any(_uses(i, c) for i in rest) and load.arg.shape[0] % lanes == 0:

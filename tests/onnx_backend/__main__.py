@@ -1,0 +1,56 @@
+"""`python -m tests.onnx_backend [--only PATTERN] [--jobs 2] [--show KINDS] [--write-expected]`: the ONNX
+backend suite as its test runs it (suite.judge: reference, then cpu and a sample on aicore), in worker
+processes; prints each outcome's count per suite and target, and the cases of the kinds asked for."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import fnmatch
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+from tests.onnx_backend.suite import cases, judge, reason, write_expected
+
+
+def _one(name):
+    return name, judge(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="*", help="fnmatch pattern of case names")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--show", default="wrong,crashed", help="outcome kinds whose cases to list")
+    parser.add_argument("--json", help="write {case: {target: [kind, detail]}} here")
+    parser.add_argument("--write-expected", action="store_true", help="rewrite expected.toml from this run")
+    args = parser.parse_args()
+    names = [n for n in cases() if fnmatch.fnmatch(n, args.only)]
+    results = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        for name, found in pool.map(_one, names, chunksize=4):
+            results[name] = found
+    counts = collections.Counter((cases()[n].suite, t, o.kind) for n, f in results.items() for t, o in f.items())
+    for suite, target in sorted({(s, t) for s, t, _ in counts}):
+        row = {k: c for (s, t, k), c in counts.items() if (s, t) == (suite, target)}
+        print(f"{suite:18} {target:10} {sum(row.values()):5} cases: "
+              + ", ".join(f"{k} {c}" for k, c in sorted(row.items())))
+    show = set(args.show.split(","))
+    for name, found in sorted(results.items()):
+        for target, o in found.items():
+            if o.kind in show:
+                print(f"{o.kind:8} {target:9} {name}: {o.detail[:300]}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({n: {t: [o.kind, o.detail] for t, o in f_.items()} for n, f_ in results.items()}, f,
+                      indent=0, sort_keys=True)
+    if args.write_expected:
+        if args.only != "*":
+            raise SystemExit("--write-expected needs the whole suite (no --only)")
+        write_expected({t: {n: reason(f[t]) for n, f in results.items() if t in f and f[t].kind != "pass"}
+                        for t in ("reference", "cpu", "aicore")})
+
+
+if __name__ == "__main__":
+    main()
