@@ -69,6 +69,7 @@ class BodyImporter(Importer):
         self.parent, self.model, self.source, self.folder = parent, parent.model, parent.source, parent.folder
         self.max_bytes, self.max_fold_seconds, self.opset = parent.max_bytes, parent.max_fold_seconds, parent.opset
         self.wl, self.taken, self.suffixes = parent.wl, parent.taken, parent.suffixes
+        self.graph_inputs = parent.graph_inputs
         self.local_arrays: dict[str, np.ndarray] = {}
         self.arrays = collections.ChainMap(self.local_arrays, parent.arrays)
         self.sizes = collections.ChainMap({}, parent.sizes)

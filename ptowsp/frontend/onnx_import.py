@@ -39,6 +39,15 @@ from ptowsp.workloads.arrays import adopt
 from ptowsp.workloads.checks import with_parameters
 
 
+class ValueNeeded(WorkloadError):
+    """The import needs graph input `input`'s value (it steers shapes or axes): give it with
+    `from_onnx(..., values={input: array})`."""
+
+    def __init__(self, input: str, message: str):  # noqa: A002 - the input's name
+        super().__init__(message)
+        self.input = input
+
+
 @dataclass(frozen=True)
 class Value:
     """An ONNX value: the tensor holding it and its ONNX shape (a scalar is a 0-d tensor); a dimension
@@ -69,7 +78,7 @@ class Importer:
 
     def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str,
                  folder: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS):
+                 max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS, values: Mapping[str, object] | None = None):
         self.model, self.source, self.folder, self.max_bytes = model, source, folder, max_bytes
         self.max_fold_seconds = max_fold_seconds
         graph = model.graph
@@ -87,14 +96,18 @@ class Importer:
         if self.opset > known or model.ir_version > onnx.IR_VERSION:
             raise InputError(f"{source}: opset {self.opset}, IR version {model.ir_version}: newer than this importer "
                              f"knows (opset {known}, IR version {onnx.IR_VERSION}); its operators' meaning is unknown")
-        unknown = sorted(set(shapes) - {i.name for i in graph.input})
-        if unknown:
-            raise InputError(f"{source}: shapes names {unknown[0]!r}, which is not an input of the model "
-                             f"(inputs: {', '.join(i.name for i in graph.input)})")
+        self.graph_inputs = {i.name for i in graph.input}
+        for what, given in (("shapes", shapes), ("values", values or {})):
+            unknown = sorted(set(given) - self.graph_inputs)
+            if unknown:
+                raise InputError(f"{source}: {what} names {unknown[0]!r}, which is not an input of the model "
+                                 f"(inputs: {', '.join(i.name for i in graph.input)})")
         for init in graph.initializer:
             self.constant(init.name, self.tensor_array(init, f"initializer {init.name!r}"))
         for inp in graph.input:
-            if inp.name not in self.arrays:  # (older exporters list initializers as inputs too)
+            if inp.name in (values or {}):
+                self.constant(inp.name, self._given(inp, values[inp.name]))
+            elif inp.name not in self.arrays:  # (older exporters list initializers as inputs too)
                 self._input(inp, shapes)
 
     def tensor_array(self, tensor: onnx.TensorProto, what: str) -> np.ndarray:
@@ -145,6 +158,18 @@ class Importer:
         tensor = self.wl.input(self.name(inp.name), shape, dtype)
         self.values[inp.name] = Value(tensor, tensor.shape)
 
+    def _given(self, inp: onnx.ValueInfoProto, value: object) -> np.ndarray:
+        """`values=`'s array for the input: of its declared dtype, rank and static sizes."""
+        dtype = _dtype(inp.type.tensor_type.elem_type, f"input {inp.name!r}")
+        array = np.asarray(value)
+        dims = inp.type.tensor_type.shape.dim
+        if array.dtype != np.dtype(dtype) or array.ndim != len(dims) or any(
+                d.HasField("dim_value") and d.dim_value != n for d, n in zip(dims, array.shape, strict=True)):
+            declared = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+            raise InputError(f"{self.source}: values[{inp.name!r}] is a {array.dtype} array of shape {array.shape}; "
+                             f"the input is {dtype} of shape {declared}")
+        return array.copy()
+
     def _bound(self, inp: onnx.ValueInfoProto, given: Sequence[int]) -> tuple[int, ...]:
         """`shapes=`'s shape for the input: positive integers that bind its symbolic dimensions and repeat
         its static ones (InputError otherwise: a rank or size the model does not declare is no binding)."""
@@ -188,6 +213,10 @@ class Importer:
                                 f"{sorted(set().union(*(sizes.names_in(x) for x in self.sizes[name].reshape(-1))))}, "
                                 "which this operator does not take; bind them with shapes=")
         if name not in self.arrays:
+            if name in self.graph_inputs:
+                raise ValueNeeded(name, f"{describe(node)}: input {k} ({what}, {name!r}) must be known at import: "
+                                        f"it is the graph input {name!r}; give its value with "
+                                        f"from_onnx(..., values={{{name!r}: ...}})")
             raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
                                 "or a Constant node): it is computed at run time, which this importer does not support")
         return self.arrays[name]
@@ -296,12 +325,15 @@ def _not_utf8(message) -> str | None:
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
-              shapes: Mapping[str, Sequence[int]] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
-              max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS) -> Workload:
-    """The Workload an ONNX model computes (see the module docstring).  `max_bytes` bounds every constant
+              shapes: Mapping[str, Sequence[int]] | None = None, *, values: Mapping[str, object] | None = None,
+              max_bytes: int = DEFAULT_MAX_BYTES, max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS) -> Workload:
+    """The Workload an ONNX model computes (see the module docstring).  `values` fixes graph inputs to
+    arrays (they become constants: a Reshape's shape, a ReduceSum's axes that the model takes as
+    inputs; ValueNeeded names an input the import needs so).  `max_bytes` bounds every constant
     the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
     import (onnx_budget.py: an InputError before it is allocated or run)."""
-    from ptowsp.frontend import onnx_control, onnx_quantized, onnx_recurrent  # noqa: F401 - register operators
+    from ptowsp.frontend import (  # noqa: F401 - register operators
+        onnx_control, onnx_elementwise, onnx_quantized, onnx_recurrent, onnx_reductions)
 
     proto, source, folder = load(model)
     one_producer_each(proto.graph, source)
@@ -310,7 +342,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     if isinstance(max_fold_seconds, bool) or not isinstance(max_fold_seconds, (int, float)) \
             or not max_fold_seconds > 0:
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
-    imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds))
+    imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds), values)
     schema_checked(proto, imp.opset)
     with _no_cycle_collection():
         import_nodes(imp, fold_batch_norms(list(proto.graph.node), imp.arrays, {o.name for o in proto.graph.output}))

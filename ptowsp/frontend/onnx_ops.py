@@ -40,140 +40,39 @@ def axis_of(node: onnx.NodeProto, axis: int, rank: int, what: str = "axis") -> i
     return axis % max(rank, 1)
 
 
-# -- elementwise ---------------------------------------------------------------------------------
-def _elementwise(imp: Importer, node: onnx.NodeProto, fn: Callable[..., object], inputs: Sequence[Value]) -> Value:
-    shape = broadcast(node, *(v.shape for v in inputs))
-    return imp.compute(node, shape, lambda *idx: fn(*(v.broadcast_at(idx, shape) for v in inputs)))
-
-
-def _is_integer(x: Expr) -> bool:
-    return np.dtype(x.dtype).kind in "iub"
-
-
-def _divide(a: Expr, b: Expr) -> Expr:
-    """ONNX Div: integers divide truncating toward zero and keep their type (C's `/`); floats divide."""
-    if not (_is_integer(a) and _is_integer(b)):
-        return a / b
-    q = a // b  # floor division; a remainder of the other sign than the divisor's moves it up by one
-    return pw.where((a % b != 0) & ((a < 0) != (b < 0)), q + 1, q)
-
-
-def _fmod(a: Expr, b: Expr) -> Expr:
-    """C's fmod (ONNX Mod with fmod=1): the remainder with the dividend's sign."""
-    m = a % b  # numpy's remainder: the divisor's sign
-    return pw.where((m != 0) & ((a < 0) != (b < 0)), m - b, m)
-
-
-def _power(a: Expr, b: Expr) -> Expr:
-    """ONNX Pow: the result has the base's type (computed in floating point, then converted)."""
-    p = pw.pow(a, b)
-    return p if p.dtype == a.dtype else pw.cast(p, a.dtype)
-
-
-_BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-           "Div": _divide, "Pow": _power, "Max": pw.maximum, "Min": pw.minimum}
-_UNARY = {"Relu": lambda x: pw.maximum(x, 0.0), "Sigmoid": pw.sigmoid, "Tanh": pw.tanh, "Exp": pw.exp,
-          "Log": pw.log, "Sqrt": pw.sqrt, "Neg": lambda x: -x, "Abs": pw.abs, "Erf": pw.erf,
-          "Reciprocal": lambda x: 1.0 / x, "Floor": pw.floor, "Ceil": pw.ceil, "Round": pw.round}
-
-
-# comparisons and logic (torch's exporter builds attention masks from them): bool results
-_BINARY |= {"Equal": lambda a, b: a == b, "Less": lambda a, b: a < b, "Greater": lambda a, b: a > b,
-            "LessOrEqual": lambda a, b: a <= b, "GreaterOrEqual": lambda a, b: a >= b,
-            "And": lambda a, b: a & b, "Or": lambda a, b: a | b, "Xor": lambda a, b: a != b}
-_UNARY |= {"Not": lambda x: ~x, "Sign": lambda x: pw.cast(pw.where(x > 0, 1, pw.where(x < 0, -1, 0)), x.dtype),
-           "Softplus": lambda x: pw.maximum(x, 0.0) + pw.log(pw.exp(-pw.abs(x)) + 1.0)}
-
-
-@op("Mod")
-def mod(imp: Importer, node: onnx.NodeProto) -> None:
-    """fmod=0: the remainder with the divisor's sign (Python's, numpy's); fmod=1: the dividend's (C's)."""
-    fmod = int(attribute(node, "fmod", 0))
-    _elementwise(imp, node, _fmod if fmod else (lambda x, y: x % y), [imp.value(node, 0), imp.value(node, 1)])
-
-
-@op(*_BINARY)
-def binary(imp: Importer, node: onnx.NodeProto) -> None:
-    if node.op_type in ("Max", "Min") and len(node.input) != 2:
-        raise WorkloadError(f"{describe(node)}: {node.op_type} of {len(node.input)} inputs; only 2 are supported")
-    _elementwise(imp, node, _BINARY[node.op_type], [imp.value(node, 0), imp.value(node, 1)])
-
-
-@op(*_UNARY)
-def unary(imp: Importer, node: onnx.NodeProto) -> None:
-    _elementwise(imp, node, _UNARY[node.op_type], [imp.value(node, 0)])
-
-
-@op("LeakyRelu")
-def leaky_relu(imp: Importer, node: onnx.NodeProto) -> None:
-    alpha = float(attribute(node, "alpha", 0.01))
-    _elementwise(imp, node, lambda x: pw.where(x >= 0, x, x * alpha), [imp.value(node, 0)])
-
-
-@op("HardSigmoid")
-def hard_sigmoid(imp: Importer, node: onnx.NodeProto) -> None:
-    alpha, beta = float(attribute(node, "alpha", 0.2)), float(attribute(node, "beta", 0.5))
-    _elementwise(imp, node, lambda x: pw.clamp(x * alpha + beta, 0.0, 1.0), [imp.value(node, 0)])
-
-
-@op("Gelu")
-def gelu(imp: Importer, node: onnx.NodeProto) -> None:
-    approximate = attribute(node, "approximate", b"none")
-    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
-    if approximate == "none":
-        def fn(x):
-            return x * 0.5 * (pw.erf(x * math.sqrt(0.5)) + 1.0)
-    elif approximate == "tanh":
-        def fn(x):
-            return x * 0.5 * (pw.tanh((x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)) + 1.0)
-    else:
-        refuse(node, "approximate", approximate, "none or tanh")
-    _elementwise(imp, node, fn, [imp.value(node, 0)])
-
-
-@op("HardSwish")
-def hard_swish(imp: Importer, node: onnx.NodeProto) -> None:
-    _elementwise(imp, node, lambda x: x * pw.clamp(x / 6.0 + 0.5, 0.0, 1.0), [imp.value(node, 0)])
-
-
-@op("Clip")
-def clip(imp: Importer, node: onnx.NodeProto) -> None:
-    lo, hi = imp.array(node, 1, "min"), imp.array(node, 2, "max")
-    if imp.opset < 11:
-        lo, hi = attribute(node, "min"), attribute(node, "max")
-
-    def fn(x):
-        if lo is not None:
-            x = pw.maximum(x, float(np.asarray(lo)))
-        if hi is not None:
-            x = pw.minimum(x, float(np.asarray(hi)))
-        return x
-    _elementwise(imp, node, fn, [imp.value(node, 0)])
-
-
-@op("Where")
-def where(imp: Importer, node: onnx.NodeProto) -> None:
-    _elementwise(imp, node, pw.where, [imp.value(node, k) for k in range(3)])
-
-
-@op("Cast")
-def cast(imp: Importer, node: onnx.NodeProto) -> None:
-    to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attribute(node, "to"))).name
-    _elementwise(imp, node, lambda x: pw.cast(x, to), [imp.value(node, 0)])
-
-
 @op("Identity")
 def identity(imp: Importer, node: onnx.NodeProto) -> None:
     imp.values[node.output[0]] = imp.value(node, 0)  # (over a constant it was folded before it got here)
 
 
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                   "value_ints": np.int64}
+
+
 @op("Constant")
 def constant(imp: Importer, node: onnx.NodeProto) -> None:
-    value = attribute(node, "value")
-    if value is None:
-        others = [a.name for a in node.attribute]
-        refuse(node, others[0] if others else "value", "...", "only a tensor `value`")
-    imp.constant(node.output[0], imp.tensor_array(value, describe(node)))
+    """A tensor (`value`) or a float, int or list of them (`value_float(s)`, `value_int(s)`)."""
+    given = [a.name for a in node.attribute]
+    if "value" in given:
+        imp.constant(node.output[0], imp.tensor_array(attribute(node, "value"), describe(node)))
+        return
+    form = next((g for g in given if g in _CONSTANT_FORMS), None)
+    if form is None:
+        refuse(node, given[0] if given else "value", "...", "a tensor `value`, or value_float(s) or value_int(s)")
+    imp.constant(node.output[0], np.array(attribute(node, form), dtype=_CONSTANT_FORMS[form]))
+
+
+NARROW_FLOATS = ("float16", "bfloat16")
+
+
+def in_float32(fn: Callable[..., Expr], *xs: Expr) -> Expr:
+    """fn(*xs), computed in float32 and rounded once where it would give a narrow float (float16,
+    bfloat16): one ONNX node is one rounding (as onnxruntime and onnx's reference compute it), where
+    the language rounds after every operation (a Celu would round its exp, its minus and its product)."""
+    plain = fn(*xs)
+    if plain.dtype not in NARROW_FLOATS:
+        return plain
+    return pw.cast(fn(*(pw.cast(x, "float32") if x.dtype in NARROW_FLOATS else x for x in xs)), plain.dtype)
 
 
 # -- contractions --------------------------------------------------------------------------------
@@ -201,7 +100,7 @@ def matmul_of(imp: Importer, node: onnx.NodeProto, a: Value, b: Value, term: Cal
         *bi, m, n = idx
         left = a.broadcast_at(bi + [m, k], batch + a_shape[-2:]) if len(a.shape) > 1 else a.at([k])
         right = b.broadcast_at(bi + [k, n], batch + b_shape[-2:]) if len(b.shape) > 1 else b.at([k])
-        return finish(pw.sum(term(left, right), k), idx)
+        return finish(in_float32(lambda x, y: pw.sum(term(x, y), k), left, right), idx)
 
     full = imp.compute(node, out, body, part="" if len(a.shape) > 1 and len(b.shape) > 1 else "full")
     if full.shape != out or len(a.shape) > 1 and len(b.shape) > 1:
@@ -399,75 +298,3 @@ def batch_norm(imp: Importer, node: onnx.NodeProto) -> None:
     if len(x.shape) < 2:
         raise WorkloadError(f"{describe(node)}: input of rank {len(x.shape)}; needs (N, C, ...)")
     imp.compute(node, x.shape, lambda *idx: x.at(idx) * fa.at([idx[1]]) + fb.at([idx[1]]))
-
-
-@op("Softmax")
-def softmax(imp: Importer, node: onnx.NodeProto) -> None:
-    x = imp.value(node, 0)
-    if imp.opset < 13:
-        raise WorkloadError(f"{describe(node)}: Softmax before opset 13 (coerced to 2-D) is not supported")
-    axis = axis_of(node, int(attribute(node, "axis", -1)), len(x.shape))
-    j = pw.reduce_axis(x.shape[axis], "j")
-    rows = x.shape[:axis] + x.shape[axis + 1:]
-
-    def along(idx, at):
-        return [*idx[:axis], at, *idx[axis:]]
-    top = imp.compute(node, rows, lambda *idx: pw.max(x.at(along(idx, j)), j), part="max")
-    total = imp.compute(node, rows, lambda *idx: pw.sum(pw.exp(x.at(along(idx, j)) - top.at(idx)), j), part="sum")
-
-    def body(*idx):
-        row = [*idx[:axis], *idx[axis + 1:]]
-        return pw.exp(x.at(idx) - top.at(row)) / total.at(row)
-    imp.compute(node, x.shape, body)
-
-
-@op("ReduceMean", "ReduceSum", "ReduceMax")
-def reduce(imp: Importer, node: onnx.NodeProto) -> None:
-    x = imp.value(node, 0)
-    axes = attribute(node, "axes")
-    if axes is None and len(node.input) > 1:
-        axes = imp.array(node, 1, "axes")
-    axes = sorted({axis_of(node, int(a), len(x.shape)) for a in (range(len(x.shape)) if axes is None else axes)})
-    keep = int(attribute(node, "keepdims", 1))
-    loops = {d: pw.reduce_axis(x.shape[d], f"r{d}") for d in axes}
-    shape = tuple(1 if d in loops else n for d, n in enumerate(x.shape) if keep or d not in loops)
-    count = float(math.prod(x.shape[d] for d in axes))
-    combine = {"ReduceMean": pw.sum, "ReduceSum": pw.sum, "ReduceMax": pw.max}[node.op_type]
-
-    def body(*idx):
-        it = iter(idx)
-        read = [loops[d] if d in loops else None for d in range(len(x.shape))]
-        for d in range(len(x.shape)):
-            if d in loops:
-                if keep:
-                    next(it)
-            else:
-                read[d] = next(it)
-        total = combine(x.at(read), tuple(loops.values()))
-        return total / count if node.op_type == "ReduceMean" else total
-    imp.compute(node, shape, body)
-
-
-@op("LayerNormalization")
-def layer_norm(imp: Importer, node: onnx.NodeProto) -> None:
-    if len([o for o in node.output if o]) > 1:
-        raise WorkloadError(f"{describe(node)}: only the Y output is supported (not Mean or InvStdDev)")
-    x, scale, bias = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
-    axis = axis_of(node, int(attribute(node, "axis", -1)), len(x.shape))
-    eps = float(attribute(node, "epsilon", 1e-5))
-    inner = x.shape[axis:]
-    loops = [pw.reduce_axis(n, f"r{d}") for d, n in enumerate(inner)]
-    count = float(math.prod(inner))
-    rows = x.shape[:axis]
-    mean = imp.compute(node, rows, lambda *idx: pw.sum(x.at([*idx, *loops]), tuple(loops)) / count, part="mean")
-
-    def variance(*idx):
-        centred = x.at([*idx, *loops]) - mean.at(idx)
-        return pw.sum(centred * centred, tuple(loops)) / count
-    var = imp.compute(node, rows, variance, part="var")
-
-    def body(*idx):
-        row, col = idx[:axis], idx[axis:]
-        value = (x.at(idx) - mean.at(row)) * pw.rsqrt(var.at(row) + eps) * scale.broadcast_at(col, inner)
-        return value + bias.broadcast_at(col, inner) if bias is not None else value
-    imp.compute(node, x.shape, body)

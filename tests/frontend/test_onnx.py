@@ -273,9 +273,9 @@ def test_shape_arithmetic_over_a_symbolic_dimension_the_importer_cannot_carry_na
 
 # -- what it refuses -----------------------------------------------------------------------------
 def test_an_unsupported_operator_names_the_node_and_op():
-    m, _ = one("LpNormalization", [(3, 4)])
-    with pytest.raises(pw.WorkloadError, match=r"ONNX node 'the_lpnormalization' \(op LpNormalization\): operator "
-                                                r"'LpNormalization' is not supported; supported: .*Conv"):
+    m, _ = one("Det", [(3, 3)], out_shape=())
+    with pytest.raises(pw.WorkloadError, match=r"ONNX node 'the_det' \(op Det\): operator "
+                                                r"'Det' is not supported; supported: .*Conv"):
         pw.frontend.from_onnx(m)
 
 
@@ -287,10 +287,28 @@ def test_an_unsupported_attribute_names_it():
 
 
 def test_a_shape_computed_at_run_time_is_refused():
+    nodes = [oh.make_node("Shape", ["x"], ["n"]), oh.make_node("Add", ["n", "n"], ["twice"]),
+             oh.make_node("Max", ["twice", "s"], ["s2"]), oh.make_node("Reshape", ["x", "s2"], ["y"], name="view")]
+    m = model(nodes, {"x": ((2, 6), TP.FLOAT), "s": ((2,), TP.INT64)}, {"y": ((3, 4), TP.FLOAT)})
+    with pytest.raises(pw.WorkloadError, match=r"'view' \(op Reshape\): input 1 \(shape, 's2'\) must be a constant"):
+        pw.frontend.from_onnx(m)
+
+
+def test_a_shape_given_as_a_graph_input_is_taken_as_a_value():
     nodes = [oh.make_node("Reshape", ["x", "s"], ["y"], name="view")]
     m = model(nodes, {"x": ((2, 6), TP.FLOAT), "s": ((2,), TP.INT64)}, {"y": ((3, 4), TP.FLOAT)})
-    with pytest.raises(pw.WorkloadError, match=r"'view' \(op Reshape\): input 1 \(shape, 's'\) must be a constant"):
+    with pytest.raises(pw.frontend.ValueNeeded, match=r"'view' \(op Reshape\): input 1 \(shape, 's'\) must be "
+                                                      r"known at import.*values=\{'s': \.\.\.\}") as caught:
         pw.frontend.from_onnx(m)
+    assert caught.value.input == "s"
+    wl = pw.frontend.from_onnx(m, values={"s": np.array([3, 4])})
+    assert wl.inputs == ["x"]
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(pw.build(wl, "cpu").run(x=x)["y"], x.reshape(3, 4))
+    with pytest.raises(pw.InputError, match=r"values\['s'\] is a int32 array of shape \(2,\); the input is int64"):
+        pw.frontend.from_onnx(m, values={"s": np.array([3, 4], np.int32)})
+    with pytest.raises(pw.InputError, match="values names 'z', which is not an input"):
+        pw.frontend.from_onnx(m, values={"z": np.array([3, 4])})
 
 
 @pytest.mark.parametrize("what, message", [
