@@ -7,7 +7,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test fuzz clean
+.PHONY: demo test fuzz conformance-onnx clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: $(STAMP)
 	$(VPY) -m pytest -n auto --dist worksteal
 	level=$$($(VPY) -m tests.isa_levels); \
 	if [ -n "$$level" ]; then PTOWSP_CPU=$$level $(VPY) -m pytest -n auto --dist worksteal $(ISA_TESTS); fi
+
+# the ONNX standard's backend suite in full: every case the reference passes on cpu, the light
+# model-zoo models, a larger aicore sample (`make test` runs the reference and a sample: tests/onnx_backend)
+conformance-onnx: $(STAMP)
+	PTOWSP_ONNX_SUITE=full $(VPY) -m pytest -n auto --dist worksteal tests/onnx_backend
 
 # thousands of random legal schedules on every compiled target (not part of `make test`)
 fuzz: $(STAMP)

@@ -333,7 +333,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
     import (onnx_budget.py: an InputError before it is allocated or run)."""
     from ptowsp.frontend import (  # noqa: F401 - register operators
-        onnx_control, onnx_elementwise, onnx_quantized, onnx_recurrent, onnx_reductions)
+        onnx_control, onnx_elementwise, onnx_indexing, onnx_quantized, onnx_recurrent, onnx_reductions)
 
     proto, source, folder = load(model)
     one_producer_each(proto.graph, source)

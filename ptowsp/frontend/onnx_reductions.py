@@ -292,3 +292,72 @@ def lp_norm(imp: Importer, node: onnx.NodeProto) -> None:
         n = norm.at(ax.row(idx))
         return pw.where(n == 0, pw.cast(0, x.dtype), _keep_type(x.at(idx) / finish(n), x.dtype))
     imp.compute(node, x.shape, body)
+
+
+@op("CumSum", "CumProd")
+def cumulative(imp: Importer, node: onnx.NodeProto) -> None:
+    """Running sums and products along an axis (exclusive, reverse), each element a reduction over the
+    axis masked to the elements before it: n**2 work along the axis, with no order between elements."""
+    x = imp.value(node, 0)
+    axis = axis_of(node, int(np.asarray(imp.array(node, 1, "axis")).reshape(-1)[0]), len(x.shape))
+    exclusive, reverse = int(attribute(node, "exclusive", 0)), int(attribute(node, "reverse", 0))
+    n = x.shape[axis]
+    k = pw.reduce_axis(n, "k")
+    combine, identity = (pw.sum, 0) if node.op_type == "CumSum" else (_prod, 1)
+
+    def body(*idx):
+        i = idx[axis]
+        taken = (k > i if exclusive else k >= i) if reverse else (k < i if exclusive else k <= i)
+        read = x.at([*idx[:axis], k, *idx[axis + 1:]])
+        return in_float32(lambda v: combine(pw.where(taken, v, pw.cast(identity, v.dtype)), k), read)
+    imp.compute(node, x.shape, body)
+
+
+@op("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
+def loss(imp: Importer, node: onnx.NodeProto) -> None:
+    """-x[n, target, d...] (times the target's weight; 0 at ignore_index), reduced by `reduction`
+    (none, sum, or mean: over the weights taken).  SoftmaxCrossEntropyLoss takes it of the log-softmax
+    over axis 1, its second output."""
+    scores, target = imp.value(node, 0), imp.value(node, 1)
+    weight = imp.optional(node, 2)
+    if len(scores.shape) < 2 or np.dtype(target.dtype).kind not in "iu":
+        raise WorkloadError(f"{describe(node)}: needs scores (N, C, ...) and integer targets, got {scores.shape} "
+                            f"and {target.dtype}")
+    reduction = attribute(node, "reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "sum", "mean"):
+        refuse(node, "reduction", reduction, "none, sum or mean")
+    ignore = attribute(node, "ignore_index")
+    classes = scores.shape[1]
+    if node.op_type == "SoftmaxCrossEntropyLoss":
+        ax = Along(tuple(scores.shape), (1,), True)
+        loops = ax.loops("j")
+        top = imp.compute(node, ax.out, lambda *i: pw.max(scores.at(ax.read(i, loops)), loops[1]), part="max")
+        total = imp.compute(node, ax.out, lambda *i: pw.sum(pw.exp(scores.at(ax.read(i, loops)) - top.at(i)),
+                                                            loops[1]), part="sum")
+        log_prob = imp.compute(node, scores.shape, lambda *i: scores.at(i) - top.at(ax.row(i))
+                               - pw.log(total.at(ax.row(i))), output=1, part="" if len(node.output) > 1 else "logp")
+        scores = log_prob
+
+    def taken(t: Expr) -> Expr:
+        return t != int(ignore) if ignore is not None else t == t
+
+    def class_weight(t: Expr) -> Expr:
+        one = pw.cast(1, scores.dtype)
+        w = weight.at([pw.clamp(pw.cast(t, "int64"), 0, classes - 1)]) if weight is not None else one
+        return pw.where(taken(t), w, pw.cast(0, scores.dtype))
+
+    def element(idx) -> Expr:
+        t = target.at(idx)
+        c = pw.clamp(pw.cast(t, "int64"), 0, classes - 1)
+        return -scores.at([idx[0], c, *idx[1:]]) * class_weight(t)
+
+    if reduction == "none":
+        imp.compute(node, target.shape, lambda *idx: element(idx))
+        return
+    loops = [pw.reduce_axis(n, f"r{d}") for d, n in enumerate(target.shape)]
+    total = imp.compute(node, (), lambda: pw.sum(element(loops), tuple(loops)),
+                        part="" if reduction == "sum" else "total")
+    if reduction == "mean":
+        weights = imp.compute(node, (), lambda: pw.sum(class_weight(target.at(loops)), tuple(loops)), part="weights")
+        imp.compute(node, (), lambda: total.at([]) / weights.at([]))

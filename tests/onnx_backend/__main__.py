@@ -4,14 +4,18 @@ processes; prints each outcome's count per suite and target, and the cases of th
 
 from __future__ import annotations
 
-import argparse
-import collections
-import fnmatch
-import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import os
 
-from tests.onnx_backend.suite import cases, judge, reason, write_expected
+os.environ.setdefault("PTOWSP_ONNX_SUITE", "full")  # every case on every target it runs on, as the expectations need
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import fnmatch  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+
+from tests.onnx_backend.suite import cases, judge, operators, peer_passes, reason, write_expected  # noqa: E402
 
 
 def _one(name):
@@ -36,6 +40,7 @@ def main() -> None:
         row = {k: c for (s, t, k), c in counts.items() if (s, t) == (suite, target)}
         print(f"{suite:18} {target:10} {sum(row.values()):5} cases: "
               + ", ".join(f"{k} {c}" for k, c in sorted(row.items())))
+    _against_the_peer(results)
     show = set(args.show.split(","))
     for name, found in sorted(results.items()):
         for target, o in found.items():
@@ -50,6 +55,24 @@ def main() -> None:
             raise SystemExit("--write-expected needs the whole suite (no --only)")
         write_expected({t: {n: reason(f[t]) for n, f in results.items() if t in f and f[t].kind != "pass"}
                         for t in ("reference", "cpu", "aicore")})
+
+
+def _against_the_peer(results) -> None:
+    """ptowsp's passes (on every target a case runs on) among the node cases onnxruntime passes:
+    per case, and per operator (an operator passes when every such case using it does)."""
+    peer = peer_passes() & {n for n in results if cases()[n].suite == "node"}
+    if not peer:
+        return
+    ours = {n for n in peer if all(o.kind == "pass" for o in results[n].values())}
+    print(f"node cases onnxruntime passes: {len(peer)}; ptowsp passes {len(ours)} of them "
+          f"({len(ours) / len(peer):.1%})")
+    by_op: dict[str, list[bool]] = collections.defaultdict(list)
+    for n in peer:
+        for o in operators(n):
+            by_op[o].append(n in ours)
+    whole = sum(all(v) for v in by_op.values())
+    print(f"operators in those cases: {len(by_op)}; ptowsp passes every case of {whole} "
+          f"({whole / len(by_op):.1%}), at least one of {sum(any(v) for v in by_op.values())}")
 
 
 if __name__ == "__main__":

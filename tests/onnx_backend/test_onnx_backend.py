@@ -1,18 +1,19 @@
 """The ONNX standard's backend suite (suite.py) against its reviewed expectation file, expected.toml:
 a case passes on every target it runs on unless the file lists it, with the reason; a listed case
 that passes fails too (so the file stays true), and a wrong result or a raw exception is never
-expected."""
+expected.  `make test` runs the reference on every case but the light models and a sample on the
+compiled targets; `make conformance-onnx` runs them all (suite.py: FULL)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.onnx_backend.suite import TARGETS, cases, judge, load_expected
+from tests.onnx_backend.suite import TARGETS, cases, judge, load_expected, suite_cases
 
 EXPECTED = load_expected()
 
 
-@pytest.mark.parametrize("name", sorted(cases()))
+@pytest.mark.parametrize("name", suite_cases())
 def test_case(name):
     for target, o in judge(name).items():
         listed = EXPECTED[target].get(name)

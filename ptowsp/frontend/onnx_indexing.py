@@ -1,0 +1,150 @@
+"""ONNX operators that move or pick elements by index: GatherElements, GatherND, Tile, DepthToSpace,
+SpaceToDepth, OneHot, EyeLike, and the inference forms of Dropout and Size.
+
+Each output element reads the input element an index map gives (`x.at(map(idx))`); an index read
+from a tensor counts negative values from the end and is clamped into the axis, as Gather's are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+
+import ptowsp as pw
+from ptowsp.errors import WorkloadError
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_ops import axis_of, op, refuse
+from ptowsp.te import Expr
+
+
+def _integer(node: onnx.NodeProto, v: Value, what: str) -> None:
+    if np.dtype(v.dtype).kind not in "iu":
+        raise WorkloadError(f"{describe(node)}: {what} of dtype {v.dtype}; an integer type is needed")
+
+
+def _wrapped(k: Expr, n: int) -> Expr:
+    """An index into an axis of n: negative from the end, clamped into it."""
+    k = pw.cast(k, "int64")
+    return pw.clamp(pw.where(k < 0, k + n, k), 0, n - 1)
+
+
+@op("GatherElements")
+def gather_elements(imp: Importer, node: onnx.NodeProto) -> None:
+    data, indices = imp.value(node, 0), imp.value(node, 1)
+    _integer(node, indices, "indices")
+    axis = axis_of(node, int(attribute(node, "axis", 0)), len(data.shape))
+
+    def body(*idx):
+        at = list(idx)
+        at[axis] = _wrapped(indices.at(idx), data.shape[axis])
+        return data.at(at)
+    imp.compute(node, indices.shape, body)
+
+
+@op("GatherND")
+def gather_nd(imp: Importer, node: onnx.NodeProto) -> None:
+    data, indices = imp.value(node, 0), imp.value(node, 1)
+    _integer(node, indices, "indices")
+    b = int(attribute(node, "batch_dims", 0))
+    q, k = len(indices.shape), indices.shape[-1]
+    if not isinstance(k, int) or b + k > len(data.shape):
+        raise WorkloadError(f"{describe(node)}: index tuples of {k} into {data.shape} after {b} batch dims")
+    lead = indices.shape[:-1]
+
+    def body(*idx):
+        picked = [_wrapped(indices.at([*idx[:q - 1], j]), data.shape[b + j]) for j in range(k)]
+        return data.at([*idx[:b], *picked, *idx[q - 1:]])
+    imp.compute(node, (*lead, *data.shape[b + k:]), body)
+
+
+@op("Tile")
+def tile(imp: Importer, node: onnx.NodeProto) -> None:
+    x, repeats = imp.value(node, 0), imp.array(node, 1, "repeats")
+    repeats = [int(r) for r in np.asarray(repeats).reshape(-1)]
+    if len(repeats) != len(x.shape) or any(r < 1 for r in repeats):
+        raise WorkloadError(f"{describe(node)}: repeats {repeats} for an input of shape {x.shape}")
+    shape = tuple(n * r for n, r in zip(x.shape, repeats, strict=True))
+    imp.compute(node, shape, lambda *idx: x.at([i % n if r > 1 else i for i, n, r in zip(idx, x.shape, repeats,
+                                                                                          strict=True)]))
+
+
+@op("DepthToSpace", "SpaceToDepth")
+def depth_space(imp: Importer, node: onnx.NodeProto) -> None:
+    """Blocks of `blocksize` pixels to channels and back (DepthToSpace: DCR or CRD channel order)."""
+    x = imp.value(node, 0)
+    if len(x.shape) != 4:
+        raise WorkloadError(f"{describe(node)}: only (N, C, H, W) inputs are supported, got {x.shape}")
+    bs = int(attribute(node, "blocksize"))
+    n, c, h, w = x.shape
+    mode = attribute(node, "mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        refuse(node, "mode", mode, "DCR or CRD")
+    if node.op_type == "SpaceToDepth":
+        if h % bs or w % bs:
+            raise WorkloadError(f"{describe(node)}: blocksize {bs} does not divide {h} x {w}")
+
+        def to_depth(vn, vc, vh, vw):
+            block, cc = (vc // c, vc % c) if mode == "DCR" else (vc % (bs * bs), vc // (bs * bs))
+            return x.at([vn, cc, vh * bs + block // bs, vw * bs + block % bs])
+        imp.compute(node, (n, c * bs * bs, h // bs, w // bs), to_depth)
+        return
+    if c % (bs * bs):
+        raise WorkloadError(f"{describe(node)}: blocksize {bs} squared does not divide the {c} channels")
+    out_c = c // (bs * bs)
+
+    def to_space(vn, vc, vh, vw):
+        block = (vh % bs) * bs + vw % bs
+        channel = block * out_c + vc if mode == "DCR" else vc * bs * bs + block
+        return x.at([vn, channel, vh // bs, vw // bs])
+    imp.compute(node, (n, out_c, h * bs, w * bs), to_space)
+
+
+@op("OneHot")
+def one_hot(imp: Importer, node: onnx.NodeProto) -> None:
+    indices, values = imp.value(node, 0), imp.value(node, 2)
+    depth = int(np.asarray(imp.array(node, 1, "depth")).reshape(-1)[0])
+    rank = len(indices.shape) + 1
+    axis = axis_of(node, int(attribute(node, "axis", -1)), rank)
+    shape = (*indices.shape[:axis], depth, *indices.shape[axis:])
+
+    def body(*idx):
+        k = pw.cast(indices.at([*idx[:axis], *idx[axis + 1:]]), "int64")
+        k = pw.where(k < 0, k + depth, k)
+        return pw.where(k == idx[axis], values.at([1]), values.at([0]))
+    imp.compute(node, shape, body)
+
+
+@op("EyeLike")
+def eye_like(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    if len(x.shape) != 2:
+        raise WorkloadError(f"{describe(node)}: EyeLike of shape {x.shape}; it takes 2-D inputs")
+    to = attribute(node, "dtype")
+    dtype = x.dtype if to is None else np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to)).name
+    k = int(attribute(node, "k", 0))
+    imp.compute(node, x.shape, lambda i, j: pw.cast(j - i == k, dtype))
+
+
+@op("Dropout")
+def dropout(imp: Importer, node: onnx.NodeProto) -> None:
+    """Inference: the input as it is (and a mask of ones).  Training mode drops at random: refused."""
+    training = imp.array(node, 2, "training_mode") if imp.opset >= 12 else None
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]) or not int(attribute(node, "is_test", 1)):
+        raise WorkloadError(f"{describe(node)}: Dropout in training mode drops at random; only inference is "
+                            "supported")
+    x = imp.value(node, 0)
+    imp.compute(node, x.shape, lambda *idx: x.at(idx))
+    if len(node.output) > 1 and node.output[1]:
+        imp.compute(node, x.shape, lambda *idx: pw.cast(1, "bool"), output=1)
+
+
+@op("Size")
+def size(imp: Importer, node: onnx.NodeProto) -> None:
+    x = imp.value(node, 0)
+    if not all(isinstance(d, int) for d in x.shape):
+        raise WorkloadError(f"{describe(node)}: the size of {x.shape}, which has symbolic dimensions; bind them "
+                            "with shapes=")
+    imp.constant(node.output[0], np.array(math.prod(x.shape), np.int64))
