@@ -14,6 +14,7 @@ category-fused schedule only.
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -26,7 +27,9 @@ from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.random_schedule import random_schedule
 from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, random_inputs
 
-RANDOM_SCHEDULES = 4  # more in `make fuzz` (thousands of random schedules): here, what the suite's time allows
+# more in `make fuzz` (thousands of random schedules): here, what the suite's time allows (the second CPU
+# level's pass, Makefile, runs 2)
+RANDOM_SCHEDULES = int(os.environ.get("PTOWSP_RANDOM_SCHEDULES", "4"))
 SPACE_POINTS = 1
 COMPILED = [t for t in pw.targets() if t != "numpy"]
 
