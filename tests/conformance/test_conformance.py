@@ -29,7 +29,7 @@ from tests.conformance.catalogue import CASES, fused_schedule, hand_schedule, ra
 
 # more in `make fuzz` (thousands of random schedules): here, what the suite's time allows (the second CPU
 # level's pass, Makefile, runs 2)
-RANDOM_SCHEDULES = int(os.environ.get("PTOWSP_RANDOM_SCHEDULES", "4"))
+RANDOM_SCHEDULES = int(os.environ.get("PTOWSP_RANDOM_SCHEDULES", "3"))
 SPACE_POINTS = 1
 COMPILED = [t for t in pw.targets() if t != "numpy"]
 
