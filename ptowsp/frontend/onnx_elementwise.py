@@ -187,7 +187,7 @@ def clip(imp: Importer, node: onnx.NodeProto) -> None:
     if imp.opset < 11:
         bounds = [attribute(node, "min"), attribute(node, "max")]
     else:
-        bounds = [_known(imp, node, k) for k in (1, 2)]
+        bounds = [known(imp, node, k) for k in (1, 2)]
     inputs = [x] + [b for b in bounds if isinstance(b, Value)]
 
     def fn(v, *read):
@@ -201,7 +201,7 @@ def clip(imp: Importer, node: onnx.NodeProto) -> None:
     elementwise(imp, node, fn, inputs)
 
 
-def _known(imp: Importer, node: onnx.NodeProto, k: int) -> object:
+def known(imp: Importer, node: onnx.NodeProto, k: int) -> object:
     """Input k's value if the import knows it, else the input itself (None when absent)."""
     if len(node.input) <= k or not node.input[k]:
         return None

@@ -13,6 +13,7 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_elementwise import known
 from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
 from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, shown, size_value
 from ptowsp.te import const, sizes
@@ -263,7 +264,8 @@ def pad(imp: Importer, node: onnx.NodeProto) -> None:
     if imp.opset < 11:
         given, value, axes = attribute(node, "pads"), np.asarray(attribute(node, "value", 0.0)), None
     else:
-        given, value, axes = imp.array(node, 1, "pads"), imp.array(node, 2, "constant_value"), imp.array(node, 3, "axes")
+        given, axes = imp.array(node, 1, "pads"), imp.array(node, 3, "axes")
+        value = known(imp, node, 2)  # (a value computed at run time is read as a 0-d tensor)
     axes = list(range(rank)) if axes is None else [axis_of(node, int(a), rank) for a in axes]
     given = [int(p) for p in given]
     if len(given) != 2 * len(axes):
@@ -278,8 +280,11 @@ def pad(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: reflect pads {given} of shape {list(x.shape)}: a pad must be shorter "
                             "than its axis")
     kind = np.dtype(x.dtype).kind
-    fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0].item()
-    fill = bool(fill) if kind == "b" else int(fill) if kind in "iu" else float(fill)
+    if isinstance(value, Value):
+        fill = value.at([0] * len(value.shape))
+    else:
+        fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0].item()
+        fill = bool(fill) if kind == "b" else int(fill) if kind in "iu" else float(fill)
 
     def body(*idx):
         source, inside = [], None

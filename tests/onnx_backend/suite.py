@@ -249,7 +249,8 @@ _OUT_OF_SCOPE = (  # (what the refusal says, why ptowsp does not take it) in the
 )
 _GAPS = (  # (what the refusal says, the gap it is) - issue 53 unless said otherwise
     (r"op (\w+): operator '\w+' is not supported", "operator {0} is not imported"),
-    (r"op (\w+): input \d+ \((\w+), '[^']*'\) must be a constant", "{0}'s {1} given as a graph input"),
+    (r"op (\w+): input \d+ \((\w+), '[^']*'\) must be a constant", "{0}'s {1} computed at run time (the import "
+     "needs it as a value)"),
     (r"a dimension must be a positive int .* got 0", "a zero-size tensor"),
     (r"unsupported dtype '(\w+)'", "dtype {0}"),
     (r"op (\w+): attribute (\w+)=", "{0} attribute {1}"),
