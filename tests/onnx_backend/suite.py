@@ -247,14 +247,16 @@ _OUT_OF_SCOPE = (  # (what the refusal says, why ptowsp does not take it) in the
      "out of scope: random generators (their numbers depend on the implementation's generator)"),
     (r"op ImageDecoder\b", "out of scope: decoding image files"),
 )
+_NODE = r"op (\w+)\)?:"  # how describe() ends: "ONNX node of op X:" or "ONNX node 'n' (op X):"
 _GAPS = (  # (what the refusal says, the gap it is) - issue 53 unless said otherwise
-    (r"op (\w+): operator '\w+' is not supported", "operator {0} is not imported"),
-    (r"op (\w+): input \d+ \((\w+), '[^']*'\) must be a constant", "{0}'s {1} computed at run time (the import "
+    (_NODE + r" operator '\w+' is not supported", "operator {0} is not imported"),
+    (_NODE + r" operator domain '([\w.]+)' is not supported", "operator {0} of the domain {1}"),
+    (_NODE + r" input \d+ \((\w+), '[^']*'\) must be a constant", "{0}'s {1} computed at run time (the import "
      "needs it as a value)"),
     (r"a dimension must be a positive int .* got 0", "a zero-size tensor"),
     (r"unsupported dtype '(\w+)'", "dtype {0}"),
-    (r"op (\w+): attribute (\w+)=", "{0} attribute {1}"),
-    (r"op (\w+): only (\d)-D", "{0} in other than {1}-D"),
+    (_NODE + r" attribute (\w+)=", "{0} attribute {1}"),
+    (_NODE + r" only (\d)-D", "{0} in other than {1}-D"),
 )
 
 
