@@ -16,7 +16,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import in_float32, op, refuse
 from ptowsp.frontend.onnx_sizes import broadcast
 from ptowsp.te import Expr
@@ -143,8 +143,7 @@ def activation(imp: Importer, node: onnx.NodeProto) -> None:
 def bit_shift(imp: Importer, node: onnx.NodeProto) -> None:
     """x << y or x >> y as products and floor quotients by 2**y, integers wrapping; a shift by a
     negative amount or by the width or more gives 0 (left) or the sign (right), as opset 28 says."""
-    direction = attribute(node, "direction", b"")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = text_attribute(node, "direction", "")
     if direction not in ("LEFT", "RIGHT"):
         refuse(node, "direction", direction, "LEFT or RIGHT")
 
@@ -161,8 +160,7 @@ def bit_shift(imp: Importer, node: onnx.NodeProto) -> None:
 
 @op("Gelu")
 def gelu(imp: Importer, node: onnx.NodeProto) -> None:
-    approximate = attribute(node, "approximate", b"none")
-    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    approximate = text_attribute(node, "approximate", "none")
     if approximate == "none":
         def fn(x):
             return x * 0.5 * (pw.erf(x * math.sqrt(0.5)) + 1.0)

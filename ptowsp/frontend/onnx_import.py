@@ -245,6 +245,12 @@ def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object
     return default
 
 
+def text_attribute(node: onnx.NodeProto, name: str, default: str) -> str:
+    """A string attribute as text (onnx gives bytes)."""
+    value = attribute(node, name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _identifier(wanted: str, taken: set[str], suffixes: dict[str, int] | None = None) -> str:
     """`wanted` as a ptowsp name: other characters become _, a leading digit gets a prefix, unique in taken.
     `suffixes` remembers the last number given to each base, so a model of n nodes of one name takes

@@ -14,7 +14,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import axis_of, op, refuse
 from ptowsp.te import Expr
 
@@ -78,8 +78,7 @@ def depth_space(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: only (N, C, H, W) inputs are supported, got {x.shape}")
     bs = int(attribute(node, "blocksize"))
     n, c, h, w = x.shape
-    mode = attribute(node, "mode", b"DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = text_attribute(node, "mode", "DCR")
     if mode not in ("DCR", "CRD"):
         refuse(node, "mode", mode, "DCR or CRD")
     if node.op_type == "SpaceToDepth":

@@ -15,7 +15,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_sizes import broadcast, same
 from ptowsp.te import Expr
 
@@ -142,8 +142,7 @@ def gemm(imp: Importer, node: onnx.NodeProto) -> None:
 
 
 def _pads(node: onnx.NodeProto, spatial: int) -> list[int]:
-    auto = attribute(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = text_attribute(node, "auto_pad", "NOTSET")
     if auto not in ("NOTSET", "VALID"):
         refuse(node, "auto_pad", auto, "NOTSET or VALID; give explicit pads")
     pads = list(attribute(node, "pads", [0] * 2 * spatial))

@@ -24,7 +24,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import op, refuse
 
 _LSTM_I, _LSTM_O, _LSTM_F, _LSTM_C = range(4)  # ONNX's gate order in W, R and B
@@ -92,8 +92,7 @@ def _layer(imp: Importer, node: onnx.NodeProto, gates: int) -> tuple[Value, Valu
         refuse(node, "sequence_lens", node.input[4], "absent, or every sequence of full length")
     if node.op_type == "LSTM" and len(node.input) > 7 and node.input[7]:
         refuse(node, "P (peepholes)", node.input[7], "absent")
-    direction = attribute(node, "direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = text_attribute(node, "direction", "forward")
     if direction != "forward":
         refuse(node, "direction", direction, "forward")
     activations = attribute(node, "activations")

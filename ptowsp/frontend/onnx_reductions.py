@@ -18,7 +18,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import NARROW_FLOATS, axis_of, in_float32, op, refuse
 from ptowsp.te import Expr
 
@@ -162,16 +162,25 @@ def softmax(imp: Importer, node: onnx.NodeProto) -> None:
             return out
         imp.compute(node, x.shape, lambda *idx: pw.cast(flat(idx) == first.at(ax.row(idx)), x.dtype))
         return
-    read = _stash(x, node, always=True)  # narrow floats: the sum and the result in float32, rounded once
+    log_softmax(imp, node, x, ax, exp=node.op_type == "Softmax")
+
+
+def log_softmax(imp: Importer, node: onnx.NodeProto, x: Value, ax: Along, *, exp: bool = False,
+                output: int = 0, part: str = "") -> Value:
+    """x's log-softmax over ax's axes (its softmax with `exp`), shifted by the largest element; narrow
+    floats take the sum and the result in float32, rounded once."""
+    loops = ax.loops("j")
+    every = tuple(loops.values())
+    read = _stash(x, node, always=True)
     top = imp.compute(node, ax.out, lambda *idx: pw.max(read(ax.read(idx, loops)), every), part="max")
     total = imp.compute(node, ax.out, lambda *idx: pw.sum(pw.exp(read(ax.read(idx, loops)) - top.at(idx)), every),
                         part="sum")
-    if node.op_type == "Softmax":
-        imp.compute(node, x.shape, lambda *idx: _keep_type(
-            pw.exp(read(idx) - top.at(ax.row(idx))) / total.at(ax.row(idx)), x.dtype))
-    else:
-        imp.compute(node, x.shape, lambda *idx: _keep_type(
-            read(idx) - top.at(ax.row(idx)) - pw.log(total.at(ax.row(idx))), x.dtype))
+
+    def body(*idx):
+        shifted = read(idx) - top.at(ax.row(idx))
+        value = pw.exp(shifted) / total.at(ax.row(idx)) if exp else shifted - pw.log(total.at(ax.row(idx)))
+        return _keep_type(value, x.dtype)
+    return imp.compute(node, x.shape, body, output=output, part=part)
 
 
 # -- normalizations -------------------------------------------------------------------------------
@@ -323,21 +332,14 @@ def loss(imp: Importer, node: onnx.NodeProto) -> None:
     if len(scores.shape) < 2 or np.dtype(target.dtype).kind not in "iu":
         raise WorkloadError(f"{describe(node)}: needs scores (N, C, ...) and integer targets, got {scores.shape} "
                             f"and {target.dtype}")
-    reduction = attribute(node, "reduction", b"mean")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    reduction = text_attribute(node, "reduction", "mean")
     if reduction not in ("none", "sum", "mean"):
         refuse(node, "reduction", reduction, "none, sum or mean")
     ignore = attribute(node, "ignore_index")
     classes = scores.shape[1]
     if node.op_type == "SoftmaxCrossEntropyLoss":
-        ax = Along(tuple(scores.shape), (1,), True)
-        loops = ax.loops("j")
-        top = imp.compute(node, ax.out, lambda *i: pw.max(scores.at(ax.read(i, loops)), loops[1]), part="max")
-        total = imp.compute(node, ax.out, lambda *i: pw.sum(pw.exp(scores.at(ax.read(i, loops)) - top.at(i)),
-                                                            loops[1]), part="sum")
-        log_prob = imp.compute(node, scores.shape, lambda *i: scores.at(i) - top.at(ax.row(i))
-                               - pw.log(total.at(ax.row(i))), output=1, part="" if len(node.output) > 1 else "logp")
-        scores = log_prob
+        scores = log_softmax(imp, node, scores, Along(tuple(scores.shape), (1,), True), output=1,
+                             part="" if len(node.output) > 1 else "logp")
 
     def taken(t: Expr) -> Expr:
         return t != int(ignore) if ignore is not None else t == t

@@ -12,7 +12,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_elementwise import known
 from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
 from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, shown, size_value
@@ -257,8 +257,7 @@ def pad(imp: Importer, node: onnx.NodeProto) -> None:
     the input's edge, its reflection (not repeating the edge) or its wrap-around; a negative pad crops."""
     x = imp.value(node, 0)
     rank = len(x.shape)
-    mode = attribute(node, "mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = text_attribute(node, "mode", "constant")
     if mode not in _PAD_MODES:
         refuse(node, "mode", mode, " or ".join(_PAD_MODES))
     if imp.opset < 11:
