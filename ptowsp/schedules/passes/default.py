@@ -21,8 +21,8 @@ the AutoScheduler is the tool that measures):
    sums; everything else vectorises its innermost loop when the vector
    width divides it.  The leading loops
    of every group root form the task grid: about `TASKS_PER_WORKER` tasks per
-   worker, fewer when a task would do less than `MIN_TASK_WORK` (the
-   runtime's per-task cost, about 10 us, would dominate).
+   worker, fewer when a task would do less than `MIN_TASK_WORK`, in a count
+   that shares out evenly over the workers (`balanced_grid`).
 
 Loop steps that do not fit (extents the tile does not divide) are simply not
 taken, with two exceptions that leave a guarded tail.  Where nothing divides
@@ -64,12 +64,12 @@ from ptowsp.te.bounds import interval, shift_of
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
 MIN_TASK_WORK = 1 << 15  # element operations per task instance
-# A reduction's terms run from registers and caches, ~128 of them costing what one element of a
-# streaming task does: counted at that rate, a small contraction gets fewer, longer tasks.  Chosen
-# when each task cost ~5-10 us of Python that the GIL serialised across workers (the transformer
-# block 2.48 -> 2.07 ms, batch_matmul 0.44 -> 0.37 ms); with the native loop (runtime/native.py)
-# rates of 1 to 128 and twice the tasks per worker ran within 4% of each other (docs/performance.md).
-TERMS_PER_ELEMENT = 128
+# A reduction's terms run from registers and caches, several of them costing what one element of a
+# streaming task does: counted at that rate, a small contraction gets fewer, longer tasks.  128 when
+# each task cost ~5-10 us of Python that the GIL serialised across workers; with the native loop
+# (runtime/native.py, ~0.2-1 us a task) 16: MobileNetV3-Small's 1x1 convolutions at 14 x 14 (240 x 40
+# channels, 120-140 us) ran as one task each with the other worker idle (3.3 -> 2.1 ms a run).
+TERMS_PER_ELEMENT = 16
 TASKS_PER_WORKER = 4
 STREAMED = 1 << 18  # elements of an input whose one reading alone is work enough for a grid (1 MB of float32)
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
@@ -150,7 +150,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         if wl.task(root).scan is not None:  # an instance holds its strips over every step: as many as allowed
             work = max(work, MIN_TASK_WORK * TASKS_PER_WORKER * workers)
         depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
-        _grid(s, root, _tasks(root, work, workers, choose), depth)
+        _grid(s, root, _tasks(root, work, workers, choose), depth, workers)
     for task, rows in tiles.items():
         if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
             rows_inside_panel(s, task, *rows)
@@ -171,7 +171,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         if loop is not None and group.halo and not loop.endswith(".outer"):
             loop = None  # one row per iteration would recompute the halo rows every row: store it instead
         if loop is None:
-            _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names))
+            _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names), workers)
         else:
             s.compute_at(x, group.root, loop)
     policy = choose("dispatch", DISPATCH, DISPATCH[0])
@@ -435,10 +435,10 @@ def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:
     return choose(f"{root}.tasks", sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
 
 
-def _grid(s: Schedule, task: str, target: int, depth: int) -> None:
-    """Make the leading loops (over the first `depth` variables) a grid of about `target` instances.
+def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None:
+    """Make the leading loops (over the first `depth` variables) a grid of about `target` instances
+    that keeps every worker busy: the loops taken whole, then one loop split into blocks (`balanced_grid`).
 
-    A loop that would overshoot is split, by a factor that divides it where one comes close.
     Loops something is computed at stay as they are (and end the grid).
     """
     if target <= 1:
@@ -446,28 +446,45 @@ def _grid(s: Schedule, task: str, target: int, depth: int) -> None:
     found = s.workload.task(task)
     allowed = set(found.loop_names[:depth]) & (set(found.loop_names) if found.scan is None else independent_axes(found))
     hosts = {loop for consumer, loop in s.compute_at_locations.values() if consumer == task}
-    chosen, count = [], 1
+    extents = []
     for lp in s.nest(task).loops:
-        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or count >= target:
+        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts:
             break
-        if lp.name in hosts:
-            break  # something is computed at this loop: it cannot be split any more
-        want = -(-target // count)
-        if lp.extent <= want:
-            chosen.append(lp.name)
-            count *= lp.extent
-            continue
-        blocks = _blocks(lp.extent, want)
-        if blocks > 1:
-            s.split(task, lp.name, -(-lp.extent // blocks))
-            chosen.append(f"{lp.name}.outer")
-        break
+        extents.append((lp.name, lp.extent))
+    whole, blocks = balanced_grid([e for _, e in extents], target, workers)
+    chosen = [name for name, _ in extents[:whole]]
+    if blocks > 1:
+        name, extent = extents[whole]
+        s.split(task, name, -(-extent // blocks))
+        chosen.append(f"{name}.outer")
     if chosen:
         s.parallel(task, *chosen)
 
 
-def _blocks(extent: int, want: int) -> int:
-    """How many blocks to cut `extent` into: a divisor near `want` (equal blocks, no tail) if one is close."""
-    divisors = [d for d in range(max(1, want // 2), min(extent, 2 * want) + 1) if extent % d == 0]
-    return min(divisors, key=lambda d: abs(d - want)) if divisors else want
+def balanced_grid(extents: Sequence[int], target: int, workers: int) -> tuple[int, int]:
+    """(how many leading loops to take whole, how many blocks to cut the next into: 1 for none).
+
+    Of the grids of at most three times `target` instances, the one whose instances share out most evenly
+    over the workers (5 channel blocks on 2 workers leave one idle for a fifth of the time; cut each
+    block's rows in two and none is), then the one nearest `target`.  Blocks are as equal as the
+    extent allows (a divisor near the wanted count, else a shorter last block)."""
+    best, best_score = (0, 1), None
+    count = 1
+    for whole, extent in enumerate(extents):
+        for blocks in range(2, min(extent, 3 * target) + 1):
+            size = -(-extent // blocks)
+            made = -(-extent // size)
+            if count * made > 3 * target:
+                break
+            # time in units of one block's work, against the work shared out perfectly
+            rounds = -(-count * made // workers) * size
+            score = (count * extent / workers / rounds, -abs(math.log(count * made / target)), -made)
+            if best_score is None or score > best_score:
+                best, best_score = (whole, made if made < extent else 1), score
+                if made == extent:  # the whole loop: take it and look further
+                    best = (whole + 1, 1)
+        count *= extent
+        if count > 3 * target:
+            break
+    return best
 
