@@ -65,6 +65,25 @@ def test_the_tasks_between_convolutions_are_computed_blocked_and_their_unpacking
                                atol=1e-4)
 
 
+def test_blocks_of_two_widths_meet_where_channel_counts_change():
+    """On AVX-512 (16 lanes) 24 channels go in 8-lane blocks and 32 in 16-lane ones: the ReLU of the
+    24-channel convolution is computed in its 8-lane blocks, and the 32-channel convolution after it
+    sums over 8-lane blocks of its input (MobileNetV2's 144 -> 24 -> 144 channels)."""
+    wl = pw.Workload("widths")
+    x = wl.input("X", (1, 16, 8, 8))
+    a = conv(wl, "C1", x, 24)
+    relu = wl.compute("R1", a.shape, lambda n, c, y, xx: pw.maximum(a[n, c, y, xx], 0.0))
+    wl.output(conv(wl, "C2", relu, 32))
+    out = propagate_blocking(block_convolutions(wl, 16), 16)
+    assert [out.task(t).tensor.shape[-1] for t in ("C1_raw_blocked", "R1_blocked", "C2_raw_blocked")] == [8, 8, 16]
+    assert "R1" not in out.tasks and "R1_blocked[" in str(out.task("C2_raw_pad_blocked").body)
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.reference(out, **inputs)["C2"], pw.reference(wl, **inputs)["C2"], rtol=1e-4,
+                               atol=1e-4)
+    got = pw.build(wl, "cpu", workers=2).run(**inputs)["C2"]
+    np.testing.assert_allclose(got, pw.reference(wl, **inputs)["C2"], rtol=1e-4, atol=1e-4)
+
+
 def test_a_workload_without_blocked_convolutions_is_left_alone():
     wl = pw.zoo.softmax(16, 16)
     assert propagate_blocking(wl, LANES) is wl

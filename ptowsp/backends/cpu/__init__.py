@@ -41,7 +41,7 @@ from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute, rouse
 from ptowsp.runtime.native import Fill, NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
-from ptowsp.schedules.passes.blocking import block_convolutions, block_width
+from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.panels import pack_panels
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
@@ -458,17 +458,16 @@ class CpuBackend:
 
     def default_workload(self, wl: Workload) -> Workload:
         """3x3 convolutions over large enough images by Winograd's F(4x4, 3x3) (passes/winograd.py),
-        the other convolutions blocked by one vector of output channels, or half of one where whole
-        vectors would leave much of their work unblocked (NCHWc, passes/blocking.py), the
+        the other convolutions blocked by one vector of output channels, or half of one where a
+        whole one does not divide them (NCHWc, passes/blocking.py), the
         tasks around them computed in that layout too (passes/propagation.py),
         contractions whose second operand runs along the reduction reading it transposed
         (passes/transposing.py), the register tile's B operand stored as panels of its two
         vectors of columns, packed once rather than in every task (passes/panels.py), and long
         memory-bound sums of few outputs split into partial sums (passes/splitting.py)."""
         lanes = self.vector_bytes // 4
-        blocks = block_width(wl, lanes)  # one vector of channels, or half of one (blocking.py)
-        wl = block_convolutions(winograd_convolutions(wl, lanes), blocks)
-        wl = transpose_operands(propagate_blocking(wl, blocks), lanes)
+        wl = block_convolutions(winograd_convolutions(wl, lanes), lanes)
+        wl = transpose_operands(propagate_blocking(wl, lanes), lanes)
         return split_reductions(pack_panels(wl, 2 * lanes))
 
     def schedule_choices(self, device: None) -> Choose:

@@ -36,7 +36,6 @@ propagation.py computes it in the layout of the convolution before it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ptowsp.te import Expr, Op, cast, const, substitute, walk
@@ -69,40 +68,29 @@ def _rewritable(wl: Workload) -> bool:
     return not wl.sizes and all(plain(wl.task(t)) for t in wl.tasks)
 
 
-HALF_BLOCKS_BELOW = 0.85  # whole-vector blocks must cover this share of the work half-vector blocks would
-
-
-def block_width(wl: Workload, lanes: int) -> int:
-    """The channel block for `wl`'s convolutions: one vector of `lanes`, or half of one where whole
-    vectors would block less than HALF_BLOCKS_BELOW of the work that half vectors block (work: output
-    elements x terms).  MobileNetV3-Small's 24, 40, 72, 88 and 120 channels are whole 8-lane blocks
-    but not 16-lane ones: on AVX-512, 16-lane blocks cover 61% of its convolutions' work against 86%,
-    and the rest ran unvectorized in NCHW (6.9 ms; 8-lane blocks 2.5 ms).  MobileNetV2 (87% against
-    93%) and EfficientNet-B0 (83% against 90%) keep whole vectors, which measured faster."""
-    if lanes < 4 or lanes % 2 or not _rewritable(wl):
-        return lanes
-    covered = {lanes: 0, lanes // 2: 0}
-    for name in wl.tasks:
-        task = wl.task(name)
-        for width in covered:
-            found = convolution(wl, task, width)
-            if found is not None:
-                covered[width] += math.prod(task.tensor.shape) * math.prod(a.arg[1] for a in found.total.src[1:])
-    if covered[lanes // 2] and covered[lanes] < HALF_BLOCKS_BELOW * covered[lanes // 2]:
-        return lanes // 2
-    return lanes
+def channel_block(channels: int, lanes: int) -> int | None:
+    """How many of `channels` go in one block: a vector of `lanes` where that divides them, else half
+    of one (a vector of AVX2's width on AVX-512, where there are at least 16 lanes), else none.
+    MobileNetV2's 24 and MobileNetV3-Small's 40, 72 and 88 channels are whole 8-lane blocks but not
+    16-lane ones: left in NCHW they ran unvectorized (a 14-pixel row is shorter than a vector), and
+    their 1x1 convolutions and the unpacking before each were a third of MobileNetV2's time."""
+    for width in (lanes, lanes // 2 if lanes >= 16 else 0):
+        if width and channels % width == 0:
+            return width
+    return None
 
 
 def block_convolutions(wl: Workload, lanes: int) -> Workload:
-    """`wl` with every convolution it holds blocked by `lanes` output channels; `wl` itself when
-    there is none (or the workload has a task this pass does not copy)."""
+    """`wl` with every convolution it holds blocked by `channel_block` output channels (for vectors of
+    `lanes`); `wl` itself when there is none (or the workload has a task this pass does not copy)."""
     if lanes < 2 or not _rewritable(wl):
         return wl
     found = {t: c for t in wl.tasks if (c := convolution(wl, wl.task(t), lanes)) is not None}
     if not found:
         return wl
     return rebuild(wl, {t: (lambda out, task, c=c: _over_pixels(out, task, c) if _pointwise(wl, task, c, lanes)
-                            else _blocked(out, task, c, lanes)) for t, c in found.items()})
+                            else _blocked(out, task, c, channel_block(task.tensor.shape[1], lanes)))
+                        for t, c in found.items()})
 
 
 def _pointwise(wl: Workload, task: ComputeTask, conv: Convolution, lanes: int) -> bool:
@@ -217,7 +205,7 @@ def convolution(wl: Workload, task, lanes: int) -> Convolution | None:
         if any(x.op is Op.VAR and x.arg[0] == o for i in indices for x in walk(i)):
             continue  # depthwise or grouped: the input's channel follows the output's
         pads = _pads(guard, indices, act.arg.shape)
-        if pads is None or task.tensor.shape[1] % lanes:
+        if pads is None or channel_block(task.tensor.shape[1], lanes) is None:
             continue
         return Convolution(Expr(Op.LOAD, act.dtype, indices, act.arg), weight, pads, total, pad_value, widened,
                            None if total is body else body)

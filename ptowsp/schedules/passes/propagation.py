@@ -25,41 +25,41 @@ flatten).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from ptowsp.schedules.passes.blocking import channel_block
 from ptowsp.te import Expr, Op, substitute, walk
 from ptowsp.te.dtypes import INDEX_DTYPE
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import compute_as, fresh_name, names_in, plain, rebuild, retarget
 
 
+Blocked = dict[str, tuple[str, int]]  # a blocked-available tensor -> (its blocked source, channels a block)
+
+
 def propagate_blocking(wl: Workload, lanes: int) -> Workload:
     """`wl` with every task that can take the blocked layout of its channel-blocked inputs computed
-    in it (see the module docstring); `wl` itself when there is none."""
+    in it (see the module docstring), its channels in blocks of `channel_block(channels, lanes)`;
+    `wl` itself when there is none."""
     if lanes < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
         return wl
-    available = {t: source for t in wl.tasks if (source := _unpacking(wl.task(t), lanes)) is not None}
+    available: Blocked = {t: found for t in wl.tasks if (found := _unpacking(wl.task(t))) is not None}
     if not available:
         return wl
     taken = names_in(wl)
-    plan: dict[str, str | tuple[str, ...]] = {}  # channel-wise: the blocked task's name; reducing: its axes
+    rewrites = {}
     for name in wl.tasks:
         task = wl.task(name)
         if name in available:
             continue
-        if _channel_wise(task, available, lanes):
-            available[name] = plan[name] = fresh_name(f"{name}_blocked", taken)
-            taken.add(plan[name])
+        if (width := _channel_wise(task, available, lanes)):
+            blocked = fresh_name(f"{name}_blocked", taken)
+            taken.add(blocked)
+            rewrites[name] = lambda out, task, blocked=blocked, width=width: _blocked(
+                out, task, blocked, available, width)
+            available[name] = (blocked, width)
         elif (axes := _channel_reducing(task, available, lanes)):
-            plan[name] = axes
-    if not plan:
+            rewrites[name] = lambda out, task, axes=axes: _split(out, task, axes, available)
+    if not rewrites:
         return wl
-    rewrites = {}
-    for name, how in plan.items():
-        if isinstance(how, str):
-            rewrites[name] = lambda out, task, how=how: _blocked(out, task, how, available, lanes)
-        else:
-            rewrites[name] = lambda out, task, how=how: _split(out, task, how, available, lanes)
     return _without_dead(rebuild(wl, rewrites))
 
 
@@ -81,11 +81,12 @@ def _is_var(e: Expr, name: str, op: Op = Op.VAR) -> bool:
     return e.op is op and e.arg[0] == name
 
 
-def _unpacking(task: ComputeTask, lanes: int) -> str | None:
-    """The blocked tensor `task` unpacks (`T[n, c, h, w] = S[n, c // L, h, w, c % L]`), or None."""
+def _unpacking(task: ComputeTask) -> tuple[str, int] | None:
+    """(the blocked tensor `task` unpacks, L) when `T[n, c, h, w] = S[n, c // L, h, w, c % L]`, or None."""
     body, names = task.body, task.loop_names
-    if body.op is not Op.LOAD or len(body.src) != 5 or len(names) != 4 or body.arg.shape[-1] != lanes:
+    if body.op is not Op.LOAD or len(body.src) != 5 or len(names) != 4:
         return None
+    lanes = body.arg.shape[-1]
     n, c, h, w = names
     lead, div, y, x, mod = body.src
     parts = ((div, Op.FLOORDIV), (mod, Op.MOD))
@@ -93,48 +94,51 @@ def _unpacking(task: ComputeTask, lanes: int) -> str | None:
             e.op is not op or not _is_var(e.src[0], c) or e.src[1].op is not Op.CONST or e.src[1].arg != lanes
             for e, op in parts):
         return None
-    return body.arg.name
+    return body.arg.name, lanes
 
 
 def _uses(e: Expr, name: str, op: Op = Op.VAR) -> bool:
     return any(_is_var(x, name, op) for x in walk(e))
 
 
-def _blocked_read(load: Expr, axis: str, op: Op, available: Mapping[str, str], lanes: int) -> bool:
-    """`load` reads a blocked-available 4-D tensor with `axis` as its channel and nowhere else."""
-    return (load.arg.name in available and len(load.src) == 4 and load.arg.shape[1] % lanes == 0
+def _blocked_read(load: Expr, axis: str, op: Op, available: Blocked, lanes: int) -> bool:
+    """`load` reads a tensor blocked by `lanes` channels with `axis` as its channel and nowhere else."""
+    return (load.arg.name in available and available[load.arg.name][1] == lanes and len(load.src) == 4
             and _is_var(load.src[1], axis, op) and not any(_uses(i, axis, op) for i in load.src[2:] + load.src[:1]))
 
 
-def _channel_wise(task: ComputeTask, available: Mapping[str, str], lanes: int) -> bool:
-    if len(task.loop_names) != 4 or task.tensor.shape[1] % lanes:
-        return False
+def _channel_wise(task: ComputeTask, available: Blocked, lanes: int) -> int | None:
+    """The channels a block when `task` is computed in the blocked layout of what it reads, else None."""
+    width = channel_block(task.tensor.shape[1], lanes) if len(task.loop_names) == 4 else None
+    if width is None:
+        return None
     c = task.loop_names[1]
     blocked = 0
     for load in (e for e in walk(_body(task)) if e.op is Op.LOAD):
-        if _blocked_read(load, c, Op.VAR, available, lanes):
+        if _blocked_read(load, c, Op.VAR, available, width):
             blocked += 1
         elif any(_uses(i, c) and not _is_var(i, c) for i in load.src) or sum(_uses(i, c) for i in load.src) > 1:
-            return False  # c transformed, or in several indices: the load would not be contiguous in cl
+            return None  # c transformed, or in several indices: the load would not be contiguous in cl
         elif load.arg.name in available and _uses(load, c):
-            return False  # a blocked-available tensor read at c in another dimension
-    return blocked > 0
+            return None  # a blocked-available tensor read at c in another dimension, or in other blocks
+    return width if blocked else None
 
 
-def _channel_reducing(task: ComputeTask, available: Mapping[str, str], lanes: int) -> tuple[str, ...] | None:
-    """The reduce axes whose channel reads go blocked (each split in two), or None.  Not for a 4-D task
-    whose own channels are not whole blocks (a 24-channel projection): its output stays plain, its
+def _channel_reducing(task: ComputeTask, available: Blocked, lanes: int) -> tuple[tuple[str, int], ...] | None:
+    """The reduce axes whose channel reads go blocked (each split in two), with their channels a block,
+    or None.  Not for a 4-D task whose own channels are not whole blocks: its output stays plain, its
     tile runs along the pixels, and a blocked input would put L floats between each pixel's channel."""
     body = _body(task)
-    if body.op is not Op.REDUCE or len(task.loop_names) == 4 and task.tensor.shape[1] % lanes:
+    if body.op is not Op.REDUCE or len(task.loop_names) == 4 and channel_block(task.tensor.shape[1], lanes) is None:
         return None
     found = []
     for axis in body.src[1:]:
         name, extent = axis.arg
         loads = [e for e in walk(body.src[0]) if e.op is Op.LOAD and _uses(e, name, Op.RVAR)]
-        reads = [e for e in loads if e.arg.name in available]
-        if reads and extent % lanes == 0 and all(_blocked_read(e, name, Op.RVAR, available, lanes) for e in reads):
-            found.append(name)
+        widths = {available[e.arg.name][1] for e in loads if e.arg.name in available}
+        if len(widths) == 1 and extent % (width := widths.pop()) == 0 and all(
+                _blocked_read(e, name, Op.RVAR, available, width) for e in loads if e.arg.name in available):
+            found.append((name, width))
     return tuple(found) or None
 
 
@@ -142,7 +146,7 @@ def _axis(name: str, extent: int, op: Op) -> Expr:
     return Expr(op, INDEX_DTYPE, (), (name, extent))
 
 
-def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Mapping[str, str], lanes: int) -> None:
+def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Blocked, lanes: int) -> None:
     """`task` computed in the blocked layout as `blocked_name`, and `task` as its unpacking."""
     n, c, h, w = task.loop_names
     taken = {*task.loop_names, *(e.arg[0] for e in walk(task.body) if e.op in (Op.VAR, Op.RVAR))}
@@ -157,7 +161,7 @@ def _blocked(out: Workload, task: ComputeTask, blocked_name: str, available: Map
         def replace(e: Expr) -> Expr | None:
             if e.op is Op.LOAD and _blocked_read(e, c, Op.VAR, available, lanes):
                 lead, _, y, x = (retarget(out, i) for i in e.src)
-                return out.tensor(available[e.arg.name])[lead, vb, y, x, vl]
+                return out.tensor(available[e.arg.name][0])[lead, vb, y, x, vl]
             if e.op is Op.LOAD and e.arg.name in packed:
                 return out.tensor(packed[e.arg.name])[(vb, *(retarget(out, i) for i in e.src[1:]), vl)]
             if _is_var(e, c):
@@ -192,18 +196,20 @@ def _packed_parameters(out: Workload, task: ComputeTask, c: str, lanes: int) -> 
     return packed
 
 
-def _split(out: Workload, task: ComputeTask, axes: tuple[str, ...], available: Mapping[str, str], lanes: int) -> None:
-    """`task` with each reduce axis in `axes` split into blocks and lanes, reading blocked tensors."""
+def _split(out: Workload, task: ComputeTask, axes: tuple[tuple[str, int], ...], available: Blocked) -> None:
+    """`task` with each reduce axis in `axes` split into blocks and lanes (its channels a block),
+    reading blocked tensors."""
+    widths = dict(axes)
     reduce = _body(task)
     taken = {*task.loop_names, *(e.arg[0] for e in walk(reduce) if e.op in (Op.VAR, Op.RVAR))}
     split: dict[str, tuple[Expr, Expr]] = {}
     new_axes = []
     for axis in reduce.src[1:]:
         name, extent = axis.arg
-        if name in axes:
+        if name in widths:
             block, lane = fresh_name(f"{name}_block", taken), fresh_name(f"{name}_lane", taken)
             taken |= {block, lane}
-            split[name] = (_axis(block, extent // lanes, Op.RVAR), _axis(lane, lanes, Op.RVAR))
+            split[name] = (_axis(block, extent // widths[name], Op.RVAR), _axis(lane, widths[name], Op.RVAR))
             new_axes += split[name]
         else:
             new_axes.append(axis)
@@ -211,13 +217,13 @@ def _split(out: Workload, task: ComputeTask, axes: tuple[str, ...], available: M
     def replace(e: Expr) -> Expr | None:
         if e.op is Op.LOAD:
             for name, (kb, kl) in split.items():
-                if _blocked_read(e, name, Op.RVAR, available, lanes):
+                if _blocked_read(e, name, Op.RVAR, available, widths[name]):
                     lead, _, y, x = (substitute(i, replace) for i in e.src)
-                    return out.tensor(available[e.arg.name])[lead, kb, y, x, kl]
+                    return out.tensor(available[e.arg.name][0])[lead, kb, y, x, kl]
             return Expr(Op.LOAD, e.dtype, tuple(substitute(i, replace) for i in e.src), out.tensor(e.arg.name))
         if e.op is Op.RVAR and e.arg[0] in split:
             kb, kl = split[e.arg[0]]
-            return kb * lanes + kl
+            return kb * widths[e.arg[0]] + kl
         return None
 
     body = Expr(Op.REDUCE, reduce.dtype, (substitute(reduce.src[0], replace), *new_axes), reduce.arg)

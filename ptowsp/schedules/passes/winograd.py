@@ -94,7 +94,7 @@ def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution,
         return None
     n, o, y, x = task.loop_names
     weight, act = conv.weight, conv.act
-    if weight.arg.shape[2:] != (KERNEL, KERNEL) or act.arg.shape[1] % lanes:
+    if weight.arg.shape[2:] != (KERNEL, KERNEL) or act.arg.shape[1] % lanes or task.tensor.shape[1] % lanes:
         return None
     tile = next((m for m in POINTS if all(-(-e // m) >= MIN_TILES for e in task.tensor.shape[2:])), None)
     if tile is None:
