@@ -165,7 +165,8 @@ def test_a_pointwise_convolution_of_a_computed_tensor_stays_blocked():
 def test_channels_in_half_vectors_are_blocked_by_half_vectors():
     """40 output channels are five 8-lane blocks but no whole 16-lane ones (AVX-512): that convolution is
     blocked by 8 and runs on 8-lane vectors, not unvectorized in NCHW (MobileNetV3-Small on AVX-512:
-    6.9 -> 2.5 ms); 32 channels keep whole vectors, and 20 are not blocked at all."""
+    6.9 -> 2.5 ms), in a register tile as large as AVX-512's registers allow; 32 channels keep whole
+    vectors, and 20 are not blocked at all."""
     assert [channel_block(c, 16) for c in (32, 40, 20)] == [16, 8, None] and channel_block(12, 8) is None
     forty = zoo.conv2d(1, 16, 14, 14, 40, 1, 1, 0)
     blocked = block_convolutions(forty, 16)
@@ -173,6 +174,8 @@ def test_channels_in_half_vectors_are_blocked_by_half_vectors():
     lanes = [blocked.task(t).tensor.shape[-1] for t in blocked.tasks
              if any(lp.annotation == VECTORIZED for lp in s.nest(t).loops) and len(blocked.task(t).tensor.shape) == 5]
     assert lanes and set(lanes) == {8}
+    # AVX-512's 32 registers hold a tile of the whole 14-pixel row (AVX2's 16 held 2 of its divisors)
+    assert [lp.extent for lp in s.nest("Y_blocked").loops if lp.annotation == "unrolled"] == [14]
     inputs = random_inputs(forty)
     got = pw.build(forty, "cpu").run(**inputs)["Y"]
     np.testing.assert_allclose(got, pw.reference(forty, **inputs)["Y"], rtol=1e-4, atol=1e-4)

@@ -363,11 +363,12 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
+    machine = lanes
     if spatial and spatial[-1].extent == lanes // 2 and lanes >= 16:
         lanes //= 2  # a last axis of half a vector (channels blocked by 8 on AVX-512, blocking.py): one vector
     # a vector-wide tile keeps the leading (row) loops outermost: a group's root or member may take it too
     if (alone or hosting) and reduce and len(spatial) >= 2 and spatial[-1].extent == lanes \
-            and vector_tile(s, task, spatial, reduce, lanes, choose):
+            and vector_tile(s, task, spatial, reduce, lanes, choose, registers_of=machine):
         return None
     if len(reduce) == 1:
         tiled = contraction_tile(s, task, spatial, reduce[0], lanes, choose, rows_first=hosting)

@@ -113,7 +113,8 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     return f"{i.name}.outer", panel_loop
 
 
-def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int, choose: Choose) -> bool:
+def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int, choose: Choose,
+                registers_of: int | None = None) -> bool:
     """A reduction whose last axis is one vector (a channel-blocked convolution, blocking.py): a
     register tile of `rows` points of the axis before it x that vector, the reductions outside the
     tile (smallest extent first: the taps, then the channels), so each step broadcasts one input
@@ -121,11 +122,13 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     many vectors of the axis before the rows (the next channel blocks) the tile holds too
     (`tile_blocks`: each broadcast then feeds that many multiply-adds, oneDNN's several output
     channel blocks per register tile); and a block of the widest reduction taken outside the
-    others (`reduce_block`, 0: none)."""
+    others (`reduce_block`, 0: none).  `registers_of`: the lanes of the machine's own vector, where the
+    tile's vector is narrower (8-lane channel blocks on AVX-512 still have its 32 registers)."""
     x = spatial[-2]
     if not isinstance(x.extent, int) or any(not isinstance(lp.extent, int) for lp in reduce):
         return False
-    cap = WIDE_VECTOR_TILE if lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 else VECTOR_TILE
+    vector_bytes = (registers_of or lanes) * np.dtype(s.workload.task(task).tensor.dtype).itemsize
+    cap = WIDE_VECTOR_TILE if vector_bytes >= 64 else VECTOR_TILE
     fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
     blocked = _channel_blocks(s, task, spatial)
     body = s.workload.task(task).body
