@@ -254,17 +254,17 @@ def rouse(options: Options) -> None:
 def _native_run(table: TaskTable, launcher: Launcher, options: Options) -> NativeRun | None:
     """A native run of the table, where the Python scheduler's work is the loop's: every instance a
     compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no
-    prefetch pipeline, no instance skipped at run time, and the whole table within the window."""
+    prefetch pipeline and no instance skipped at run time."""
     found = getattr(launcher, "native", None)
     if found is None or crew.supported() is not None:
         return None
     policy = options.policy if isinstance(options.policy, str) else options.policy.policy
-    if policy != "work_stealing" or options.prefetch or table.skip is not None or len(table) > options.window \
+    if policy != "work_stealing" or options.prefetch or table.skip is not None \
             or any(core is not None and any(w not in (None, core) for w in options.workers) for core in table.cores):
         return None
     tasks, pointers = found
     # a table of one instance runs on the caller alone, as in Python (Scheduler.active)
-    return NativeRun(table, tasks, pointers, 1 if len(table) == 1 else len(options.workers))
+    return NativeRun(table, tasks, pointers, 1 if len(table) == 1 else len(options.workers), options.window)
 
 
 def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace:
@@ -285,7 +285,7 @@ def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace
         def fill(trace: Trace) -> None:  # when the trace is first read
             sched = Scheduler(table, options, placer(options.policy, options.task_times, options.workers), clock,
                               wakeup=lambda index: _Bell(f"ready@worker{index}"))
-            sched.admitted = origin  # the whole table was in at the start
+            sched.admitted = origin  # the first window was in at the start
             _native_records(records, sched)
             _fill_trace(trace, sched, origin)
 
@@ -312,7 +312,8 @@ def _native_records(records: Records, sched: Scheduler) -> None:
         w.waits = [(start * 1e-9, end * 1e-9) for start, end in records.idle(k).tolist()]
         for i, _, _ in rows:
             done[i] = 1
-    sched.next = sched.peak = len(sched.instances)
+    sched.next = len(sched.instances)
+    sched.peak = min(sched.next, sched.window)
 
 
 def execute(table: TaskTable, launcher: Launcher, options: Options) -> Trace:

@@ -18,6 +18,10 @@ array with a head and a tail that never wraps):
 - completing a task decrements its successors' dependency counts
   (atomically); a successor made ready goes to the completing worker's
   queue (it reads what that worker just wrote);
+- the task window: instances are admitted in table order, at most
+  `window` of them not yet retired.  An instance past the first window
+  counts its admission as one more dependency, which the retirement that
+  lets it in takes (the r-th admits instance window + r);
 - an idle worker spins (`pause`) for 0.2 ms, then yields its core for up to
   2 ms, then polls every 0.1 ms (oversubscribed machines get their cores
   back; OpenMP's active wait, bounded);
@@ -42,7 +46,7 @@ import numpy as np
 
 from ptowsp.once import once
 from ptowsp.runtime.native_ir import (
-    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED,
+    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED, WINDOW,
     compile_ir, loop_ir,
 )
 from ptowsp.runtime.table import TaskTable
@@ -87,16 +91,17 @@ class NativeTasks:
 
     def __init__(self, thunks: np.ndarray, offsets: np.ndarray, arguments: np.ndarray, slots: int):
         self.thunks, self.offsets, self.arguments, self.slots = thunks, offsets, arguments, max(1, slots)
-        self._kept: dict[int, _Buffer] = {}  # per worker count
+        self._kept: dict[tuple[int, int], _Buffer] = {}  # per worker count and window
 
-    def acquire(self, table: TaskTable, workers: int) -> _Buffer:
+    def acquire(self, table: TaskTable, workers: int, window: int) -> _Buffer:
         """A buffer set for a run's start: the kept one, unless a run holds it (then a new one)."""
-        buffer = self._kept.pop(workers, None) or _Buffer(table, self, workers)  # pop: atomic under the GIL
+        key = (workers, window)
+        buffer = self._kept.pop(key, None) or _Buffer(table, self, workers, window)  # pop: atomic under the GIL
         buffer.reset()
         return buffer
 
     def release(self, buffer: _Buffer) -> None:
-        self._kept[buffer.workers] = buffer
+        self._kept[buffer.workers, buffer.window] = buffer
 
 
 # fill(table, filled): write a run's addresses into the pointer table of its buffer, where `filled`
@@ -110,11 +115,11 @@ _META_AT = -(-SLOTS // LINE) * LINE  # the workers' lines start on a cache line 
 class _Buffer:
     """The int64 buffer the loop reads and writes: the state slots, a line per worker, the
     dependency counts, the queues, the task records, the idle spans and the pointer table; and its
-    head as every run starts (the queues hold the instances ready at the start, dealt round robin
-    as the Python scheduler deals them).  A run resets the head and rewrites what changed in the
+    head as every run starts (the queues hold the instances of the first window ready at the start,
+    dealt round robin as the Python scheduler deals them).  A run resets the head and rewrites what changed in the
     pointer table, which lies past the head."""
 
-    def __init__(self, table: TaskTable, tasks: NativeTasks, workers: int):
+    def __init__(self, table: TaskTable, tasks: NativeTasks, workers: int, window: int):
         n = len(table)
         starts, successors, counts = table.successor_arrays
         remaining_at = _META_AT + workers * LINE
@@ -130,17 +135,18 @@ class _Buffer:
         head[:SLOTS] = [n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
                         tasks.arguments.ctypes.data, base + 8 * pointers_at, starts.ctypes.data, successors.ctypes.data,
                         base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
-                        base + 8 * self.records_at, base + 8 * self.waits_at, 0]
+                        base + 8 * self.records_at, base + 8 * self.waits_at, 0, window]
         meta = head[_META_AT:remaining_at].reshape(workers, LINE)
         meta[:, IDLE_SINCE] = -1
         head[remaining_at:queues_at] = counts
-        ready = np.flatnonzero(counts == 0)
+        head[remaining_at + window:queues_at] += 1  # admitted later, when retirements make room
+        ready = np.flatnonzero(head[remaining_at:queues_at] == 0)
         for w in range(workers):
             mine = ready[w::workers]
             head[queues_at + w * n:queues_at + w * n + len(mine)] = mine
             meta[w, TAIL] = len(mine)
         self.state = self.array[:SLOTS]
-        self.n, self.workers, self.address = n, workers, base
+        self.n, self.workers, self.window, self.address = n, workers, window, base
         self._keep = (tasks.thunks, tasks.offsets, tasks.arguments, starts, successors)  # what the loop reads
 
     def reset(self) -> None:
@@ -150,9 +156,9 @@ class _Buffer:
 class NativeRun:
     """One run of a table on the native loop."""
 
-    def __init__(self, table: TaskTable, tasks: NativeTasks, fill: Fill, workers: int):
+    def __init__(self, table: TaskTable, tasks: NativeTasks, fill: Fill, workers: int, window: int):
         self.tasks = tasks
-        self.buffer = buffer = tasks.acquire(table, workers)
+        self.buffer = buffer = tasks.acquire(table, workers, window)
         fill(buffer.pointers, buffer.filled)
         self.workers = workers
         loop = _loop()

@@ -9,10 +9,11 @@ step native.py and crew.py share.
 from __future__ import annotations
 
 # the state array: one int64 per slot, addresses of the arrays below as integers
-# (EXITED: helper threads that have left the loop, counted by crew.py)
+# (EXITED: helper threads that have left the loop, counted by crew.py; WINDOW: how many instances
+# are admitted but not retired at most, in table order)
 N, WORKERS, COMPLETED, STOP, THUNKS, OFFSETS, ARGUMENTS, POINTERS, SUCC_START, SUCC, REMAINING, \
-    QUEUES, META, RECORDS, WAITS, EXITED = range(16)
-SLOTS = 16
+    QUEUES, META, RECORDS, WAITS, EXITED, WINDOW = range(17)
+SLOTS = 17
 # per worker, one cache line of int64 in META: queue head, queue tail, queue lock, records, idle spans,
 # the start of the idle span in progress (-1: none)
 HEAD, TAIL, LOCK, RECORDED, WAITED, IDLE_SINCE = range(6)
@@ -327,7 +328,22 @@ place:
   call void @push(ptr %state, i64 %w, i64 %s)
   br label %succs
 retired:
-  atomicrmw add ptr %completed, i64 1 release
+  ; the r-th retirement admits instance window + r: its count held one more, for its admission
+  %before = atomicrmw add ptr %completed, i64 1 acq_rel
+  %winp = getelementptr i64, ptr %state, i64 {WINDOW}
+  %window = load i64, ptr %winp
+  %a = add i64 %window, %before
+  %admit = icmp slt i64 %a, %n
+  br i1 %admit, label %admitting, label %next
+admitting:
+  %ap = getelementptr i64, ptr %remaining, i64 %a
+  %aold = atomicrmw sub ptr %ap, i64 1 acq_rel
+  %aready = icmp eq i64 %aold, 1
+  br i1 %aready, label %placea, label %next
+placea:
+  call void @push(ptr %state, i64 %w, i64 %a)
+  br label %next
+next:
   %past = icmp sgt i64 %t1, %deadline
   %yieldnow = and i1 %hasdeadline, %past
   br i1 %yieldnow, label %slice, label %loop
