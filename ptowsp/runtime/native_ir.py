@@ -160,6 +160,20 @@ empty:
   ret i64 -1
 }}
 
+; one dependency of instance %s met (a producer retired, or its admission): ready at 0, in w's queue
+define internal void @count_down(ptr %state, ptr %remaining, i64 %w, i64 %s) {{
+entry:
+  %cp = getelementptr i64, ptr %remaining, i64 %s
+  %old = atomicrmw sub ptr %cp, i64 1 acq_rel
+  %ready = icmp eq i64 %old, 1
+  br i1 %ready, label %place, label %done
+place:
+  call void @push(ptr %state, i64 %w, i64 %s)
+  br label %done
+done:
+  ret void
+}}
+
 ; close w's idle span, if one is open, at time %t
 define internal void @end_idle(ptr %state, i64 %w, i64 %t) {{
 entry:
@@ -318,14 +332,9 @@ succs:
 succ1:
   %sp = getelementptr i64, ptr %succ, i64 %j
   %s = load i64, ptr %sp
-  %cp = getelementptr i64, ptr %remaining, i64 %s
-  %old = atomicrmw sub ptr %cp, i64 1 acq_rel
+  call void @count_down(ptr %state, ptr %remaining, i64 %w, i64 %s)
   %j1 = add i64 %j, 1
   store i64 %j1, ptr %k
-  %ready = icmp eq i64 %old, 1
-  br i1 %ready, label %place, label %succs
-place:
-  call void @push(ptr %state, i64 %w, i64 %s)
   br label %succs
 retired:
   ; the r-th retirement admits instance window + r: its count held one more, for its admission
@@ -336,12 +345,7 @@ retired:
   %admit = icmp slt i64 %a, %n
   br i1 %admit, label %admitting, label %next
 admitting:
-  %ap = getelementptr i64, ptr %remaining, i64 %a
-  %aold = atomicrmw sub ptr %ap, i64 1 acq_rel
-  %aready = icmp eq i64 %aold, 1
-  br i1 %aready, label %placea, label %next
-placea:
-  call void @push(ptr %state, i64 %w, i64 %a)
+  call void @count_down(ptr %state, ptr %remaining, i64 %w, i64 %a)
   br label %next
 next:
   %past = icmp sgt i64 %t1, %deadline
