@@ -25,7 +25,7 @@ def test_softmax_runs_as_one_task_per_row_block():
     assert s.compute_at_locations == {t: ("Y", "i.inner") for t in ("Y_max", "Y_exp", "Y_sum")}
     # Y and Y_exp an element each, the rows' max and sum 256 terms per row: a task per MIN_TASK_WORK
     tasks = min((2 * 256 * 256 + 2 * 256 * 256 // TERMS_PER_ELEMENT) // MIN_TASK_WORK, 2 * TASKS_PER_WORKER)
-    assert _annotated(s, "Y", PARALLEL) == ["i.outer"] and s.nest("Y").loop("i.outer").extent == tasks == 4
+    assert _annotated(s, "Y", PARALLEL) == ["i.outer"] and s.nest("Y").loop("i.outer").extent == tasks > 1
     assert _annotated(s, "Y_sum", VECTORIZED) == ["k.inner.inner"]  # vector partial sums (8 float32 lanes)
     assert s.nest("Y_sum").loop("k.inner.inner").extent == 8
     assert pw.build(s, "cpu").program.order == ("Y",)

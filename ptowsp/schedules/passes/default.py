@@ -63,7 +63,7 @@ from ptowsp.te import Expr, Op, const, substitute, walk
 from ptowsp.te.bounds import interval, shift_of
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
 
-MIN_TASK_WORK = 1 << 15  # element operations per task instance
+MIN_TASK_WORK = 1 << 14  # element operations per task instance (the native loop costs 0.2-1 us a task)
 # A reduction's terms run from registers and caches, several of them costing what one element of a
 # streaming task does: counted at that rate, a small contraction gets fewer, longer tasks.  128 when
 # each task cost ~5-10 us of Python that the GIL serialised across workers; with the native loop
