@@ -88,7 +88,27 @@ def _affine(e: Expr, inner: dict[str, int], varying: frozenset[str] = frozenset(
             if y.op is Op.CONST and not isinstance(y.arg, bool):
                 a = _affine(x, inner, varying)
                 return None if a is None else _scaled(a, int(y.arg))
+    if e.op in (Op.MIN, Op.MAX) and not any(_moves(n, inner, varying) for n in walk(e.src[1])):
+        return _clamped(e, inner, varying)
     return None
+
+
+def _clamped(e: Expr, inner: dict[str, int], varying: frozenset[str]) -> _Affine | None:
+    """`min(a, c)` or `max(a, c)` (c fixed while the body runs; a tile start shifted inwards, regions
+    of a computed-at producer's own box) as the clamp of a's least value plus a span as wide as a's
+    range: the clamp moves by at most as much as a does.  The span is a loop of its own, added to
+    `inner` (which _dimension copies for the purpose)."""
+    a = _affine(e.src[0], inner, varying)
+    if a is None:
+        return None
+    lo, hi = _bound(a, inner, _low), _bound(a, inner, _high)
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        return None
+    low = const(lo, "int64") if a.base is None else a.base if lo == 0 else a.base + lo
+    least = binary(e.op, low, e.src[1])
+    span = f"#span{len(inner)}"
+    inner[span] = hi - lo + 1
+    return _Affine(least, 0, ((span, 1),))
 
 
 def _key(base: Expr | None) -> str:
@@ -118,6 +138,7 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
     An index clamped into the tensor (a boundary condition: `clamp(a, 0, size - 1)`) counts as
     `a`, and the box is then shifted into the tensor: the clamped values lie between the clamps
     of its ends, which the shifted box covers, so a tile reads its halo, not the whole tensor."""
+    inner = dict(inner)  # _affine adds the spans of clamped forms (_clamped)
     unclamped = [_unclamped(i, size) for i in indices]
     clamped = any(u is not None for u in unclamped)
     indices = [i if u is None else u for i, u in zip(indices, unclamped, strict=True)]

@@ -76,6 +76,21 @@ def test_read_box_is_symbolic_in_outer_loops_and_clamped():
     assert str(box.starts[0]) == "minimum(i * 4, 35)"
 
 
+def test_read_box_through_a_clamped_tile_start_is_a_tile_not_the_tensor():
+    """A tile whose start is shifted inwards (`minimum(k * 4 + j * 2, 28)`, an anchor's box under a
+    split's guard) read by the loops inside k: the clamp moves by at most as much as its argument, so
+    the box is 2 x 2 + the tile's 2 wide, not all 30 (EfficientNet-B0's expansions had been recomputed
+    whole in each of 8 tasks: 1.4 ms against 0.3)."""
+    k, j, t = var("k", 8), var("j", 2), var("t", 2)
+    start = pw.minimum(k * 4 + j * 2, 28)
+    box = read_box([(start + t,)], {"j": 2, "t": 2}, (30,))
+    assert box.extents == (4,) and str(box.starts[0]) == "minimum(minimum(k * 4, 28), 26)"
+    for kv in range(8):  # every element the loops read lies in the box
+        lo = min(kv * 4, 28)
+        lo = min(lo, 26)
+        assert all(lo <= min(kv * 4 + jv * 2, 28) + tv < lo + 4 for jv in range(2) for tv in range(2))
+
+
 def test_read_box_of_a_block_index_is_exact_when_the_base_is_a_multiple_of_the_block():
     o = var("o", 2)
     c = var("c", 32)

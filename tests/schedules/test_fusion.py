@@ -196,14 +196,22 @@ def test_two_contractions_never_share_one_epilogue():
                                pw.reference(wl, **inputs)["S"], rtol=1e-5, atol=1e-5)
 
 
-def test_a_reduction_over_several_axes_takes_an_epilogue_only_on_request():
+def test_a_convolution_takes_its_activation_as_an_epilogue_and_keeps_its_register_tile():
+    """Conv + ReLU in one kernel: the ReLU's loops hold the convolution's tile (pixels x a vector of
+    channels, accumulators in registers), computed per tile.  Stored apart, MobileNetV2's ReLU6 after
+    its 112 x 112 expansion read and wrote 4.8 MB a run (0.45 of its 4.4 ms)."""
     wl = pw.Workload("conv_relu")
     x, w = wl.input("X", (1, 3, 9, 9)), wl.input("W", (8, 3, 3, 3))
     c, r, s = pw.reduce_axis(3, "c"), pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
     y = wl.compute("Y", (1, 8, 7, 7), lambda n, o, i, j: pw.sum(x[n, c, i + r, j + s] * w[o, c, r, s], axis=(c, r, s)))
-    wl.output(wl.compute("Z", (1, 8, 7, 7), lambda n, o, i, j: pw.maximum(y[n, o, i, j], 0.0)))
-    assert "reduces over several axes" in wl.schedule().fuse_by_category().explain()
-    asked = wl.schedule().fuse_tasks("Y", "Z")
-    assert "fused Y -> Z: computed per output tile inside Z (epilogue)" in asked.explain()
+    z = wl.compute("Z", (1, 8, 7, 7), lambda n, o, i, j: pw.maximum(y[n, o, i, j], 0.0))
+    k = pw.reduce_axis(8, "k")
+    wl.output(wl.compute("V", (1, 8, 7, 7), lambda n, o, i, j: pw.sum(z[n, k, i, j] * w[o, k % 3, 0, 0], axis=k)))
+    assert "fused Y -> Z: computed per output tile inside Z (epilogue)" in wl.schedule().fuse_by_category().explain()
+    prog = pw.build(wl, "cpu")
+    schedule = prog.schedule
+    assert schedule.compute_at_locations["Y_blocked"][0] == "Z_blocked" and "Z_blocked" in prog.program.order
+    annotations = [lp.annotation for lp in schedule.nest("Y_blocked").loops]
+    assert annotations[-2:] == ["unrolled", "vectorized"], str(schedule.nest("Y_blocked"))
     inputs = random_inputs(wl)
-    np.testing.assert_allclose(built(asked).run(**inputs)["Z"], pw.reference(wl, **inputs)["Z"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(prog.run(**inputs)["V"], pw.reference(wl, **inputs)["V"], rtol=1e-5, atol=1e-5)

@@ -141,8 +141,8 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     alone = {t for t in stored if t not in anchors and t not in groups and all(g.root != t for g in groups.values())}
     # group roots (their members go at their leading, row loops) and members (computed per block of rows)
     by_rows = {g.root for g in groups.values()} | set(groups)
-    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose, task in alone,
-                                task in by_rows or anchors.get(task) in by_rows)
+    tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose,
+                                task in alone or task in anchors, task in by_rows or anchors.get(task) in by_rows)
              for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]

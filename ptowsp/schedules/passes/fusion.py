@@ -241,11 +241,6 @@ def _epilogue_consumer(s: Schedule, producer: str, inlined: set[str], explicit: 
                                   "an epilogue reads the producer element by element")
     if _tile_loop(s, producer) is None:
         return consumer, f"{producer!r} has no spatial loop outside its reduction to compute its tiles at"
-    if _reduce_axes(wl.task(producer)) > 1 and not explicit:
-        # the default gives such a reduction (a blocked convolution's channels and taps) its vector tile
-        # only when nothing is computed at its loops (tiles.py vector_tile): an epilogue would cost it that
-        return consumer, (f"{producer!r} reduces over several axes: its register tile (a convolution's) "
-                          "takes no epilogue; fuse_tasks fuses it on request")
     return consumer, None
 
 
