@@ -111,10 +111,13 @@ class Graph:
         own node and the producers computed inside it (nodes with no kernel of their own, transitively).
         `wl`: the workload the kernels compute (the program's, after the cpu's passes)."""
         owners = {label: self.owner(label) for label in kernels}
-        stored = {node for node, _ in owners.values()}
+        layout = {label for label in kernels
+                  if label in wl.tasks and hasattr(wl.task(label), "body") and moves_only(wl.task(label).value)}
+        # a node whose only kernels move values (a convolution's padding) is computed inside another kernel
+        stored = {node for label, (node, _) in owners.items() if label not in layout}
         kinds = {}
         for label, (node, _) in owners.items():
-            if label in wl.tasks and hasattr(wl.task(label), "body") and moves_only(wl.task(label).value):
+            if label in layout:
                 kinds[label] = "layout"
                 continue
             if node is None:
