@@ -200,6 +200,13 @@ class Importer:
                                 "initializer or graph input (the graph is not in topological order?)")
         return found
 
+    def value_type(self, node: onnx.NodeProto, name: str) -> tuple[np.dtype, tuple]:
+        """The dtype and shape of the value `name` that `node` reads (a constant's or a computed one's)."""
+        if name in self.arrays:
+            return self.arrays[name].dtype, tuple(self.arrays[name].shape)
+        found = self.value(node, list(node.input).index(name))
+        return np.dtype(found.dtype), found.shape
+
     def optional(self, node: onnx.NodeProto, k: int) -> Value | None:
         return self.value(node, k) if len(node.input) > k and node.input[k] else None
 
@@ -380,7 +387,7 @@ def _no_cycle_collection():
 def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
     """Each node in turn: folded when everything it reads is a constant (shape arithmetic, constant
     subgraphs), else made by its operator's handler (onnx_ops.py and the modules beside it)."""
-    from ptowsp.frontend import onnx_sizes
+    from ptowsp.frontend import onnx_functions, onnx_sizes
     from ptowsp.frontend.onnx_shapes import OPS
 
     for node in nodes:
@@ -395,6 +402,9 @@ def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
         if onnx_sizes.fold(imp, node):  # shape arithmetic over symbolic sizes
             continue
         handler = OPS.get(node.op_type)
+        if handler is None and onnx_functions.has_body(node.op_type, imp.opset):
+            import_nodes(imp, onnx_functions.expand(node, imp.opset, lambda name: imp.value_type(node, name)))
+            continue  # an operator the standard defines by a function body: its nodes (onnx_functions.py)
         if handler is None:
             raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
                                 f"{', '.join(sorted(OPS))}")
