@@ -141,29 +141,46 @@ def gemm(imp: Importer, node: onnx.NodeProto) -> None:
     imp.compute(node, (m, n), body)
 
 
-def _pads(node: onnx.NodeProto, spatial: int) -> list[int]:
+def _pads(node: onnx.NodeProto, size: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+          dilations: Sequence[int]) -> list[int]:
+    """The pads before and after each spatial dimension: the node's, none (VALID), or SAME_UPPER /
+    SAME_LOWER's: as many as make the output ceil(size / stride) long, the odd one at the end / start."""
     auto = text_attribute(node, "auto_pad", "NOTSET")
-    if auto not in ("NOTSET", "VALID"):
-        refuse(node, "auto_pad", auto, "NOTSET or VALID; give explicit pads")
-    pads = list(attribute(node, "pads", [0] * 2 * spatial))
-    return [0] * 2 * spatial if auto == "VALID" else pads
+    k = len(kernel)
+    if auto == "VALID":
+        return [0] * 2 * k
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        if not all(isinstance(n, int) for n in size):
+            refuse(node, "auto_pad", auto, "NOTSET or VALID over a symbolic image size; give explicit pads")
+        total = [max((-(-n // st) - 1) * st + (kn - 1) * d + 1 - n, 0)
+                 for n, kn, st, d in zip(size, kernel, strides, dilations, strict=True)]
+        before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        return before + [t - b for t, b in zip(total, before, strict=True)]
+    if auto != "NOTSET":
+        refuse(node, "auto_pad", auto, "NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+    return list(attribute(node, "pads", [0] * 2 * k))
 
 
 def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int],
                                                                               list[int]]:
-    """(strides, pads, dilations, output sizes) of a 2-D sliding window over x (N, C, H, W)."""
-    if len(x.shape) != 4:
-        raise WorkloadError(f"{describe(node)}: only 2-D (N, C, H, W) inputs are supported, got shape {x.shape}")
-    strides = list(attribute(node, "strides", [1, 1]))
-    dilations = list(attribute(node, "dilations", [1, 1]))
-    pads = _pads(node, 2)
-    for name, values, count, least in (("strides", strides, 2, 1), ("dilations", dilations, 2, 1),
-                                       ("pads", pads, 4, 0), ("kernel_shape", list(kernel), 2, 1)):
+    """(strides, pads, dilations, output sizes) of a sliding window over x (N, C, spatial...), in as many
+    spatial dimensions as the kernel has."""
+    k = len(kernel)
+    if k < 1 or len(x.shape) != 2 + k:
+        raise WorkloadError(f"{describe(node)}: a {k}-D window needs an input of rank {2 + k} (N, C and "
+                            f"{k} spatial dimensions), got shape {x.shape}")
+    strides = list(attribute(node, "strides", [1] * k))
+    dilations = list(attribute(node, "dilations", [1] * k))
+    for name, values, count, least in (("strides", strides, k, 1), ("dilations", dilations, k, 1),
+                                       ("kernel_shape", list(kernel), k, 1)):
         if len(values) != count or any(v < least for v in values):
-            refuse(node, name, values, f"{count} integers of at least {least} (a 2-D window)")
+            refuse(node, name, values, f"{count} integers of at least {least} (a {k}-D window)")
+    pads = _pads(node, x.shape[2:], kernel, strides, dilations)
+    if len(pads) != 2 * k or any(v < 0 for v in pads):
+        refuse(node, "pads", pads, f"{2 * k} integers of at least 0 (a {k}-D window)")
     ceil = bool(int(attribute(node, "ceil_mode", 0)))  # pools: the last window may hang over the end
-    spans = [x.shape[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1 for d in range(2)]
-    out = [-(-spans[d] // strides[d]) + 1 if ceil else spans[d] // strides[d] + 1 for d in range(2)]
+    spans = [x.shape[2 + d] + pads[d] + pads[d + k] - dilations[d] * (kernel[d] - 1) - 1 for d in range(k)]
+    out = [-(-spans[d] // strides[d]) + 1 if ceil else spans[d] // strides[d] + 1 for d in range(k)]
     # (ONNX and torch: a last window that would start past the input and its leading pad is dropped)
     out = [o - 1 if ceil and (o - 1) * strides[d] >= x.shape[2 + d] + pads[d] else o for d, o in enumerate(out)]
     if any(isinstance(o, int) and o < 1 for o in out):  # (a symbolic image size: checked when bound)
@@ -176,8 +193,19 @@ def _lowest(dtype: str) -> float | int:
     return int(np.iinfo(dtype).min) if np.dtype(dtype).kind in "iu" else -math.inf
 
 
-def _inside(pos: Sequence[object], size: Sequence[int]) -> object:
-    return (pos[0] >= 0) & (pos[0] < size[0]) & (pos[1] >= 0) & (pos[1] < size[1])
+def _inside(pos: Sequence[object], size: Sequence[object], low: Sequence[int] | None = None) -> object:
+    """Whether a window position lies in [low, size) in every dimension (low: 0)."""
+    low = low or [0] * len(pos)
+    inside = (pos[0] >= low[0]) & (pos[0] < size[0])
+    for p, lo, n in zip(pos[1:], low[1:], size[1:], strict=True):
+        inside = inside & (p >= lo) & (p < n)
+    return inside
+
+
+def _taps(kernel: Sequence[int]) -> tuple:
+    """A reduce axis per spatial dimension of a window: r, s (and t for a 3-D one)."""
+    names = "rstuvw" if len(kernel) <= 6 else [f"r{d}" for d in range(len(kernel))]
+    return tuple(pw.reduce_axis(n, names[d]) for d, n in enumerate(kernel))
 
 
 @op("Conv")
@@ -189,94 +217,161 @@ def conv(imp: Importer, node: onnx.NodeProto) -> None:
     # the bias is a task of its own: the convolution stays the plain contraction the cpu's blocking pass
     # recognises (passes/blocking.py), and fusion makes the add its epilogue
     total = conv_of(imp, node, imp.value(node, 0), imp.value(node, 1), lambda a, b: a * b, 0.0, part="conv")
-    imp.compute(node, total.shape, lambda n, o, y, xx: total.at([n, o, y, xx]) + bias.at([o]))
+    imp.compute(node, total.shape, lambda n, o, *where: total.at([n, o, *where]) + bias.at([o]))
 
 
 def conv_of(imp: Importer, node: onnx.NodeProto, x: Value, w: Value, term: Callable[[Expr, Expr], Expr],
             pad: object, part: str = "", then: Callable[[Expr, Sequence[Expr]], Expr] | None = None) -> Value:
-    """A 2-D convolution (the node's strides, pads, dilations and group) summing `term(x element, w
-    element)`, with x's padding read as `pad`; `then(sum, output index)` finishes each element."""
-    if len(w.shape) != 4:
-        raise WorkloadError(f"{describe(node)}: only 2-D convolutions are supported, weight shape {w.shape}")
+    """A convolution in 1, 2 or more spatial dimensions (the node's strides, pads, dilations and group)
+    summing `term(x element, w element)`, with x's padding read as `pad`; `then(sum, output index)`
+    finishes each element."""
+    if len(w.shape) < 3:
+        raise WorkloadError(f"{describe(node)}: a convolution's weight has (M, C/group, kernel...) dimensions, "
+                            f"got shape {w.shape}")
     group = int(attribute(node, "group", 1))
-    out_ch, per_group, kh, kw = w.shape
+    out_ch, per_group, *kernel = w.shape
     if not all(isinstance(d, int) for d in (x.shape[1], *w.shape)) or group < 1 \
             or x.shape[1] != per_group * group or out_ch % group:
         raise WorkloadError(f"{describe(node)}: input channels {x.shape[1]} do not match weight {w.shape} "
                             f"with group={group}")
-    strides, pads, dil, (oh, ow) = _window(node, x, (kh, kw))
-    c, r, s = pw.reduce_axis(per_group, "c"), pw.reduce_axis(kh, "r"), pw.reduce_axis(kw, "s")
+    strides, pads, dil, out = _window(node, x, kernel)
+    c, taps = pw.reduce_axis(per_group, "c"), _taps(kernel)
     outs_per_group = out_ch // group
     size = x.shape[2:]
     finish = then or (lambda total, idx: total)
 
-    def body(n, o, y, xx):
-        pos = (y * strides[0] + r * dil[0] - pads[0], xx * strides[1] + s * dil[1] - pads[1])
+    def body(n, o, *at):
+        pos = tuple(at[d] * strides[d] + taps[d] * dil[d] - pads[d] for d in range(len(kernel)))
         if per_group == 1:  # depthwise: one input channel per group, read as the output's own (no c axis)
-            channel, k, axes = o if outs_per_group == 1 else o // outs_per_group, 0, (r, s)
+            channel, k, axes = o if outs_per_group == 1 else o // outs_per_group, 0, taps
         else:
-            channel, k, axes = c if group == 1 else o // outs_per_group * per_group + c, c, (c, r, s)
+            channel, k, axes = c if group == 1 else o // outs_per_group * per_group + c, c, (c, *taps)
         read = x.at([n, channel, *pos])
         if any(pads):
             read = pw.where(_inside(pos, size), read, pad)
-        return finish(pw.sum(term(read, w.at([o, k, r, s])), axes), (n, o, y, xx))
-    return imp.compute(node, (x.shape[0], out_ch, oh, ow), body, part=part)
+        return finish(pw.sum(term(read, w.at([o, k, *taps])), axes), (n, o, *at))
+    return imp.compute(node, (x.shape[0], out_ch, *out), body, part=part)
+
+
+@op("ConvTranspose")
+def conv_transpose(imp: Importer, node: onnx.NodeProto) -> None:
+    """The gradient of a convolution as a gather: output position y sums, over input channels c of its
+    group and taps r, X[c, t / stride] * W[c, o, r] where t = y + pad - r * dilation is a multiple of
+    the stride inside the input (the other taps land between input elements or outside)."""
+    x, w, bias = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)
+    group = int(attribute(node, "group", 1))
+    in_ch, outs_per_group, *kernel = w.shape
+    k = len(kernel)
+    if k < 1 or len(x.shape) != 2 + k or x.shape[1] != in_ch or in_ch % group or \
+            not all(isinstance(d, int) for d in x.shape[1:]):
+        raise WorkloadError(f"{describe(node)}: input {x.shape} does not match weight {w.shape} with group={group}")
+    strides = list(attribute(node, "strides", [1] * k))
+    dil = list(attribute(node, "dilations", [1] * k))
+    extra = list(attribute(node, "output_padding", [0] * k))
+    size = x.shape[2:]
+    reach = [(kernel[d] - 1) * dil[d] + 1 for d in range(k)]
+    full = [strides[d] * (size[d] - 1) + extra[d] + reach[d] for d in range(k)]  # before any pads
+    wanted = attribute(node, "output_shape")
+    auto = text_attribute(node, "auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):  # as onnx's reference splits them: UPPER's odd one at the end
+        out = list(wanted)[-k:] if wanted is not None else [size[d] * strides[d] for d in range(k)]
+        total = [full[d] - out[d] for d in range(k)]
+        before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+    elif auto in ("NOTSET", "VALID"):  # an output_shape past the full one holds zeros at the end
+        pads = [0] * 2 * k if auto == "VALID" else list(attribute(node, "pads", [0] * 2 * k))
+        before = pads[:k]
+        out = list(wanted)[-k:] if wanted is not None else [full[d] - pads[d] - pads[d + k] for d in range(k)]
+    else:
+        refuse(node, "auto_pad", auto, "NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+    if any(o < 1 for o in out):
+        raise WorkloadError(f"{describe(node)}: the output {out} of input {x.shape} is empty")
+    per_group = in_ch // group
+    c, taps = pw.reduce_axis(per_group, "c"), _taps(kernel)
+
+    def body(n, o, *at):
+        channel = o // outs_per_group * per_group + c if group > 1 else c
+        starts = [at[d] + before[d] - taps[d] * dil[d] for d in range(k)]
+        pos = [t // strides[d] if strides[d] != 1 else t for d, t in enumerate(starts)]
+        hit = _inside(pos, size)
+        for d, t in enumerate(starts):
+            if strides[d] != 1:
+                hit = hit & (t % strides[d] == 0)
+        clamped = [pw.minimum(pw.maximum(p, 0), size[d] - 1) for d, p in enumerate(pos)]
+        read = pw.where(hit, x.at([n, channel, *clamped]), 0.0)
+        total = pw.sum(read * w.at([channel, o % outs_per_group, *taps]), (c, *taps))
+        return total + bias.at([o]) if bias is not None else total
+    imp.compute(node, (x.shape[0], outs_per_group * group, *out), body)
 
 
 # -- pooling and normalisation -------------------------------------------------------------------
-@op("MaxPool", "AveragePool")
+@op("MaxPool", "AveragePool", "LpPool")
 def pool(imp: Importer, node: onnx.NodeProto) -> None:
     if len(node.output) > 1 and node.output[1]:
         raise WorkloadError(f"{describe(node)}: the Indices output is not supported")
     x = imp.value(node, 0)
     kernel = list(attribute(node, "kernel_shape"))
-    if len(kernel) != 2:
-        raise WorkloadError(f"{describe(node)}: only 2-D pooling is supported, kernel_shape {kernel}")
-    strides, pads, dil, (oh, ow) = _window(node, x, kernel)
-    if dil != [1, 1]:
-        refuse(node, "dilations", dil, "only 1")
-    r, s = pw.reduce_axis(kernel[0], "r"), pw.reduce_axis(kernel[1], "s")
+    strides, pads, dil, out = _window(node, x, kernel)
+    k = len(kernel)
+    taps = _taps(kernel)
     size = x.shape[2:]
     # how far the last window reaches past the input's end (ceil_mode=1 lets it hang over the end pad)
-    over = [(o - 1) * strides[d] - pads[d] + kernel[d] - size[d] for d, o in enumerate((oh, ow))]
+    over = [(o - 1) * strides[d] - pads[d] + (kernel[d] - 1) * dil[d] + 1 - size[d] for d, o in enumerate(out)]
     ceil = bool(int(attribute(node, "ceil_mode", 0)))
     # over a symbolic image size only ceil_mode=1 can hang a window past the end (and past the end pad)
-    past = [o > limit if isinstance(o, int) else ceil for o, limit in zip(over, (0, 0))]
+    past = [o > 0 if isinstance(o, int) else ceil for o in over]
     masked = any(pads) or any(past)
-    if node.op_type == "MaxPool":
-        def body(n, ch, y, xx):
-            pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
+
+    def window(at):
+        return tuple(at[d] * strides[d] + (taps[d] * dil[d] if dil[d] != 1 else taps[d]) - pads[d] for d in range(k))
+
+    if node.op_type == "LpPool":  # (sum of |x| ** p over the window, padding 0) ** (1 / p)
+        p = int(attribute(node, "p", 2))
+
+        def body(n, ch, *at):
+            pos = window(at)
+            read = pw.abs(x.at([n, ch, *pos]))
+            read = pw.where(_inside(pos, size), read, 0.0) if masked else read
+            powered = read * read if p == 2 else read if p == 1 else read ** float(p)
+            total = pw.sum(powered, taps)
+            return pw.sqrt(total) if p == 2 else total if p == 1 else total ** (1.0 / p)
+    elif node.op_type == "MaxPool":
+        def body(n, ch, *at):
+            pos = window(at)
             read = x.at([n, ch, *pos])
-            return pw.max(pw.where(_inside(pos, size), read, _lowest(x.dtype)) if masked else read, (r, s))
+            return pw.max(pw.where(_inside(pos, size), read, _lowest(x.dtype)) if masked else read, taps)
     else:
         include = int(attribute(node, "count_include_pad", 0))
-        if any(o > pads[d + 2] if isinstance(o, int) else ceil for d, o in enumerate(over)):
-            refuse(node, "ceil_mode", 1, "only where no window hangs over the end pad (the output size of ceil_mode=0)")
+        # the divisor: the taps inside the input, or inside the input and its pads (count_include_pad),
+        # never those of a window hanging past the end pad (ceil_mode)
+        low = [-pads[d] if include else 0 for d in range(k)]
+        high = [size[d] + pads[d + k] if include else size[d] for d in range(k)]
 
-        def body(n, ch, y, xx):
-            pos = (y * strides[0] + r - pads[0], xx * strides[1] + s - pads[1])
+        def body(n, ch, *at):
+            pos = window(at)
             read = x.at([n, ch, *pos])
-            total = pw.sum(pw.where(_inside(pos, size), read, 0.0) if any(pads) else read, (r, s))
-            if include or not any(pads):
-                return total / float(kernel[0] * kernel[1])
-            counts = [pw.minimum(start + k, limit) - pw.maximum(start, 0)
-                      for start, k, limit in ((y * strides[0] - pads[0], kernel[0], size[0]),
-                                              (xx * strides[1] - pads[1], kernel[1], size[1]))]
-            return total / pw.cast(counts[0] * counts[1], x.dtype)
-    imp.compute(node, (x.shape[0], x.shape[1], oh, ow), body)
+            total = pw.sum(pw.where(_inside(pos, size), read, 0.0) if masked else read, taps)
+            if not masked or include and not any(past):
+                return total / float(math.prod(kernel))
+            if any(d != 1 for d in dil):  # the taps inside, counted
+                return total / pw.cast(pw.sum(pw.where(_inside(pos, high, low), 1, 0), taps), x.dtype)
+            counts = [pw.minimum(at[d] * strides[d] - pads[d] + kernel[d], high[d])
+                      - pw.maximum(at[d] * strides[d] - pads[d], low[d]) for d in range(k)]
+            return total / pw.cast(math.prod(counts[1:], start=counts[0]), x.dtype)
+    imp.compute(node, (x.shape[0], x.shape[1], *out), body)
 
 
 @op("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
-    if len(x.shape) != 4:
-        raise WorkloadError(f"{describe(node)}: only (N, C, H, W) inputs are supported, got {x.shape}")
-    r, s = pw.reduce_axis(x.shape[2], "r"), pw.reduce_axis(x.shape[3], "s")
-    area = float(x.shape[2] * x.shape[3])
+    if len(x.shape) < 3:
+        raise WorkloadError(f"{describe(node)}: needs an (N, C, spatial...) input, got shape {x.shape}")
+    taps = _taps(x.shape[2:])
+    spatial = (1,) * len(taps)
     if node.op_type == "GlobalAveragePool":
-        imp.compute(node, (*x.shape[:2], 1, 1), lambda n, ch, a, b: pw.sum(x.at([n, ch, r, s]), (r, s)) / area)
+        area = float(math.prod(x.shape[2:]))
+        imp.compute(node, (*x.shape[:2], *spatial), lambda n, ch, *_: pw.sum(x.at([n, ch, *taps]), taps) / area)
     else:
-        imp.compute(node, (*x.shape[:2], 1, 1), lambda n, ch, a, b: pw.max(x.at([n, ch, r, s]), (r, s)))
+        imp.compute(node, (*x.shape[:2], *spatial), lambda n, ch, *_: pw.max(x.at([n, ch, *taps]), taps))
 
 
 @op("BatchNormalization")
