@@ -52,7 +52,10 @@ def expand(node: onnx.NodeProto, opset: int, input_type: Callable[[str], tuple[n
     except (RuntimeError, ValueError, onnx.onnx_cpp2py_export.defs.SchemaError) as e:
         raise WorkloadError(f"{describe(node)}: the standard's function body for {node.op_type!r} could not be "
                             f"made for these inputs: {e}") from None
-    return _renamed(node, body, f"{node.name or node.op_type}__{next(_EXPANDED)}__")
+    # the operator's own attribute defaults (HannWindow's output_datatype), then the body's
+    defaults = {name: a.default_value for name, a in schema.attributes.items() if a.default_value.type}
+    defaults.update({a.name: a for a in body.attribute_proto})
+    return _renamed(node, body, defaults, f"{node.name or node.op_type}__{next(_EXPANDED)}__")
 
 
 def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
@@ -75,15 +78,15 @@ def _type_proto(dtype: np.dtype, shape: tuple) -> onnx.TypeProto:
     return onnx.helper.make_tensor_type_proto(elem, dims)
 
 
-def _renamed(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str) -> list[onnx.NodeProto]:
+def _renamed(node: onnx.NodeProto, body: onnx.FunctionProto, defaults: dict[str, onnx.AttributeProto],
+             prefix: str) -> list[onnx.NodeProto]:
     """The body's nodes with its inputs and outputs as `node`'s, its other values prefixed, and each
     attribute that refers to one of the function's (`ref_attr_name`) replaced by `node`'s, or by the
-    function's default, or left out when neither gives one."""
+    default in `defaults`, or left out when neither gives one."""
     names = {formal: (node.input[k] if k < len(node.input) else "") for k, formal in enumerate(body.input)}
     names.update({formal: node.output[k] for k, formal in enumerate(body.output)
                   if k < len(node.output) and node.output[k]})
     given = {a.name: a for a in node.attribute}
-    defaults = {a.name: a for a in body.attribute_proto}
 
     def rename(value: str) -> str:
         return names.get(value, prefix + value if value else "")

@@ -345,9 +345,7 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     inputs; ValueNeeded names an input the import needs so).  `max_bytes` bounds every constant
     the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
     import (onnx_budget.py: an InputError before it is allocated or run)."""
-    from ptowsp.frontend import (  # noqa: F401 - register operators
-        onnx_control, onnx_elementwise, onnx_indexing, onnx_quantized, onnx_recurrent, onnx_reductions)
-
+    registered_operators()  # every handler registered before the first node
     proto, source, folder = load(model)
     one_producer_each(proto.graph, source)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
@@ -382,6 +380,17 @@ def _no_cycle_collection():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def registered_operators() -> list[str]:
+    """The ONNX operators with a handler (onnx_ops.py and the modules beside it register theirs on
+    import), sorted; operators defined by function bodies come on top (onnx_functions.py)."""
+    from ptowsp.frontend import (  # noqa: F401 - register operators
+        onnx_control, onnx_elementwise, onnx_indexing, onnx_quantized, onnx_recurrent, onnx_reductions,
+        onnx_scatter)
+    from ptowsp.frontend.onnx_shapes import OPS
+
+    return sorted(OPS)
 
 
 def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
