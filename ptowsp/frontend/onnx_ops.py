@@ -117,6 +117,50 @@ def matmul_of(imp: Importer, node: onnx.NodeProto, a: Value, b: Value, term: Cal
     return imp.compute(node, shape, squeeze)
 
 
+@op("Einsum")
+def einsum(imp: Importer, node: onnx.NodeProto) -> None:
+    """numpy's einsum: one product of the operands at their letters' indices, summed over the letters
+    the output leaves out ("ij,jk->ik", "bij,bjk->bik", a diagonal "ii->i", a trace "ii", "...ij->...ji";
+    without "->" the output is the letters met once, in alphabetical order, after the ellipsis)."""
+    equation = text_attribute(node, "equation", "").replace(" ", "")
+    values = [imp.value(node, k) for k in range(len(node.input))]
+    given, _, wanted = equation.partition("->")
+    terms = given.split(",")
+    if len(terms) != len(values):
+        raise WorkloadError(f"{describe(node)}: equation {equation!r} has {len(terms)} operands, the node "
+                            f"{len(values)}")
+    ellipsis = max((len(v.shape) - len(t.replace("...", "")) for t, v in zip(terms, values, strict=True)
+                    if "..." in t), default=0)
+    dots = "".join(chr(0x3b1 + d) for d in range(ellipsis))  # the ellipsis' dimensions as Greek letters
+
+    def letters(term: str, rank: int) -> str:
+        return term.replace("...", dots[ellipsis - (rank - len(term.replace("...", ""))):]) if "..." in term \
+            else term
+    spelled = [letters(t, len(v.shape)) for t, v in zip(terms, values, strict=True)]
+    extent: dict[str, int] = {}
+    for term, v in zip(spelled, values, strict=True):
+        if len(term) != len(v.shape) or not all(ch.isalpha() for ch in term):
+            raise WorkloadError(f"{describe(node)}: equation {equation!r} does not fit operand shape {v.shape}")
+        for ch, n in zip(term, v.shape, strict=True):
+            if extent.get(ch, 1) not in (1, n) and n != 1:
+                raise WorkloadError(f"{describe(node)}: index {ch!r} of {equation!r} is {extent[ch]} and {n}")
+            extent[ch] = max(extent.get(ch, 1), n)
+    counts = {ch: sum(term.count(ch) for term in spelled) for ch in extent}
+    output = letters(wanted, ellipsis + len(wanted.replace("...", ""))) if "->" in equation else \
+        dots + "".join(sorted(ch for ch in extent if counts[ch] == 1 and ch not in dots))
+    summed = [ch for ch in extent if ch not in output]
+    axes = {ch: pw.reduce_axis(extent[ch], f"e_{ch}" if ch.isascii() else f"e{ord(ch)}") for ch in summed}
+
+    def body(*idx):
+        at = {**dict(zip(output, idx, strict=True)), **axes}
+        product = None
+        for term, v in zip(spelled, values, strict=True):
+            read = v.at([at[ch] if n != 1 else 0 for ch, n in zip(term, v.shape, strict=True)])
+            product = read if product is None else product * read
+        return pw.sum(product, tuple(axes.values())) if axes else product
+    imp.compute(node, tuple(extent[ch] for ch in output), body)
+
+
 @op("Gemm")
 def gemm(imp: Importer, node: onnx.NodeProto) -> None:
     a, b, c = imp.value(node, 0), imp.value(node, 1), imp.optional(node, 2)

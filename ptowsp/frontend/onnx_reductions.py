@@ -284,6 +284,28 @@ def channel_norm(imp: Importer, node: onnx.NodeProto) -> None:
     imp.compute(node, x.shape, body)
 
 
+@op("LRN")
+def lrn(imp: Importer, node: onnx.NodeProto) -> None:
+    """Local response normalisation across channels: x / (bias + alpha / size * (sum of x^2 over the
+    channels from c - floor((size - 1) / 2) to c + ceil((size - 1) / 2), inside the tensor)) ** beta."""
+    x = imp.value(node, 0)
+    if len(x.shape) < 3 or not isinstance(x.shape[1], int):
+        raise WorkloadError(f"{describe(node)}: LRN needs an (N, C, ...) input of known channels, got {x.shape}")
+    size = int(attribute(node, "size"))
+    alpha, beta = float(attribute(node, "alpha", 1e-4)), float(attribute(node, "beta", 0.75))
+    bias = float(attribute(node, "bias", 1.0))
+    before, channels = (size - 1) // 2, x.shape[1]
+    k = pw.reduce_axis(size, "k")
+
+    def body(n, c, *rest):
+        i = c - before + k
+        inside = (i >= 0) & (i < channels)
+        value = x.at([n, pw.clamp(i, 0, channels - 1), *rest])
+        square_sum = pw.sum(pw.where(inside, value * value, 0.0), k)
+        return x.at([n, c, *rest]) / (square_sum * (alpha / size) + bias) ** beta
+    imp.compute(node, x.shape, body)
+
+
 @op("LpNormalization")
 def lp_norm(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)

@@ -53,3 +53,14 @@ def test_what_does_not_match_is_left_as_written():
     narrow = _gemm_trans_b(constant=False)
     assert transpose_operands(narrow, 64) is narrow  # j (48) spans less than a vector of 64
     assert transpose_operands(zoo.softmax(8, 32), 16).tasks == zoo.softmax(8, 32).tasks
+
+
+def test_an_inner_product_has_no_lane_and_is_left_alone():
+    """A 0-d sum of products (ONNX Einsum "i,i") has no last loop to transpose for: it had crashed the pass."""
+    wl = pw.Workload("dot")
+    x, y = wl.input("X", (64,)), wl.input("Y", (64,))
+    k = pw.reduce_axis(64, "k")
+    wl.output(wl.compute("D", (), lambda: pw.sum(x[k] * y[k], k)))
+    assert transpose_operands(wl, 16) is wl
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.build(wl, "cpu").run(**inputs)["D"], pw.reference(wl, **inputs)["D"], rtol=1e-5)

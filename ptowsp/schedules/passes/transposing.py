@@ -57,8 +57,8 @@ def _transposed_operand(task: ComputeTask, lanes: int) -> _Operand | None:
     if len(reductions) != 1 or reductions[0].arg != "sum" or len(reductions[0].src) != 2:
         return None
     product, axis = reductions[0].src
-    if product.op is not Op.MUL or any(x.op is not Op.LOAD for x in product.src):
-        return None
+    if product.op is not Op.MUL or any(x.op is not Op.LOAD for x in product.src) or not task.loop_names:
+        return None  # (a 0-d sum, an inner product, has no lane to transpose for)
     d = axis.arg[0]
     lane = task.loop_names[-1]
     extents = dict(zip(task.loop_names, task.tensor.shape, strict=True))
