@@ -385,3 +385,41 @@ def loss(imp: Importer, node: onnx.NodeProto) -> None:
     if reduction == "mean":
         weights = imp.compute(node, (), lambda: pw.sum(class_weight(target.at(loops)), tuple(loops)), part="weights")
         imp.compute(node, (), lambda: total.at([]) / weights.at([]))
+
+
+@op("TopK")
+def top_k(imp: Importer, node: onnx.NodeProto) -> None:
+    """The k largest (or smallest) elements along an axis and their indices, by rank: an element's rank
+    counts the elements before it in the order (greater, or equal at a lower index: ONNX's tie rule), a
+    task of its own; output position p then takes the element of rank p.  Quadratic in the axis' length
+    (a sort is not one expression): right for the short axes of scores and boxes, not for long ones."""
+    x = imp.value(node, 0)
+    k = int(np.asarray(imp.array(node, 1, "K")).reshape(-1)[0])
+    axis = axis_of(node, int(attribute(node, "axis", -1)), len(x.shape))
+    n = x.shape[axis]
+    if not isinstance(n, int) or not 0 < k <= n:
+        raise WorkloadError(f"{describe(node)}: K={k} for an axis of {n}")
+    largest = bool(int(attribute(node, "largest", 1)))
+    j = pw.reduce_axis(n, "j")
+
+    def rank(*idx):
+        other = list(idx)
+        other[axis] = j
+        a, b = x.at(other), x.at(idx)
+        before = (a > b if largest else a < b) | ((a == b) & (j < idx[axis]))
+        return pw.sum(pw.where(before, 1, 0), j)
+    ranks = imp.compute(node, x.shape, rank, part="rank")
+    i = pw.reduce_axis(n, "i")
+    shape = tuple(k if d == axis else s for d, s in enumerate(x.shape))
+
+    def picked(what):
+        def body(*idx):
+            at = list(idx)
+            at[axis] = i
+            hit = ranks.at(at) == idx[axis]
+            return pw.sum(pw.where(hit, x.at(at) if what == "values" else pw.cast(i, "int64"),
+                                   pw.cast(0, x.dtype if what == "values" else "int64")), i)
+        return body
+    imp.compute(node, shape, picked("values"), output=0)
+    if len(node.output) > 1 and node.output[1]:
+        imp.compute(node, shape, picked("indices"), output=1)
