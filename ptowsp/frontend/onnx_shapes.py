@@ -239,6 +239,9 @@ def constant_of_shape(imp: Importer, node: onnx.NodeProto) -> None:
 def range_(imp: Importer, node: onnx.NodeProto) -> None:
     """start + i * delta for i below ceil((limit - start) / delta): over a symbolic limit (a sequence length),
     a task (over constants it was folded before it got here)."""
+    for k, what in enumerate(("start", "limit", "delta")):
+        if node.input[k] in imp.graph_inputs:  # its value sets the output's length: ValueNeeded names it
+            imp.array(node, k, what)
     start, limit, delta = (extents(imp, node, k, what)[0] for k, what in enumerate(("start", "limit", "delta")))
     if not isinstance(start, int) or not isinstance(delta, int) or delta < 1:
         raise WorkloadError(f"{describe(node)}: Range over sizes needs a constant start and a positive constant "
