@@ -232,9 +232,14 @@ def _window(node: onnx.NodeProto, x: Value, kernel: Sequence[int]) -> tuple[list
     return strides, pads, dilations, out
 
 
-def _lowest(dtype: str) -> float | int:
+def lowest(dtype: str) -> float | int:
     """The identity of max in `dtype`: padding that never wins and keeps the type."""
     return int(np.iinfo(dtype).min) if np.dtype(dtype).kind in "iu" else -math.inf
+
+
+def highest(dtype: str) -> float | int:
+    """The identity of min in `dtype`."""
+    return int(np.iinfo(dtype).max) if np.dtype(dtype).kind in "iu" else math.inf
 
 
 def _inside(pos: Sequence[object], size: Sequence[object], low: Sequence[int] | None = None) -> object:
@@ -382,7 +387,7 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
         def body(n, ch, *at):
             pos = window(at)
             read = x.at([n, ch, *pos])
-            return pw.max(pw.where(_inside(pos, size), read, _lowest(x.dtype)) if masked else read, taps)
+            return pw.max(pw.where(_inside(pos, size), read, lowest(x.dtype)) if masked else read, taps)
     else:
         include = int(attribute(node, "count_include_pad", 0))
         # the divisor: the taps inside the input, or inside the input and its pads (count_include_pad),

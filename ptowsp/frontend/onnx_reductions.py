@@ -22,7 +22,7 @@ from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, te
 from ptowsp.frontend.onnx_ops import NARROW_FLOATS, axis_of, in_float32, op, refuse
 from ptowsp.te import Expr
 
-_prod = pw.reducer(combine=lambda a, b: a * b, identity=1, name="prod")
+product = pw.reducer(combine=lambda a, b: a * b, identity=1, name="prod")  # ReduceProd, CumProd, a scatter's mul
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def _pre_post(kind: str, dtype: str) -> tuple[Callable, Callable, Callable]:
                        else pw.cast(t // n, dtype)),
         "ReduceMax": (same, pw.max, lambda t, n: t),
         "ReduceMin": (same, pw.min, lambda t, n: t),
-        "ReduceProd": (same, _prod, lambda t, n: t),
+        "ReduceProd": (same, product, lambda t, n: t),
         "ReduceL1": (pw.abs, pw.sum, lambda t, n: t),
         "ReduceL2": (square, pw.sum, lambda t, n: _keep_type(pw.sqrt(t), dtype)),
         "ReduceSumSquare": (square, pw.sum, lambda t, n: t),
@@ -334,7 +334,7 @@ def cumulative(imp: Importer, node: onnx.NodeProto) -> None:
     exclusive, reverse = int(attribute(node, "exclusive", 0)), int(attribute(node, "reverse", 0))
     n = x.shape[axis]
     k = pw.reduce_axis(n, "k")
-    combine, identity = (pw.sum, 0) if node.op_type == "CumSum" else (_prod, 1)
+    combine, identity = (pw.sum, 0) if node.op_type == "CumSum" else (product, 1)
 
     def body(*idx):
         i = idx[axis]

@@ -11,7 +11,6 @@ reduction "none" the standard leaves duplicate indices undefined; here their upd
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,11 +19,9 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
-from ptowsp.frontend.onnx_ops import axis_of, op, refuse
+from ptowsp.frontend.onnx_ops import axis_of, highest, lowest, op, refuse
+from ptowsp.frontend.onnx_reductions import product
 from ptowsp.te import Expr
-
-_PRODUCT = pw.reducer(combine=lambda a, b: a * b, identity=1, name="prod")
-
 
 def _index(k: Expr, n: int) -> Expr:
     """An index read from a tensor, negative ones counted from the end."""
@@ -36,8 +33,6 @@ def _combine(node: onnx.NodeProto, data: Value, element: Expr, match: Expr, upda
              axes: Sequence[Expr]) -> Expr:
     """The output element: `element` of the data with the updates where `match` holds, over `axes`."""
     how = text_attribute(node, "reduction", "none")
-    lowest = -math.inf if np.dtype(data.dtype).kind == "f" else int(np.iinfo(data.dtype).min)
-    highest = math.inf if np.dtype(data.dtype).kind == "f" else int(np.iinfo(data.dtype).max)
     zero = pw.cast(0, data.dtype)
     if how == "none":
         hits = pw.sum(pw.where(match, 1, 0), axes)
@@ -45,11 +40,11 @@ def _combine(node: onnx.NodeProto, data: Value, element: Expr, match: Expr, upda
     if how == "add":
         return element + pw.sum(pw.where(match, update, zero), axes)
     if how == "mul":
-        return element * _PRODUCT(pw.where(match, update, pw.cast(1, data.dtype)), axes)
+        return element * product(pw.where(match, update, pw.cast(1, data.dtype)), axes)
     if how == "max":
-        return pw.maximum(element, pw.max(pw.where(match, update, pw.cast(lowest, data.dtype)), axes))
+        return pw.maximum(element, pw.max(pw.where(match, update, pw.cast(lowest(data.dtype), data.dtype)), axes))
     if how == "min":
-        return pw.minimum(element, pw.min(pw.where(match, update, pw.cast(highest, data.dtype)), axes))
+        return pw.minimum(element, pw.min(pw.where(match, update, pw.cast(highest(data.dtype), data.dtype)), axes))
     refuse(node, "reduction", how, "none, add, mul, max or min")
     raise AssertionError  # (refuse raises)
 

@@ -351,7 +351,8 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
                  alone: bool, hosting: bool) -> tuple[str, str] | None:
     """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
-    no other task is placed by this one's loops, so they may take any order; `hosting`: it is a
+    no other task is placed by this one's loops, or only its epilogue, which mirrors them, so they
+    may take any order; `hosting`: it is a
     group's root or member, which goes by blocks of rows, so its row tiles stay outermost).
 
     For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
