@@ -71,7 +71,6 @@ MIN_TASK_WORK = 1 << 14  # element operations per task instance (the native loop
 # channels, 120-140 us) ran as one task each with the other worker idle (3.3 -> 2.1 ms a run).
 TERMS_PER_ELEMENT = 16
 TASKS_PER_WORKER = 4
-STREAMED = 1 << 18  # elements of an input whose one reading alone is work enough for a grid (1 MB of float32)
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 _STAGING = ("cache_read", "prefetch_tensor")  # left out over symbolic sizes (default_schedule)
@@ -421,19 +420,23 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
 def _work(wl: Workload, task: str) -> int:
     """The task's work in element operations: its elements, its reductions' terms (those of its
     longest reduction, over all of that reduction's axes) at TERMS_PER_ELEMENT to an element, or
-    the elements of its largest input when that is at least STREAMED elements (each is read at
-    least once: a matrix-vector product's terms each read a fresh element, no cheaper than a copy's)."""
+    the elements of its largest input (each is read at least once: a matrix-vector product's terms
+    each read a fresh element, no cheaper than a copy's; MobileNetV3-Small's squeeze-excite layers,
+    576 x 144 weights read for 144 outputs, took 8 us each as one task with the other worker idle)."""
     t = wl.task(task)
     assert isinstance(t, ComputeTask)
     elements = math.prod(t.tensor.shape)
     terms = max((math.prod(r.arg[1] for r in n.src[1:]) for n in walk(t.body) if n.op is Op.REDUCE), default=1)
     read = max((math.prod(x.shape) for x in t.inputs if all(isinstance(d, int) for d in x.shape)), default=0)
-    return max(elements, elements * terms // TERMS_PER_ELEMENT, read if read >= STREAMED else 0)
+    return max(elements, elements * terms // TERMS_PER_ELEMENT, read)
 
 
 def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:
-    """Decision `root.tasks`: about how many task instances the root's grid makes."""
-    default = max(1, min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers))
+    """Decision `root.tasks`: about how many task instances the root's grid makes: none smaller than
+    MIN_TASK_WORK, but work enough for one task is shared by every worker (in a chain of one-task
+    kernels, as in a squeeze-excite block, one worker would otherwise wait for the other)."""
+    default = min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers)
+    default = workers if 1 <= default < workers else max(1, default)
     return choose(f"{root}.tasks", sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
 
 
