@@ -224,9 +224,31 @@ class Importer:
                 raise ValueNeeded(name, f"{describe(node)}: input {k} ({what}, {name!r}) must be known at import: "
                                         f"it is the graph input {name!r}; give its value with "
                                         f"from_onnx(..., values={{{name!r}: ...}})")
+            source = self.steering_input(name)
+            if source is not None:
+                raise ValueNeeded(source, f"{describe(node)}: input {k} ({what}, {name!r}) must be known at import: "
+                                          f"it is computed from the value of the graph input {source!r}; give that "
+                                          f"value with from_onnx(..., values={{{source!r}: ...}})")
             raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
                                 "or a Constant node): it is computed at run time, which this importer does not support")
         return self.arrays[name]
+
+    def steering_input(self, name: str) -> str | None:
+        """The first graph input (in declared order) whose value the value `name` is computed from, or None:
+        giving it (values=) makes `name` a constant.  Shape and Size read only their input's shape, which
+        the import knows already, so the walk back through the producers stops there."""
+        seen, todo, found = set(), [name], set()
+        while todo:
+            current = todo.pop()
+            if current in seen or current in self.arrays:
+                continue
+            seen.add(current)
+            if current in self.graph_inputs:
+                found.add(current)
+            producer = self.producers.get(current)
+            if producer is not None and producer.op_type not in ("Shape", "Size"):
+                todo.extend(node_reads(producer))
+        return next((i.name for i in self.model.graph.input if i.name in found), None)
 
     def compute(self, node: onnx.NodeProto, shape: Sequence[int], fn: Callable[..., object], output: int = 0,
                 part: str = "") -> Value:
@@ -404,15 +426,17 @@ def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
             raise WorkloadError(f"{describe(node)}: operator domain {node.domain!r} is not supported (only the "
                                 "default ONNX domain)")
         reads = node_reads(node)
-        if reads and all(n in imp.arrays for n in reads) and not (
+        if reads and all(n in imp.arrays for n in reads) and not _scan_outputs(node) and not (
                 node.op_type in _RECURRENCES and fold_seconds(node, imp.arrays)[0] > imp.max_fold_seconds):
             _fold(imp, node)  # every input is known: the node's outputs are constants (shape arithmetic)
-            continue  # (a loop too long to fold is a scan: onnx_control.py)
+            continue  # (a loop too long to fold, or one with scan outputs, is a scan: onnx_control.py)
         if onnx_sizes.fold(imp, node):  # shape arithmetic over symbolic sizes
             continue
         handler = OPS.get(node.op_type)
         if handler is None and onnx_functions.has_body(node.op_type, imp.opset):
-            import_nodes(imp, onnx_functions.expand(node, imp.opset, lambda name: imp.value_type(node, name)))
+            body = onnx_functions.expand(node, imp.opset, lambda name: imp.value_type(node, name))
+            imp.producers.update({out: inner for inner in body for out in inner.output if out})
+            import_nodes(imp, body)
             continue  # an operator the standard defines by a function body: its nodes (onnx_functions.py)
         if handler is None:
             raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
@@ -423,6 +447,16 @@ def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
 _RECURRENCES = ("Loop", "Scan")
 
 
+def _scan_outputs(node: onnx.NodeProto) -> bool:
+    """Whether a Loop stacks per-iteration values: onnx's reference evaluator (onnx 1.23) joins them with
+    numpy's vstack, not stack, so 0-d values come out (n, 1) and 2-d ones (2n, m); such a loop is
+    imported as a scan (onnx_control.py), never folded."""
+    if node.op_type != "Loop":
+        return False
+    body = next(a.g for a in node.attribute if a.name == "body")
+    return len(body.output) > len(node.input) - 1  # outputs: the condition, the carried values, the scans
+
+
 def _fold(imp: Importer, node: onnx.NodeProto) -> None:
     """Compute a node whose inputs are all constants with onnx's reference evaluator (the onnx package's
     own implementation of the standard operators; nothing from the model runs)."""
@@ -430,7 +464,7 @@ def _fold(imp: Importer, node: onnx.NodeProto) -> None:
 
     check_fold(node, imp.arrays, imp.opset, imp.max_bytes, describe(node))
     check_fold_time(node, imp.arrays, imp.max_fold_seconds, describe(node))
-    names = [n for n in node.input if n]
+    names = sorted(node_reads(node))  # a Loop's or If's body reads outer values by name too
     graph = onnx.helper.make_graph(
         [node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(
             imp.arrays[n].dtype), imp.arrays[n].shape) for n in names],

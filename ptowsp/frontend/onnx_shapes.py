@@ -240,8 +240,8 @@ def range_(imp: Importer, node: onnx.NodeProto) -> None:
     """start + i * delta for i below ceil((limit - start) / delta): over a symbolic limit (a sequence length),
     a task (over constants it was folded before it got here)."""
     for k, what in enumerate(("start", "limit", "delta")):
-        if node.input[k] in imp.graph_inputs:  # its value sets the output's length: ValueNeeded names it
-            imp.array(node, k, what)
+        if node.input[k] not in imp.sizes:  # its value sets the output's length: ValueNeeded names the input
+            imp.array(node, k, what)  # it comes from (else a constant; else it is refused as computed at run time)
     start, limit, delta = (extents(imp, node, k, what)[0] for k, what in enumerate(("start", "limit", "delta")))
     if not isinstance(start, int) or not isinstance(delta, int) or delta < 1:
         raise WorkloadError(f"{describe(node)}: Range over sizes needs a constant start and a positive constant "

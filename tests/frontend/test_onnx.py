@@ -285,11 +285,26 @@ def test_an_unsupported_attribute_names_it():
         pw.frontend.from_onnx(m)
 
 
-def test_a_shape_computed_at_run_time_is_refused():
+def test_a_shape_computed_from_a_graph_inputs_value_names_that_input():
     nodes = [oh.make_node("Shape", ["x"], ["n"]), oh.make_node("Add", ["n", "n"], ["twice"]),
-             oh.make_node("Max", ["twice", "s"], ["s2"]), oh.make_node("Reshape", ["x", "s2"], ["y"], name="view")]
+             oh.make_node("Min", ["twice", "s"], ["s2"]), oh.make_node("Reshape", ["x", "s2"], ["y"], name="view")]
     m = model(nodes, {"x": ((2, 6), TP.FLOAT), "s": ((2,), TP.INT64)}, {"y": ((3, 4), TP.FLOAT)})
-    with pytest.raises(pw.WorkloadError, match=r"'view' \(op Reshape\): input 1 \(shape, 's2'\) must be a constant"):
+    # the shape of x reaches s2 through Shape (known at import); the value of s does not
+    with pytest.raises(pw.frontend.ValueNeeded, match=r"'view' \(op Reshape\): input 1 \(shape, 's2'\) must be "
+                                                      r"known at import: it is computed from the value of the graph "
+                                                      r"input 's'") as caught:
+        pw.frontend.from_onnx(m)
+    assert caught.value.input == "s"
+    wl = pw.frontend.from_onnx(m, values={"s": np.array([3, 4])})
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(pw.build(wl, "cpu").run(x=x)["y"], x.reshape(3, 4))
+
+
+def test_a_shape_computed_from_a_data_inputs_values_names_it_too():
+    nodes = [oh.make_node("Cast", ["x"], ["n"], to=TP.INT64), oh.make_node("Reshape", ["x", "n"], ["y"], name="view")]
+    m = model(nodes, {"x": ((2,), TP.FLOAT)}, {"y": ((2,), TP.FLOAT)})
+    with pytest.raises(pw.frontend.ValueNeeded, match=r"'view' \(op Reshape\): input 1 \(shape, 'n'\) must be "
+                                                      r"known at import.*graph input 'x'"):
         pw.frontend.from_onnx(m)
 
 
