@@ -19,6 +19,7 @@ from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.memory import MemoryPlan
 from ptowsp.workloads import Workload
+from ptowsp.workloads.empties import Emptied, without_empties
 from ptowsp.workloads.inputs import InputCheck
 
 
@@ -30,21 +31,26 @@ class Built:
 
     last_run: Built | None = None  # the program that ran last in this process (`ptowsp trace` reads it)
 
-    def __init__(self, schedule: Schedule, target: str, executable: Executable, options: Options):
-        self.schedule = schedule
-        self.workload = schedule.workload
+    def __init__(self, schedule: Schedule | None, target: str, executable: Executable | None, options: Options,
+                 emptied: Emptied | None = None, workload: Workload | None = None):
+        self.schedule = schedule  # None when every output is empty: nothing is compiled
+        self.workload = workload or schedule.workload  # as the user wrote it, empty tensors included
         self.target = target
         self.options = options
         self._executable = executable
+        self._emptied = emptied  # the empty tensors left out of the schedule (workloads/empties.py)
         self.trace: Trace | None = None
         self.runs = 0  # runs so far: the first pays one-off costs (thread start, first touch of buffers)
         self._check_inputs = InputCheck(self.workload)
-        _check_affinity_key(options.policy, executable)
+        if executable is not None:
+            _check_affinity_key(options.policy, executable)
 
     @functools.cached_property
     def program(self) -> Program:
         """The lowered program (kernels and task table); the numpy target lowers only when asked."""
-        return getattr(self._executable, "program", None) or lower_program(self.workload, self.schedule)
+        if self.schedule is None:
+            raise BuildError(f"workload {self.workload.name!r} has nothing to compute: every output is empty")
+        return getattr(self._executable, "program", None) or lower_program(self.schedule.workload, self.schedule)
 
     @property
     def memory_plan(self) -> MemoryPlan | None:
@@ -66,7 +72,14 @@ class Built:
             inputs = {**_positional(self.workload, args, inputs), **inputs}
         timeout = check_timeout(timeout)
         options = self.options if timeout is None else Options(**{**vars(self.options), "timeout": timeout})
-        outputs, self.trace = self._executable.run(self._check_inputs(inputs), options)
+        checked = self._check_inputs(inputs)
+        if self._emptied is None:
+            outputs, self.trace = self._executable.run(checked, options)
+        else:
+            kept = {name: a for name, a in checked.items() if name not in self._emptied.empty_inputs}
+            computed, self.trace = self._executable.run(kept, options) if self._executable is not None \
+                else ({}, Trace(title=options.title))
+            outputs = self._emptied.outputs(self.workload, computed)
         self.trace.cold = self.runs == 0
         self.runs += 1
         Built.last_run = self
@@ -82,6 +95,9 @@ class Built:
         if kind not in kinds:
             raise BuildError(f"source({task!r}, {kind!r}): the {self.target} target shows "
                              f"{', '.join(map(repr, kinds))}")
+        if task in self.workload.tasks and (self.schedule is None or task not in self.schedule.workload.tasks):
+            raise BuildError(f"task {task!r} is empty (shape {self.workload.tensor(task).shape}): it computes "
+                             "nothing, so it has no code")
         if kind == "loops":
             return self.program.source(task)
         return self._executable.source(task, kind)  # type: ignore[attr-defined]
@@ -112,6 +128,19 @@ def _check_affinity_key(policy: Policy | str, executable: Executable) -> None:
                          f"grid loops: {', '.join(sorted(grids)) or '(none)'}")
 
 
+def computed_schedule(schedule: Schedule, emptied: Emptied | None = None) -> Schedule:
+    """`schedule` on the part of its workload that computes something (workloads/empties.py): itself when
+    nothing is empty, else its steps replayed there without those on empty tasks (Schedule.onto)."""
+    original = schedule.workload
+    emptied = emptied or without_empties(original)
+    if emptied.computed is original:
+        return schedule
+    if emptied.computed is None:
+        raise BuildError(f"workload {original.name!r} has nothing to compute: every output is empty")
+    left_out = set(original.tasks) - set(emptied.computed.tasks) | set(emptied.empty_inputs)
+    return schedule.onto(emptied.computed, left_out)
+
+
 def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Sequence[str | None] | None = None,
           window: int = DEFAULT_WINDOW, device: object | None = None, debug: bool = False) -> Built:
     """Compile a schedule, or a workload with its default schedule (schedules/passes/default.py:
@@ -128,17 +157,22 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     found = backend(target)
     cores = found.cores(workers, device)
     name = getattr(what, "name", None) or getattr(getattr(what, "workload", None), "name", "?")
+    if not isinstance(window, int) or window < 1:
+        raise BuildError(f"window must be an integer >= 1, got {window!r}")
+    if not isinstance(what, (Workload, Schedule)):
+        raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
+    original = what if isinstance(what, Workload) else what.workload
+    emptied = without_empties(original)  # tasks over empty tensors compute nothing (workloads/empties.py)
+    if emptied.computed is None:
+        return Built(None, target, None, Options(workers=cores, window=window, title=f"ptowsp {name} on {target}"),
+                     emptied, original)
     with Progress(f"building {name} for {target}") as progress:
         if isinstance(what, Workload):
             progress.phase("the default schedule")
-            schedule = default_schedule(found.default_workload(what), vector_bytes=found.vector_bytes,
+            schedule = default_schedule(found.default_workload(emptied.computed), vector_bytes=found.vector_bytes,
                                         workers=len(cores), choose=found.schedule_choices(device))
-        elif isinstance(what, Schedule):
-            schedule = what
         else:
-            raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
-        if not isinstance(window, int) or window < 1:
-            raise BuildError(f"window must be an integer >= 1, got {window!r}")
+            schedule = computed_schedule(what, emptied)
         step = schedule.dispatch_policy
         policy = Policy(step.policy, None if step.key is None else tuple(step.key))
         options = Options(workers=cores, policy=policy, window=window, prefetch=schedule.prefetch_depth,
@@ -150,4 +184,6 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
             schedule = getattr(executable, "schedule", schedule)
         else:
             executable = found.compile(schedule, device)
-    return Built(schedule, target, executable, options)
+    if emptied.computed is original:
+        return Built(schedule, target, executable, options)  # nothing was empty
+    return Built(schedule, target, executable, options, emptied, original)

@@ -70,12 +70,11 @@ def reshape(imp: Importer, node: onnx.NodeProto) -> None:
     x = imp.value(node, 0)
     target = extents(imp, node, 1, "shape")
     given = [d for d in target if isinstance(d, int)]
-    if int(attribute(node, "allowzero", 0)) and 0 in given:  # (without a 0 it means what allowzero=0 does)
-        refuse(node, "allowzero", 1, "a shape without 0: allowzero=1 makes a 0 an empty dimension")
-    if any(isinstance(n, int) and n == 0 and d >= len(x.shape) for d, n in enumerate(target)):
-        raise WorkloadError(f"{describe(node)}: shape {shown(target)} copies (0) a dimension past the input's "
-                            f"{len(x.shape)}")
-    target = [x.shape[d] if isinstance(n, int) and n == 0 else n for d, n in enumerate(target)]
+    if not int(attribute(node, "allowzero", 0)):  # a 0 copies the input's dimension (allowzero=1: it is empty)
+        if any(isinstance(n, int) and n == 0 and d >= len(x.shape) for d, n in enumerate(target)):
+            raise WorkloadError(f"{describe(node)}: shape {shown(target)} copies (0) a dimension past the input's "
+                                f"{len(x.shape)}")
+        target = [x.shape[d] if isinstance(n, int) and n == 0 else n for d, n in enumerate(target)]
     if given.count(-1) > 1:
         raise WorkloadError(f"{describe(node)}: shape {shown(target)} has more than one -1")
     if -1 in given:
@@ -192,8 +191,6 @@ def slice_(imp: Importer, node: onnx.NodeProto) -> None:
                                 "bind it with shapes=")
         picked = range(x.shape[a])[slice(int(s0), int(e0), st)]  # numpy's (and ONNX's) clamping rules
         first[a], step[a], shape[a] = (picked.start if len(picked) else 0), st, len(picked)
-    if 0 in shape:
-        raise WorkloadError(f"{describe(node)}: the slice of {x.shape} is empty ({shape})")
     imp.compute(node, shape, lambda *idx: x.at([f + i * s for i, f, s in zip(idx, first, step, strict=True)]))
 
 

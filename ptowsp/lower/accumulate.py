@@ -7,27 +7,16 @@ reducers one accumulator per value (tuplereduce.py).
 
 from __future__ import annotations
 
-import numpy as np
-
-from ptowsp.te import Expr, Op, cast, const, dtypes
+from ptowsp.te import Expr, Op, cast
 from ptowsp.te.expr import binary
-from ptowsp.te.reducer import UserReducer
+from ptowsp.te.reducer import UserReducer, reduction_identity
 
 COMBINE_OP = {"sum": Op.ADD, "max": Op.MAX, "min": Op.MIN}
 
 
 def identity(kind: str | UserReducer, dtype: str) -> Expr:
     """The value a reduction starts from."""
-    if isinstance(kind, UserReducer):
-        return cast(kind.identity, dtype)
-    if kind == "sum":
-        return const(0, dtype)
-    if dtype == "bool":
-        return const(kind == "min", dtype)
-    if dtypes.is_float(dtype):
-        return const(float("-inf") if kind == "max" else float("inf"), dtype)
-    info = np.iinfo(dtype)
-    return const(info.min if kind == "max" else info.max, dtype)
+    return reduction_identity(kind, dtype)
 
 
 def accumulator_dtype(kind: str, dtype: str) -> str:

@@ -21,7 +21,7 @@ from ptowsp.workloads.checks import with_parameters
 
 def _factor(rng: random.Random, extent: int) -> int:
     """A split factor: a divisor, a power of two, or any size (often non-dividing)."""
-    divisors = [d for d in range(1, min(extent, 64) + 1) if extent % d == 0]
+    divisors = [d for d in range(1, min(extent, 64) + 1) if extent % d == 0] or [1]  # (a loop of extent 0)
     choice = rng.random()
     if choice < 0.4:
         return rng.choice(divisors)

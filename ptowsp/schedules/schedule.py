@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 from pydantic import ValidationError
@@ -394,6 +394,20 @@ class Schedule:
                 twin._apply(step)
         return twin
 
+    def onto(self, workload: Workload, left_out: Collection[str]) -> Schedule:
+        """This schedule's steps replayed on `workload`: the same workload less the tensors `left_out`
+        (workloads/empties.py: the empty ones, whose tasks compute nothing).  A step that names one of
+        them is left out, and so is one that no longer applies (a split of a reduction over an empty
+        set, which became its identity); neither changes what is computed."""
+        twin, left = Schedule(workload), frozenset(left_out)
+        for step in self._steps:
+            if left.isdisjoint(_strings(step.model_dump())):
+                try:
+                    twin._apply(step)
+                except ScheduleError:
+                    pass
+        return twin
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Schedule) and self.workload.fingerprint == other.workload.fingerprint
                 and self._steps == other._steps)
@@ -430,6 +444,17 @@ class Schedule:
             return handlers.compute_nest(self, task)
         except StepError as e:
             raise ScheduleError(str(e)) from None
+
+
+def _strings(value: object) -> set[str]:
+    """Every string in a step's fields (the task, loop and tensor names it mentions)."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, Mapping):
+        return set().union(*map(_strings, value.keys()), *map(_strings, value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_strings, value))
+    return set()
 
 
 def _plain(value: object) -> object:

@@ -155,7 +155,8 @@ def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> 
     if bounds is not None and bounds[0] >= 0 and bounds[1] < size:
         return
     variables = loop_vars(index)
-    guards = [c for c in conds if not reads_tensors(c) and loop_vars(c).keys() <= variables.keys()]
+    free = [c for c in conds if not reads_tensors(c)]
+    guards = [c for c in free if loop_vars(c).keys() <= variables.keys()]
     where = f"{load} reads dimension {dim} of {tensor.name} (shape {tensor.shape}, valid indices 0..{size - 1})"
     points = math.prod(variables.values())
     if points > ENUMERATION_LIMIT:
@@ -163,6 +164,20 @@ def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> 
             f"{where} with index {index} in [{bounds[0] if bounds else '?'}, {bounds[1] if bounds else '?'}], "
             f"which could not be proven in bounds over {points} loop points; guard the access with pw.where"
         )
+    bad = _first_bad(index, size, guards, variables)
+    if bad is not None:  # perhaps a guard over other loops rules those points out (a part of length 0)
+        wider = {**variables, **{k: v for c in free for k, v in loop_vars(c).items()}}
+        if wider != variables and math.prod(wider.values()) <= ENUMERATION_LIMIT:
+            bad = _first_bad(index, size, free, wider)
+    if bad is not None:
+        value, witness = bad
+        raise BoundsError(f"{where}, but index {index} = {value} at {witness or 'every point'}; "
+                          "guard the access with pw.where or shrink the loop")
+
+
+def _first_bad(index: Expr, size: int, guards: list[Expr], variables: dict[str, int]) -> tuple[int, str] | None:
+    """The first point of the loops `variables` where every guard holds and `index` leaves 0..size-1:
+    (the index there, the point as text), or None."""
     names = tuple(sorted(variables))
     evaluator = Evaluator({})
     with np.errstate(all="ignore"):
@@ -175,10 +190,8 @@ def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> 
             if bad.any():
                 point = np.argwhere(np.broadcast_to(bad, dom.shape))[0]
                 witness = ", ".join(f"{n}={lo + p}" for n, (lo, _), p in zip(names, box, point))
-                raise BoundsError(
-                    f"{where}, but index {index} = {value[tuple(point)]} at {witness or 'every point'}; "
-                    "guard the access with pw.where or shrink the loop"
-                )
+                return value[tuple(point)], witness
+    return None
 
 
 def gather_indices(body: Expr) -> list[tuple[Expr, int, Expr, tuple[Expr, ...]]]:

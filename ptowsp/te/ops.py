@@ -125,11 +125,12 @@ _axis_names = (f"r{n}" for n in itertools.count())
 
 def reduce_axis(extent: int | str | Expr, name: str | None = None) -> Expr:
     """A reduction variable ranging over 0..extent-1, for use inside pw.sum/max/min; the extent
-    may be a size name ("n") or an expression over sizes, bound at run time."""
+    may be a size name ("n") or an expression over sizes, bound at run time, or 0 (the reduction of
+    an empty set is its identity: workloads/empties.py)."""
     if isinstance(extent, (str, Expr)):
         extent = sizes.dimension(extent, f"reduce axis {name or ''}")
-    elif isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
-        raise ShapeError(f"reduce axis {name or ''} needs a positive integer extent or a size name, got {extent!r}")
+    elif isinstance(extent, bool) or not isinstance(extent, int) or extent < 0:
+        raise ShapeError(f"reduce axis {name or ''} needs an integer extent >= 0 or a size name, got {extent!r}")
     if name is None:
         name = next(_axis_names)
     check_name(name, "reduce axis")

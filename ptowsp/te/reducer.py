@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
-from ptowsp.te.expr import Expr, Op, Operand, cast, lift, substitute, walk
+from ptowsp.te import dtypes
+from ptowsp.te.expr import Expr, Op, Operand, cast, const, lift, substitute, walk
 
 LEFT, RIGHT = "@acc", "@value"  # the placeholders' names: no loop or axis can be named with "@"
 
@@ -113,6 +114,25 @@ class Component:
 
     def __str__(self) -> str:
         return f"{self.reducer}[{self.index}]"
+
+
+def reduction_identity(kind: str | UserReducer | Component, dtype: str) -> Expr:
+    """The value a reduction starts from, in `dtype`: what it gives over an empty set (0 for a sum, the
+    lowest value for a max, a user reducer's identity).  argmax and argmin have none (their index)."""
+    if isinstance(kind, UserReducer):
+        return cast(kind.identity, dtype)
+    if isinstance(kind, Component):
+        return cast(kind.reducer.identities[kind.index], dtype)
+    if kind in ("argmax", "argmin"):
+        raise WorkloadError(f"{kind} of an empty set has no value (there is no index to give)")
+    if kind == "sum":
+        return const(0, dtype)
+    if dtype == "bool":
+        return const(kind == "min", dtype)
+    if dtypes.is_float(dtype):
+        return const(float("-inf") if kind == "max" else float("inf"), dtype)
+    info = np.iinfo(dtype)
+    return const(int(info.min if kind == "max" else info.max), dtype)
 
 
 def is_several(e: Expr) -> bool:
@@ -231,4 +251,5 @@ def reducer(combine: Callable, identity: Operand | Callable[[str], Operand] | tu
     return Reducer(combine, identity, name)
 
 
-__all__ = ["Component", "Reducer", "TupleReducer", "UserReducer", "is_several", "reducer", "same_reduction"]
+__all__ = ["Component", "Reducer", "TupleReducer", "UserReducer", "is_several", "reducer", "reduction_identity",
+           "same_reduction"]

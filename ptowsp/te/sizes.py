@@ -33,7 +33,8 @@ def size_var(name: str) -> Expr:
 
 
 def dimension(d: object, what: str) -> Extent:
-    """One entry of a shape: a positive int, a size name, or an int64 expression over sizes."""
+    """One entry of a shape: an int >= 0 (0: an empty tensor, workloads/empties.py), a size name, or an
+    int64 expression over sizes."""
     if isinstance(d, str):
         return size_var(check_name(d, f"{what}: symbolic size", ShapeError))
     if isinstance(d, Expr):
@@ -41,8 +42,8 @@ def dimension(d: object, what: str) -> Extent:
         if d.dtype not in ("int32", "int64") or stray:
             raise ShapeError(f"{what}: a symbolic dimension must be integer arithmetic over sizes, got {d}")
         return d
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise ShapeError(f"{what}: a dimension must be a positive int or a size name such as 'n', got {d!r}")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+        raise ShapeError(f"{what}: a dimension must be an int >= 0 or a size name such as 'n', got {d!r}")
     return d
 
 

@@ -246,6 +246,27 @@ def scalar_tensors():
     return wl, expected
 
 
+def empty_tensors():
+    """A dimension of 0 (workloads/empties.py): reductions over an empty set give their identity, a
+    concatenation's empty part is never read, a task over an empty shape gives an empty array."""
+    wl = pw.Workload("empty_tensors")
+    x, y = wl.input("X", (3, 0, 4)), wl.input("Y", (3, 4))
+    k = pw.reduce_axis(0, "k")
+    total = wl.compute("total", (3, 4), lambda i, j: pw.sum(x[i, k, j], axis=k) + y[i, j])
+    top = wl.compute("top", (3, 4), lambda i, j: pw.max(x[i, k, j] * 2.0, axis=k))
+    joined = wl.compute("joined", (3, 0 + 4), lambda i, j: pw.where(j < 0, x[i, 0, j], y[i, j]))
+    doubled = wl.compute("doubled", (3, 0, 4), lambda i, k2, j: x[i, k2, j] * 2.0 + total[i, j])
+    wl.output(total, top, joined, doubled)
+
+    def expected(p):
+        return {"total": p["X"].sum(axis=1) + p["Y"], "top": np.full((3, 4), -np.inf, np.float32),
+                "joined": np.concatenate([np.zeros((3, 0), np.float32), p["Y"]], axis=1),
+                "doubled": np.zeros((3, 0, 4), np.float32)}
+
+    return wl, expected
+
+
 EDGE_CASES = [scalar_tensors, broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
               two_outputs, opaque_middle, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
-              gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline, loop_names_like_a_schedule_s]
+              gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline, loop_names_like_a_schedule_s,
+              empty_tensors]

@@ -121,12 +121,14 @@ def test_what_torch_exports_for_activations(op, attrs, opset):
     check(m, feeds, target="cpu", rtol=1e-5, atol=1e-6)
 
 
-def test_reshape_with_allowzero_and_no_zero_is_a_plain_reshape():
-    """torch's exporter writes every view and flatten so; a 0 would make an empty dimension (refused)."""
+def test_reshape_with_allowzero_makes_a_0_an_empty_dimension():
+    """torch's exporter writes every view and flatten with allowzero=1 (and no 0: a plain reshape)."""
     m, feeds = one("Reshape", [(2, 3, 4)], {"allowzero": 1}, {"shape": np.array([2, -1], np.int64)})
     check(m, feeds)
+    m, feeds = one("Reshape", [(0, 3)], {"allowzero": 1}, {"shape": np.array([3, 0], np.int64)})
+    check(m, feeds)
     m, _ = one("Reshape", [(2, 3, 4)], {"allowzero": 1}, {"shape": np.array([0, -1], np.int64)})
-    with pytest.raises(pw.WorkloadError, match="allowzero=1 is not supported"):
+    with pytest.raises(pw.WorkloadError, match=r"\(op Reshape\).*does not divide"):
         pw.frontend.from_onnx(m)
 
 

@@ -24,13 +24,13 @@ def _one(name):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="*", help="fnmatch pattern of case names")
+    parser.add_argument("--only", default="*", help="fnmatch patterns of case names, comma-separated")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--show", default="wrong,crashed", help="outcome kinds whose cases to list")
     parser.add_argument("--json", help="write {case: {target: [kind, detail]}} here")
     parser.add_argument("--write-expected", action="store_true", help="rewrite expected.toml from this run")
     args = parser.parse_args()
-    names = [n for n in cases() if fnmatch.fnmatch(n, args.only)]
+    names = [n for n in cases() if any(fnmatch.fnmatch(n, p) for p in args.only.split(","))]
     results = {}
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         for name, found in pool.map(_one, names, chunksize=4):

@@ -118,7 +118,7 @@ def make(fn):
         (lambda wl, a: wl.input("A", (2,)), pw.WorkloadError, "already has"),
         (lambda wl, a: wl.compute("A", (4,), lambda i: a[i, 0]), pw.WorkloadError, "already has"),
         (lambda wl, a: wl.input("bad name", (2,)), pw.WorkloadError, "identifier"),
-        (lambda wl, a: wl.input("X", (0, 2)), pw.ShapeError, "positive int"),
+        (lambda wl, a: wl.input("X", (-1, 2)), pw.ShapeError, "an int >= 0"),
         (lambda wl, a: wl.input("X", ("1n", 2)), pw.ShapeError, "identifier"),
         (lambda wl, a: wl.compute("X", ("m", 2), lambda i, j: a[0, 0]), pw.WorkloadError, "no input declares"),
         (lambda wl, a: wl.input("X", (2,), "complex64"), pw.DTypeError, "unsupported dtype"),

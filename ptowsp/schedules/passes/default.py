@@ -456,6 +456,8 @@ def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None
         if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts:
             break
         extents.append((lp.name, lp.extent))
+    if any(e == 0 for _, e in extents):
+        return  # an empty task: nothing to share out
     whole, blocks = balanced_grid([e for _, e in extents], target, workers)
     chosen = [name for name, _ in extents[:whole]]
     if blocks > 1:
