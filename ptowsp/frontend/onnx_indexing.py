@@ -1,5 +1,5 @@
 """ONNX operators that move or pick elements by index: GatherElements, GatherND, Tile, DepthToSpace,
-SpaceToDepth, OneHot, EyeLike, and the inference forms of Dropout and Size.
+SpaceToDepth, OneHot, EyeLike, Compress, and the inference forms of Dropout and Size.
 
 Each output element reads the input element an index map gives (`x.at(map(idx))`); an index read
 from a tensor counts negative values from the end and is clamped into the axis, as Gather's are.
@@ -147,3 +147,42 @@ def size(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: the size of {x.shape}, which has symbolic dimensions; bind them "
                             "with shapes=")
     imp.constant(node.output[0], np.array(math.prod(x.shape), np.int64))
+
+
+@op("Compress")
+def compress(imp: Importer, node: onnx.NodeProto) -> None:
+    """The slices along `axis` (of the flattened input without one) whose condition holds: a gather by
+    the condition's true positions, which must be known at import (they set the output's length; a
+    condition shorter than the axis leaves the rest out)."""
+    x = imp.value(node, 0)
+    condition = np.asarray(imp.array(node, 1, "condition")).reshape(-1).astype(bool)
+    axis = attribute(node, "axis")
+    if axis is None:
+        if not all(isinstance(d, int) for d in x.shape):
+            raise WorkloadError(f"{describe(node)}: Compress without an axis flattens {x.shape}; bind its "
+                                "symbolic dimensions with shapes=")
+        shape, axis = (math.prod(x.shape),), 0
+
+        def read(idx):
+            return x.at(_unflattened(idx[0], x.shape))
+    else:
+        axis = axis_of(node, int(axis), len(x.shape))
+        shape, read = x.shape, x.at
+    if len(condition) > shape[axis]:
+        raise WorkloadError(f"{describe(node)}: condition of length {len(condition)} is longer than axis {axis} "
+                            f"({shape[axis]})")
+    picked = np.flatnonzero(condition).astype(np.int64)
+    name = imp.name(f"{node.name or 'compress'}_picked")
+    imp.constant(name, picked)
+    table = imp.lookup(name)
+    imp.compute(node, (*shape[:axis], len(picked), *shape[axis + 1:]),
+                lambda *idx: read([*idx[:axis], table.at([idx[axis]]), *idx[axis + 1:]]))
+
+
+def _unflattened(flat: Expr, shape: tuple[int, ...]) -> list[Expr]:
+    """The row-major index into `shape` of element `flat`."""
+    at = []
+    for d in reversed(shape):
+        at.append(flat % d)
+        flat = flat // d
+    return at[::-1]

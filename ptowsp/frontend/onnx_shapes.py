@@ -154,10 +154,11 @@ def split(imp: Importer, node: onnx.NodeProto) -> None:
     axis = axis_of(node, int(attribute(node, "axis", 0)), len(x.shape))
     sizes = imp.array(node, 1, "split") if len(node.input) > 1 else attribute(node, "split")
     outputs = [o for o in node.output]
-    if sizes is None:
-        if x.shape[axis] % len(outputs):
+    if sizes is None:  # equal parts; from opset 18 (num_outputs) the last may be shorter
+        if x.shape[axis] % len(outputs) and imp.opset < 18:
             raise WorkloadError(f"{describe(node)}: {x.shape[axis]} does not split in {len(outputs)} equal parts")
-        sizes = [x.shape[axis] // len(outputs)] * len(outputs)
+        part = -(-x.shape[axis] // len(outputs))
+        sizes = [part] * (len(outputs) - 1) + [x.shape[axis] - part * (len(outputs) - 1)]
     sizes = [int(n) for n in sizes]
     if sum(sizes) != x.shape[axis] or len(sizes) != len(outputs):
         raise WorkloadError(f"{describe(node)}: split sizes {sizes} do not cover axis {axis} of {x.shape}")
