@@ -375,6 +375,10 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     if isinstance(max_fold_seconds, bool) or not isinstance(max_fold_seconds, (int, float)) \
             or not max_fold_seconds > 0:
         raise InputError(f"max_fold_seconds must be a positive number of seconds, got {max_fold_seconds!r}")
+    for out in proto.graph.output:
+        kind = out.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise WorkloadError(f"{source}: output {out.name!r} is a {kind}, not a tensor; only tensors import")
     imp = Importer(proto, shapes or {}, source, folder, max_bytes, float(max_fold_seconds), values)
     schema_checked(proto, imp.opset)
     with _no_cycle_collection():
@@ -408,7 +412,7 @@ def registered_operators() -> list[str]:
     """The ONNX operators with a handler (onnx_ops.py and the modules beside it register theirs on
     import), sorted; operators defined by function bodies come on top (onnx_functions.py)."""
     from ptowsp.frontend import (  # noqa: F401 - register operators
-        onnx_control, onnx_elementwise, onnx_indexing, onnx_quantized, onnx_recurrent, onnx_reductions,
+        onnx_branches, onnx_control, onnx_elementwise, onnx_indexing, onnx_quantized, onnx_recurrent, onnx_reductions,
         onnx_resize, onnx_scatter, onnx_trigonometry)
     from ptowsp.frontend.onnx_shapes import OPS
 
@@ -476,6 +480,9 @@ def _fold(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: folding it over constant inputs failed: {type(e).__name__}: {e}") \
             from None
     for name, value in zip([o for o in node.output if o], results, strict=True):
+        if not isinstance(value, (np.ndarray, np.generic)):  # a sequence or an optional value
+            raise WorkloadError(f"{describe(node)}: output {name!r} is a {type(value).__name__}, not a tensor; "
+                                "only tensors import")
         imp.constant(name, np.asarray(value))
 
 

@@ -97,6 +97,8 @@ def squeeze(imp: Importer, node: onnx.NodeProto) -> None:
     axes = attribute(node, "axes")
     if axes is None and len(node.input) > 1:
         axes = imp.array(node, 1, "axes")
+    if axes is not None:
+        axes = [int(a) for a in np.asarray(axes).reshape(-1)]  # (a 0-d axes is one axis)
     if node.op_type == "Squeeze":
         drop = {axis_of(node, int(a), len(x.shape)) for a in axes} if axes is not None else \
             {d for d, n in enumerate(x.shape) if n == 1}
