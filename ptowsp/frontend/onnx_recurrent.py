@@ -1,24 +1,32 @@
-"""ONNX's recurrent layers as ptowsp scans: LSTM and GRU (what torch exports for nn.LSTM and nn.GRU).
+"""ONNX's recurrent layers as ptowsp scans: RNN, LSTM and GRU, forward, reverse or bidirectional.
 
-The input projection of every step is one contraction over the whole sequence (XW); the
-recurrence is a scan over t of the state, whose step holds the matmul R h_{t-1}, as in the zoo's
-lstm (workloads/zoo/recurrences.py).  LSTM, gates i, o, f, c in ONNX's order:
+The input projection of every step is one contraction over the whole sequence (XW, for every
+direction); each direction's recurrence is a scan over its steps of the state, whose step holds
+the matmul R h_{t-1}, as in the zoo's lstm (workloads/zoo/recurrences.py).  A reverse direction
+takes the sequence from its end: its step s reads x at time steps - s, and its output at time t is
+its state after step steps - t.  LSTM, gates i, o, f, c in ONNX's order (P: the peepholes):
 
-    z_g = W_g x_t + R_g h_{t-1} + Wb_g + Rb_g,   c_t = sig(z_f) c_{t-1} + sig(z_i) tanh(z_c),
-    h_t = sig(z_o) tanh(c_t)                      (state: c_t and h_t side by side).
+    z_g = W_g x_t + R_g h_{t-1} + Wb_g + Rb_g,
+    c_t = sig(z_f + P_f c_{t-1}) c_{t-1} + sig(z_i + P_i c_{t-1}) tanh(z_c),
+    h_t = sig(z_o + P_o c_t) tanh(c_t)            (state: c_t and h_t side by side).
 
-GRU, gates z, r, h, with linear_before_reset=1 (torch's: the reset gate scales R_h h_{t-1} + Rb_h):
+GRU, gates z, r, h; linear_before_reset=1 (torch's) scales R_h h_{t-1} + Rb_h by the reset gate,
+0 (the standard's default) scales h_{t-1} before R_h (each element then needs every reset value:
+the step computes the reset gate inside R_h's sum, hidden^2 more terms a step):
 
     z = sig(W_z x_t + R_z h_{t-1} + b_z),  r = sig(W_r x_t + R_r h_{t-1} + b_r),
-    n = tanh(W_h x_t + Wb_h + r (R_h h_{t-1} + Rb_h)),   h_t = (1 - z) n + z h_{t-1}.
+    n = tanh(W_h x_t + Wb_h + r (R_h h_{t-1} + Rb_h))   or   tanh(W_h x_t + Wb_h + R_h (r h_{t-1}) + Rb_h),
+    h_t = (1 - z) n + z h_{t-1}.
 
-Forward direction, the default activations, no peepholes, no clip, every sequence full length:
-anything else is refused naming the attribute or input.
+RNN: h_t = tanh(W x_t + R h_{t-1} + Wb + Rb).  The default activations, no clip, every sequence
+full length, layout 0: anything else is refused naming the attribute or input.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import onnx
 
@@ -26,117 +34,191 @@ import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import op, refuse
+from ptowsp.te import Expr
 
 _LSTM_I, _LSTM_O, _LSTM_F, _LSTM_C = range(4)  # ONNX's gate order in W, R and B
 _GRU_Z, _GRU_R, _GRU_H = range(3)
-_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+_DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
+_AXES = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Layer:
+    x: Value
+    w: Value
+    r: Value
+    bias: Value | None
+    hidden: int
+    reverse: tuple[bool, ...]  # per direction
+    xw: Value  # xw[t, d, g, b, j]: the input projection
+    gates: int
+
+    @property
+    def steps(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def batch(self) -> int:
+        return self.x.shape[1]
+
+    def time(self, d: int, s: Expr) -> Expr:
+        """The time of the input direction d takes at its step s (1-based)."""
+        return self.steps - s if self.reverse[d] else s - 1
+
+    def recurrent(self, d: int, g: int, j: Expr, h: Callable[[Expr], Expr]) -> Expr:
+        """sum_m R_g[j, m] h(m)."""
+        m = pw.reduce_axis(self.hidden, f"m{next(_AXES)}")  # (GRU's reset gate sums inside R_h's sum)
+        return pw.sum(self.r.at([d, g * self.hidden + j, m]) * h(m), m)
+
+    def recurrent_bias(self, d: int, g: int, j: Expr) -> Expr | float:
+        """Rb_g[j] (0 without a bias)."""
+        return 0.0 if self.bias is None else self.bias.at([d, (self.gates + g) * self.hidden + j])
+
+
+def _scan(imp: Importer, node: onnx.NodeProto, d: int, shape: tuple[int, ...], init, update) -> pw.Tensor:
+    return imp.wl.scan(imp.name(f"{node.name or node.op_type}_state{d if d else ''}"), shape, axis="t", init=init,
+                       update=update)
+
+
+@op("RNN")
+def rnn(imp: Importer, node: onnx.NodeProto) -> None:
+    layer = _layer(imp, node)
+    h0 = imp.optional(node, 5)
+
+    def direction(d):
+        def step(t, b, j):
+            return pw.tanh(layer.xw.at([layer.time(d, t), d, 0, b, j])
+                           + layer.recurrent(d, 0, j, lambda m: state[t - 1, b, m]))
+        state = _scan(imp, node, d, (layer.steps + 1, layer.batch, layer.hidden),
+                      (lambda b, j: 0.0) if h0 is None else (lambda b, j: h0.at([d, b, j])), step)
+        return [lambda s, b, j: state[s, b, j]]
+
+    _outputs(imp, node, layer, [direction(d) for d in range(len(layer.reverse))])
 
 
 @op("LSTM")
 def lstm(imp: Importer, node: onnx.NodeProto) -> None:
-    x, w, r, bias, hidden = _layer(imp, node, gates=4)
-    h0, c0 = imp.optional(node, 5), imp.optional(node, 6)
-    xw = _projection(imp, node, x, w, bias, hidden, gates=4)
-    m = pw.reduce_axis(hidden, "m")
+    layer = _layer(imp, node)
+    h0, c0, peep = imp.optional(node, 5), imp.optional(node, 6), imp.optional(node, 7)
+    hidden = layer.hidden
 
-    def gate(g, t, b, j):
-        return xw.at([t - 1, g, b, j]) + pw.sum(r.at([0, g * hidden + j, m]) * state[t - 1, 1, b, m], m)
+    def direction(d):
+        def gate(g, t, b, j):
+            return layer.xw.at([layer.time(d, t), d, g, b, j]) + \
+                layer.recurrent(d, g, j, lambda m: state[t - 1, 1, b, m])
 
-    def step(t, s, b, j):
-        c = pw.sigmoid(gate(_LSTM_F, t, b, j)) * state[t - 1, 0, b, j] + \
-            pw.sigmoid(gate(_LSTM_I, t, b, j)) * pw.tanh(gate(_LSTM_C, t, b, j))
-        return pw.where(s == 0, c, pw.sigmoid(gate(_LSTM_O, t, b, j)) * pw.tanh(c))
+        def peephole(k, j, c):  # P holds i, o, f
+            return 0.0 if peep is None else peep.at([d, k * hidden + j]) * c
 
-    def init(s, b, j):
-        if c0 is None and h0 is None:
-            return 0.0
-        return pw.where(s == 0, 0.0 if c0 is None else c0.at([0, b, j]), 0.0 if h0 is None else h0.at([0, b, j]))
+        def step(t, s, b, j):
+            previous = state[t - 1, 0, b, j]
+            forget = pw.sigmoid(gate(_LSTM_F, t, b, j) + peephole(2, j, previous))
+            keep = pw.sigmoid(gate(_LSTM_I, t, b, j) + peephole(0, j, previous))
+            c = forget * previous + keep * pw.tanh(gate(_LSTM_C, t, b, j))
+            out = pw.sigmoid(gate(_LSTM_O, t, b, j) + peephole(1, j, c))
+            return pw.where(s == 0, c, out * pw.tanh(c))
 
-    steps, batch = x.shape[:2]
-    state = imp.wl.scan(imp.name(f"{node.name or node.op_type}_state"), (steps + 1, 2, batch, hidden), axis="t",
-                        init=init, update=step)
-    _outputs(imp, node, steps, batch, hidden, [lambda t, b, j: state[t, 1, b, j], lambda t, b, j: state[t, 0, b, j]])
+        def init(s, b, j):
+            if c0 is None and h0 is None:
+                return 0.0
+            return pw.where(s == 0, 0.0 if c0 is None else c0.at([d, b, j]), 0.0 if h0 is None else h0.at([d, b, j]))
+
+        state = _scan(imp, node, d, (layer.steps + 1, 2, layer.batch, hidden), init, step)
+        return [lambda s, b, j: state[s, 1, b, j], lambda s, b, j: state[s, 0, b, j]]
+
+    _outputs(imp, node, layer, [direction(d) for d in range(len(layer.reverse))])
 
 
 @op("GRU")
 def gru(imp: Importer, node: onnx.NodeProto) -> None:
-    x, w, r, bias, hidden = _layer(imp, node, gates=3)
-    if int(attribute(node, "linear_before_reset", 0)) != 1:
-        refuse(node, "linear_before_reset", attribute(node, "linear_before_reset", 0),
-               "1 (what torch exports: the reset gate scales R_h h + Rb_h)")
+    layer = _layer(imp, node)
+    linear_before_reset = int(attribute(node, "linear_before_reset", 0))
     h0 = imp.optional(node, 5)
-    xw = _projection(imp, node, x, w, bias, hidden, gates=3, rb_gates=_GRU_H)  # z and r: not h
-    m = pw.reduce_axis(hidden, "m")
 
-    def recurrent(g, t, b, j):
-        return pw.sum(r.at([0, g * hidden + j, m]) * state[t - 1, b, m], m)
+    def direction(d):
+        def gate(g, t, b, j):  # sig(W_g x_t + R_g h_{t-1} + Wb_g + Rb_g) (z and r: both biases in xw)
+            return pw.sigmoid(layer.xw.at([layer.time(d, t), d, g, b, j])
+                              + layer.recurrent(d, g, j, lambda m: state[t - 1, b, m]))
 
-    def step(t, b, j):
-        z = pw.sigmoid(xw.at([t - 1, _GRU_Z, b, j]) + recurrent(_GRU_Z, t, b, j))
-        reset = pw.sigmoid(xw.at([t - 1, _GRU_R, b, j]) + recurrent(_GRU_R, t, b, j))
-        scaled = recurrent(_GRU_H, t, b, j) if bias is None else \
-            recurrent(_GRU_H, t, b, j) + bias.at([0, 3 * hidden + _GRU_H * hidden + j])
-        n = pw.tanh(xw.at([t - 1, _GRU_H, b, j]) + reset * scaled)
-        return (1.0 - z) * n + z * state[t - 1, b, j]
+        def step(t, b, j):
+            z, reset = gate(_GRU_Z, t, b, j), gate(_GRU_R, t, b, j)
+            if linear_before_reset:
+                scaled = reset * (layer.recurrent(d, _GRU_H, j, lambda m: state[t - 1, b, m])
+                                  + layer.recurrent_bias(d, _GRU_H, j))
+            else:
+                scaled = layer.recurrent(d, _GRU_H, j, lambda m: gate(_GRU_R, t, b, m) * state[t - 1, b, m]) \
+                    + layer.recurrent_bias(d, _GRU_H, j)
+            n = pw.tanh(layer.xw.at([layer.time(d, t), d, _GRU_H, b, j]) + scaled)
+            return (1.0 - z) * n + z * state[t - 1, b, j]
 
-    steps, batch = x.shape[:2]
-    state = imp.wl.scan(imp.name(f"{node.name or node.op_type}_state"), (steps + 1, batch, hidden), axis="t",
-                        init=(lambda b, j: 0.0) if h0 is None else (lambda b, j: h0.at([0, b, j])), update=step)
-    _outputs(imp, node, steps, batch, hidden, [lambda t, b, j: state[t, b, j]])
+        state = _scan(imp, node, d, (layer.steps + 1, layer.batch, layer.hidden),
+                      (lambda b, j: 0.0) if h0 is None else (lambda b, j: h0.at([d, b, j])), step)
+        return [lambda s, b, j: state[s, b, j]]
+
+    _outputs(imp, node, layer, [direction(d) for d in range(len(layer.reverse))])
 
 
-def _layer(imp: Importer, node: onnx.NodeProto, gates: int) -> tuple[Value, Value, Value, Value | None, int]:
-    """(X, W, R, B, hidden size) of a recurrent node, after refusing what the scans do not compute."""
+def _layer(imp: Importer, node: onnx.NodeProto) -> _Layer:
+    """The node's inputs, checked, and its input projection; refuses what the scans do not compute."""
+    gates = _GATES[node.op_type]
     x, w, r, bias = imp.value(node, 0), imp.value(node, 1), imp.value(node, 2), imp.optional(node, 3)
     if len(node.input) > 4 and node.input[4] and not _full_lengths(imp, node, x.shape):
         refuse(node, "sequence_lens", node.input[4], "absent, or every sequence of full length")
-    if node.op_type == "LSTM" and len(node.input) > 7 and node.input[7]:
-        refuse(node, "P (peepholes)", node.input[7], "absent")
     direction = text_attribute(node, "direction", "forward")
-    if direction != "forward":
-        refuse(node, "direction", direction, "forward")
+    if direction not in _DIRECTIONS:
+        refuse(node, "direction", direction, " or ".join(_DIRECTIONS))
     activations = attribute(node, "activations")
-    if activations is not None and [a.decode() if isinstance(a, bytes) else a for a in activations] != \
-            _DEFAULT_ACTIVATIONS[node.op_type]:
+    names = None if activations is None else [a.decode() if isinstance(a, bytes) else a for a in activations]
+    if names is not None and names != _DEFAULT_ACTIVATIONS[node.op_type] * len(_DIRECTIONS[direction]):
         refuse(node, "activations", activations, ", ".join(_DEFAULT_ACTIVATIONS[node.op_type]))
     for name in ("clip", "input_forget", "layout"):
         if attribute(node, name) not in (None, 0):
             refuse(node, name, attribute(node, name), "absent or 0")
     if len(x.shape) != 3:
         raise WorkloadError(f"{describe(node)}: X of shape {x.shape}; (sequence, batch, inputs) is needed")
-    inputs = x.shape[2]
+    inputs, count = x.shape[2], len(_DIRECTIONS[direction])
     hidden = int(attribute(node, "hidden_size", r.shape[-1]))
-    if w.shape != (1, gates * hidden, inputs) or r.shape != (1, gates * hidden, hidden):
+    if w.shape != (count, gates * hidden, inputs) or r.shape != (count, gates * hidden, hidden):
         raise WorkloadError(f"{describe(node)}: W {w.shape} and R {r.shape} do not fit X {x.shape} and hidden_size "
-                            f"{hidden}: expected (1, {gates * hidden}, {inputs}) and (1, {gates * hidden}, {hidden})")
-    return x, w, r, bias, hidden
+                            f"{hidden}: expected ({count}, {gates * hidden}, {inputs}) and "
+                            f"({count}, {gates * hidden}, {hidden})")
+    k = pw.reduce_axis(inputs, "k")
+    # GRU's z and r gates, and every other layer's, take Rb in the projection; GRU's h gate adds it itself
+    in_projection = _GRU_H if node.op_type == "GRU" else gates
 
-
-def _projection(imp: Importer, node: onnx.NodeProto, x: Value, w: Value, bias: Value | None, hidden: int,
-                gates: int, rb_gates: int | None = None) -> Value:
-    """XW[t, g, b, j] = W_g x_t + Wb_g + Rb_g (Rb only for the first `rb_gates` gates: GRU's h gate adds
-    its Rb under the reset gate): one contraction over the whole sequence, outside the recurrence."""
-    k = pw.reduce_axis(x.shape[2], "k")
-    rb_gates = gates if rb_gates is None else rb_gates
-
-    def projection(t, g, b, j):
+    def projection(t, d, g, b, j):
         row = g * hidden + j
-        total = pw.sum(x.at([t, b, k]) * w.at([0, row, k]), k)
+        total = pw.sum(x.at([t, b, k]) * w.at([d, row, k]), k)
         if bias is None:
             return total
-        rb = bias.at([0, gates * hidden + row])
-        return total + bias.at([0, row]) + (rb if rb_gates == gates else pw.where(g < rb_gates, rb, 0.0))
+        rb = bias.at([d, gates * hidden + row])
+        return total + bias.at([d, row]) + (rb if in_projection == gates else pw.where(g < in_projection, rb, 0.0))
 
-    return imp.compute(node, (x.shape[0], gates, x.shape[1], hidden), projection, part="projection")
+    xw = imp.compute(node, (x.shape[0], count, gates, x.shape[1], hidden), projection, part="projection")
+    return _Layer(x, w, r, bias, hidden, _DIRECTIONS[direction], xw, gates)
 
 
-def _outputs(imp: Importer, node: onnx.NodeProto, steps: int, batch: int, hidden: int,
-             last: list[Callable[..., object]]) -> None:
-    """Y (every step's h), then the last h and (LSTM) the last c, for each output the node names;
-    `last[0](t, b, j)` is h after step t, `last[1]` c."""
-    h = last[0]
-    outputs = [((steps, 1, batch, hidden), lambda t, d, b, j: h(t + 1, b, j))]
-    outputs += [((1, batch, hidden), lambda d, b, j, f=f: f(steps, b, j)) for f in last]
+def _outputs(imp: Importer, node: onnx.NodeProto, layer: _Layer, states: list[list[Callable[..., object]]]) -> None:
+    """Y (every time's h, per direction), then the last h and (LSTM) the last c, for each output the
+    node names; `states[d][0](s, b, j)` is direction d's h after its step s, `[1]` its c."""
+    steps = layer.steps
+
+    def per_direction(pick: Callable[[int], Expr], d: Expr) -> Expr:
+        found = pick(len(states) - 1)
+        for k in reversed(range(len(states) - 1)):
+            found = pw.where(d == k, pick(k), found)
+        return found
+
+    def step_at(k: int, t: Expr) -> Expr:
+        return steps - t if layer.reverse[k] else t + 1
+
+    outputs = [((steps, len(states), layer.batch, layer.hidden),
+                lambda t, d, b, j: per_direction(lambda k: states[k][0](step_at(k, t), b, j), d))]
+    outputs += [((len(states), layer.batch, layer.hidden),
+                 lambda d, b, j, n=n: per_direction(lambda k: states[k][n](steps, b, j), d))
+                for n in range(len(states[0]))]
     for n, (shape, fn) in enumerate(outputs):
         if len(node.output) > n and node.output[n]:
             imp.compute(node, shape, fn, output=n)
@@ -144,5 +226,4 @@ def _outputs(imp: Importer, node: onnx.NodeProto, steps: int, batch: int, hidden
 
 def _full_lengths(imp: Importer, node: onnx.NodeProto, shape: tuple[int, ...]) -> bool:
     """Whether a constant sequence_lens gives every sequence the whole length (as torch exports it)."""
-    name = node.input[4]
-    return name in imp.arrays and bool((imp.arrays[name] == shape[0]).all())
+    return bool((imp.array(node, 4, "sequence_lens") == shape[0]).all())  # (ValueNeeded for a graph input)

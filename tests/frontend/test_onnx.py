@@ -531,16 +531,29 @@ def test_a_gru_as_torch_exports_it_is_a_scan(bias, initial):
     check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("op, direction, extra", [
+    ("LSTM", "bidirectional", {}), ("GRU", "reverse", {"linear_before_reset": 0}),
+    ("GRU", "bidirectional", {"linear_before_reset": 1}), ("RNN", "bidirectional", {}), ("RNN", "forward", {})])
+def test_every_direction_of_rnn_lstm_and_gru(op, direction, extra):
+    steps, batch, inputs, hidden, gates = 4, 2, 3, 3, {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    count = 2 if direction == "bidirectional" else 1
+    inits = {"W": RNG.standard_normal((count, gates * hidden, inputs)).astype(F32),
+             "R": RNG.standard_normal((count, gates * hidden, hidden)).astype(F32) * 0.5,
+             "B": RNG.standard_normal((count, 2 * gates * hidden)).astype(F32)}
+    node = oh.make_node(op, ["x", "W", "R", "B", "", "h0"], ["y", "y_h"], name="layer", hidden_size=hidden,
+                        direction=direction, **extra)
+    m = model([node], {"x": ((steps, batch, inputs), TP.FLOAT), "h0": ((count, batch, hidden), TP.FLOAT)},
+              {"y": ((steps, count, batch, hidden), TP.FLOAT), "y_h": ((count, batch, hidden), TP.FLOAT)}, inits)
+    feeds = {"x": RNG.standard_normal((steps, batch, inputs)).astype(F32),
+             "h0": RNG.standard_normal((count, batch, hidden)).astype(F32)}
+    check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
+
+
 def test_an_lstm_it_cannot_import_is_refused_naming_the_attribute():
-    node = oh.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=2, direction="bidirectional")
+    node = oh.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=2, clip=3.0)
     m = model([node], {"x": ((3, 1, 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)},
-              {"W": np.ones((2, 8, 2), F32), "R": np.ones((2, 8, 2), F32)})
-    with pytest.raises(pw.WorkloadError, match="'lstm' \\(op LSTM\\): attribute direction='bidirectional'"):
-        pw.frontend.from_onnx(m)
-    node = oh.make_node("GRU", ["x", "W", "R"], ["y"], name="gru", hidden_size=2)  # linear_before_reset=0
-    m = model([node], {"x": ((3, 1, 2), TP.FLOAT)}, {"y": (None, TP.FLOAT)},
-              {"W": np.ones((1, 6, 2), F32), "R": np.ones((1, 6, 2), F32)})
-    with pytest.raises(pw.WorkloadError, match="attribute linear_before_reset=0 is not supported"):
+              {"W": np.ones((1, 8, 2), F32), "R": np.ones((1, 8, 2), F32)})
+    with pytest.raises(pw.WorkloadError, match="'lstm' \\(op LSTM\\): attribute clip=3.0 is not supported"):
         pw.frontend.from_onnx(m)
 
 
