@@ -1,5 +1,5 @@
 """ONNX operators that move or pick elements by index: GatherElements, GatherND, Tile, DepthToSpace,
-SpaceToDepth, OneHot, EyeLike, Compress, and the inference forms of Dropout and Size.
+SpaceToDepth, OneHot, EyeLike, Compress, ReverseSequence, Col2Im, and the inference forms of Dropout and Size.
 
 Each output element reads the input element an index map gives (`x.at(map(idx))`); an index read
 from a tensor counts negative values from the end and is clamped into the axis, as Gather's are.
@@ -186,3 +186,56 @@ def _unflattened(flat: Expr, shape: tuple[int, ...]) -> list[Expr]:
         at.append(flat % d)
         flat = flat // d
     return at[::-1]
+
+
+@op("ReverseSequence")
+def reverse_sequence(imp: Importer, node: onnx.NodeProto) -> None:
+    """Each batch entry's first sequence_lens[b] steps along time_axis reversed, the rest as they are
+    (the lengths read at run time: a gather along the time axis)."""
+    x, lens = imp.value(node, 0), imp.value(node, 1)
+    _integer(node, lens, "sequence_lens")
+    rank = len(x.shape)
+    batch_axis = axis_of(node, int(attribute(node, "batch_axis", 1)), rank)
+    time_axis = axis_of(node, int(attribute(node, "time_axis", 0)), rank)
+    if batch_axis == time_axis:
+        raise WorkloadError(f"{describe(node)}: batch_axis and time_axis are both {batch_axis}")
+
+    def body(*idx):
+        t, n = idx[time_axis], pw.cast(lens.at([idx[batch_axis]]), "int64")
+        at = list(idx)
+        at[time_axis] = _wrapped(pw.where(t < n, n - 1 - t, t), x.shape[time_axis])
+        return x.at(at)
+
+    imp.compute(node, x.shape, body)
+
+
+@op("Col2Im")
+def col2im(imp: Importer, node: onnx.NodeProto) -> None:
+    """The image whose blocks the columns hold, overlaps summed (im2col's adjoint): each pixel sums, over
+    the block offsets k, the column of the block that covers it at k (where the stride lands on one)."""
+    x = imp.value(node, 0)
+    image = [int(v) for v in imp.array(node, 1, "image_shape").reshape(-1)]
+    block = [int(v) for v in imp.array(node, 2, "block_shape").reshape(-1)]
+    k = len(image)
+    dilations = list(attribute(node, "dilations", [1] * k))
+    strides = list(attribute(node, "strides", [1] * k))
+    pads = list(attribute(node, "pads", [0] * 2 * k))
+    counts = [(image[d] + pads[d] + pads[d + k] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
+              for d in range(k)]
+    if len(x.shape) != 3 or x.shape[1] % math.prod(block) or x.shape[2] != math.prod(counts):
+        raise WorkloadError(f"{describe(node)}: input of shape {x.shape} for blocks {block} over an image {image} "
+                            f"({math.prod(counts)} blocks) with pads {pads}, strides {strides}, dilations {dilations}")
+    offsets = [pw.reduce_axis(b, f"k{d}") for d, b in enumerate(block)]
+
+    def body(n, c, *pixel):
+        valid, row, column = None, c, 0
+        for d in range(k):
+            shifted = pixel[d] + pads[d] - offsets[d] * dilations[d]
+            p = shifted // strides[d]
+            here = (shifted % strides[d] == 0) & (shifted >= 0) & (p < counts[d])
+            valid = here if valid is None else valid & here
+            row = row * block[d] + offsets[d]
+            column = column * counts[d] + pw.clamp(p, 0, counts[d] - 1)
+        return pw.sum(pw.where(valid, x.at([n, row, column]), 0.0), offsets)
+
+    imp.compute(node, (x.shape[0], x.shape[1] // math.prod(block), *image), body)
