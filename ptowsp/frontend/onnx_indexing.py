@@ -129,11 +129,15 @@ def eye_like(imp: Importer, node: onnx.NodeProto) -> None:
 
 @op("Dropout")
 def dropout(imp: Importer, node: onnx.NodeProto) -> None:
-    """Inference: the input as it is (and a mask of ones).  Training mode drops at random: refused."""
+    """Inference, or training with a ratio of 0: the input as it is (and a mask of ones).  Training mode
+    with a ratio above 0 drops at random: refused."""
     training = imp.array(node, 2, "training_mode") if imp.opset >= 12 else None
-    if training is not None and bool(np.asarray(training).reshape(-1)[0]) or not int(attribute(node, "is_test", 1)):
-        raise WorkloadError(f"{describe(node)}: Dropout in training mode drops at random; only inference is "
-                            "supported")
+    ratio = imp.array(node, 1, "ratio") if imp.opset >= 12 else None
+    dropping = ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0
+    if dropping and (training is not None and bool(np.asarray(training).reshape(-1)[0])
+                     or not int(attribute(node, "is_test", 1))):
+        raise WorkloadError(f"{describe(node)}: Dropout in training mode with a ratio above 0 drops at random; "
+                            "only inference (or a ratio of 0) is supported")
     x = imp.value(node, 0)
     imp.compute(node, x.shape, lambda *idx: x.at(idx))
     if len(node.output) > 1 and node.output[1]:

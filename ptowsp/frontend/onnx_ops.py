@@ -421,23 +421,3 @@ def global_pool(imp: Importer, node: onnx.NodeProto) -> None:
         imp.compute(node, (*x.shape[:2], *spatial), lambda n, ch, *_: pw.sum(x.at([n, ch, *taps]), taps) / area)
     else:
         imp.compute(node, (*x.shape[:2], *spatial), lambda n, ch, *_: pw.max(x.at([n, ch, *taps]), taps))
-
-
-@op("BatchNormalization")
-def batch_norm(imp: Importer, node: onnx.NodeProto) -> None:
-    """Inference form, folded at import: y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = B - mean * a."""
-    if int(attribute(node, "training_mode", 0)) or len([o for o in node.output if o]) > 1:
-        refuse(node, "training_mode", 1, "only inference: one output")
-    x = imp.value(node, 0)
-    scale, bias, mean, var = (imp.array(node, k, what) for k, what in
-                              ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")))
-    eps = float(attribute(node, "epsilon", 1e-5))
-    dtype = np.dtype(x.dtype)
-    a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(dtype)
-    b = (bias - mean * a).astype(dtype)
-    imp.constant(f"{node.name or 'bn'}_scale", a)
-    imp.constant(f"{node.name or 'bn'}_shift", b)
-    fa, fb = imp.lookup(f"{node.name or 'bn'}_scale"), imp.lookup(f"{node.name or 'bn'}_shift")
-    if len(x.shape) < 2:
-        raise WorkloadError(f"{describe(node)}: input of rank {len(x.shape)}; needs (N, C, ...)")
-    imp.compute(node, x.shape, lambda *idx: x.at(idx) * fa.at([idx[1]]) + fb.at([idx[1]]))

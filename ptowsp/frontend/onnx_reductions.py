@@ -284,6 +284,48 @@ def channel_norm(imp: Importer, node: onnx.NodeProto) -> None:
     imp.compute(node, x.shape, body)
 
 
+@op("BatchNormalization")
+def batch_norm(imp: Importer, node: onnx.NodeProto) -> None:
+    """Inference: y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = B - mean * a, folded at import.
+    training_mode=1: normalized by the batch's own mean and (biased) variance over every axis but the
+    channels, which the running_mean and running_var outputs blend into the given ones by `momentum`."""
+    x = imp.value(node, 0)
+    if len(x.shape) < 2:
+        raise WorkloadError(f"{describe(node)}: input of rank {len(x.shape)}; needs (N, C, ...)")
+    eps = float(attribute(node, "epsilon", 1e-5))
+    if int(attribute(node, "training_mode", 0)):
+        _batch_norm_training(imp, node, x, eps)
+        return
+    if len([o for o in node.output if o]) > 1:
+        refuse(node, "training_mode", 0, "1 for the running mean and variance outputs")
+    scale, bias, mean, var = (imp.array(node, k, what) for k, what in
+                              ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")))
+    dtype = np.dtype(x.dtype)
+    a = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(dtype)
+    b = (bias - mean * a).astype(dtype)
+    imp.constant(f"{node.name or 'bn'}_scale", a)
+    imp.constant(f"{node.name or 'bn'}_shift", b)
+    fa, fb = imp.lookup(f"{node.name or 'bn'}_scale"), imp.lookup(f"{node.name or 'bn'}_shift")
+    imp.compute(node, x.shape, lambda *idx: x.at(idx) * fa.at([idx[1]]) + fb.at([idx[1]]))
+
+
+def _batch_norm_training(imp: Importer, node: onnx.NodeProto, x: Value, eps: float) -> None:
+    scale, bias, mean, var = (imp.value(node, k) for k in range(1, 5))
+    momentum = float(attribute(node, "momentum", 0.9))
+    ax = Along(tuple(x.shape), tuple(d for d in range(len(x.shape)) if d != 1), False)
+    loops = ax.loops()
+    every, n = tuple(loops.values()), float(ax.count)
+    batch_mean = imp.compute(node, ax.out, lambda c: pw.sum(x.at(ax.read([c], loops)), every) / n, part="mean")
+    batch_var = imp.compute(node, ax.out, lambda c: pw.sum((x.at(ax.read([c], loops)) - batch_mean.at([c])) ** 2,
+                                                           every) / n, part="var")
+    imp.compute(node, x.shape, lambda *idx: (x.at(idx) - batch_mean.at([idx[1]])) * pw.rsqrt(
+        batch_var.at([idx[1]]) + eps) * scale.at([idx[1]]) + bias.at([idx[1]]))
+    for k, given, batch in ((1, mean, batch_mean), (2, var, batch_var)):
+        if len(node.output) > k and node.output[k]:
+            imp.compute(node, ax.out, lambda c, g=given, b=batch: g.at([c]) * momentum + b.at([c]) * (1 - momentum),
+                        output=k)
+
+
 @op("LRN")
 def lrn(imp: Importer, node: onnx.NodeProto) -> None:
     """Local response normalisation across channels: x / (bias + alpha / size * (sum of x^2 over the
