@@ -39,3 +39,15 @@ def test_the_frontend_page_names_every_operator_the_importer_takes():
     text = (ROOT / "docs" / "frontend.md").read_text()
     missing = [op for op in registered_operators() if not re.search(rf"\b{op}\b", text)]
     assert not missing, f"docs/frontend.md does not name {missing}"
+
+
+def test_the_generated_operator_table_has_a_row_for_every_registered_operator():
+    """docs/onnx_operators.md is written by a full run of the ONNX backend suite (tests/onnx_backend/table.py):
+    a handler added since the last run has no row, and the table must be written again."""
+    from ptowsp.frontend.onnx_import import registered_operators
+
+    rows = {line.split("|")[1].strip() for line in (ROOT / "docs" / "onnx_operators.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith(("| operator", "| ---"))}
+    missing = sorted(set(registered_operators()) - rows)
+    assert not missing, f"docs/onnx_operators.md has no row for {missing}: run python -m tests.onnx_backend " \
+                        "--write-expected"

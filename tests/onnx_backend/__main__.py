@@ -16,6 +16,7 @@ import multiprocessing  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 
 from tests.onnx_backend.suite import cases, judge, operators, peer_passes, reason, write_expected  # noqa: E402
+from tests.onnx_backend.table import write_table  # noqa: E402
 
 
 def _one(name):
@@ -55,6 +56,7 @@ def main() -> None:
             raise SystemExit("--write-expected needs the whole suite (no --only)")
         write_expected({t: {n: reason(f[t]) for n, f in results.items() if t in f and f[t].kind != "pass"}
                         for t in ("reference", "cpu", "aicore")})
+        write_table(results)
 
 
 def _against_the_peer(results) -> None:
