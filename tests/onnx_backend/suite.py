@@ -253,7 +253,6 @@ _GAPS = (  # (what the refusal says, the gap it is) - issue 53 unless said other
     (_NODE + r" operator domain '([\w.]+)' is not supported", "operator {0} of the domain {1}"),
     (_NODE + r" input \d+ \((\w+), '[^']*'\) must be a constant", "{0}'s {1} computed at run time (the import "
      "needs it as a value)"),
-    (r"a dimension must be a positive int .* got 0", "a zero-size tensor"),
     (r"unsupported dtype '(\w+)'", "dtype {0}"),
     (_NODE + r" attribute (\w+)=", "{0} attribute {1}"),
     (_NODE + r" only (\d)-D", "{0} in other than {1}-D"),
