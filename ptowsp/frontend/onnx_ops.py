@@ -355,8 +355,6 @@ def conv_transpose(imp: Importer, node: onnx.NodeProto) -> None:
 # -- pooling and normalisation -------------------------------------------------------------------
 @op("MaxPool", "AveragePool", "LpPool")
 def pool(imp: Importer, node: onnx.NodeProto) -> None:
-    if len(node.output) > 1 and node.output[1]:
-        raise WorkloadError(f"{describe(node)}: the Indices output is not supported")
     x = imp.value(node, 0)
     kernel = list(attribute(node, "kernel_shape"))
     strides, pads, dil, out = _window(node, x, kernel)
@@ -384,10 +382,16 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
             total = pw.sum(powered, taps)
             return pw.sqrt(total) if p == 2 else total if p == 1 else total ** (1.0 / p)
     elif node.op_type == "MaxPool":
-        def body(n, ch, *at):
+        def body(n, ch, *at, indices=False):
             pos = window(at)
             read = x.at([n, ch, *pos])
-            return pw.max(pw.where(_inside(pos, size), read, lowest(x.dtype)) if masked else read, taps)
+            read = pw.where(_inside(pos, size), read, lowest(x.dtype)) if masked else read
+            if not indices:
+                return pw.max(read, taps)
+            return _flat_index(node, pw.argmax(read, taps), n, ch, at, x.shape, kernel, strides, pads, dil)
+
+        if len(node.output) > 1 and node.output[1]:
+            imp.compute(node, (x.shape[0], x.shape[1], *out), lambda *idx: body(*idx, indices=True), output=1)
     else:
         include = int(attribute(node, "count_include_pad", 0))
         # the divisor: the taps inside the input, or inside the input and its pads (count_include_pad),
@@ -407,6 +411,25 @@ def pool(imp: Importer, node: onnx.NodeProto) -> None:
                       - pw.maximum(at[d] * strides[d] - pads[d], low[d]) for d in range(k)]
             return total / pw.cast(math.prod(counts[1:], start=counts[0]), x.dtype)
     imp.compute(node, (x.shape[0], x.shape[1], *out), body)
+
+
+def _flat_index(node: onnx.NodeProto, tap: Expr, n: Expr, ch: Expr, at, shape, kernel, strides, pads, dil) -> Expr:
+    """MaxPool's Indices: the input element that `tap` (the row-major index over the window's taps, the
+    first largest) names, flattened over the whole input: row-major (storage_order 0), or with the
+    spatial axes column-major (storage_order 1: 2-D only)."""
+    k, offsets, rest = len(kernel), [], tap
+    for d in reversed(range(k)):
+        offsets.insert(0, rest % kernel[d])
+        rest = rest // kernel[d]
+    pos = [at[d] * strides[d] + offsets[d] * dil[d] - pads[d] for d in range(k)]
+    index = n * shape[1] + ch
+    if int(attribute(node, "storage_order", 0)):
+        if k != 2:
+            refuse(node, "storage_order", 1, "0 for other than 2-D pooling")
+        return index * (shape[2] * shape[3]) + pos[0] + pos[1] * shape[2]
+    for d in range(k):
+        index = index * shape[2 + d] + pos[d]
+    return index
 
 
 @op("GlobalAveragePool", "GlobalMaxPool")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import onnx.helper as oh
 from onnx import TensorProto as TP
 from onnx.reference import ReferenceEvaluator
 
 import ptowsp as pw
 
-from tests.frontend.test_onnx import check, one
+from tests.frontend.test_onnx import check, model, one
 
 RNG = np.random.default_rng(5)
 
@@ -68,3 +69,16 @@ def test_a_grouped_transposed_convolution_is_its_groups_side_by_side():
 def test_pools_in_any_number_of_spatial_dimensions(op, x, attrs):
     m, feeds = one(op, [x], attrs, out_type=TP.FLOAT, opset=19)
     check(m, feeds, target="cpu", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("storage_order, pads", [(0, [1, 1, 1, 1]), (1, [0, 1, 1, 0])])
+def test_maxpool_indices_name_the_first_largest_input_element(storage_order, pads):
+    node = oh.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 1], pads=pads,
+                        storage_order=storage_order)
+    m = model([node], {"x": ((2, 3, 7, 6), TP.FLOAT)}, {"y": (None, TP.FLOAT), "i": (None, TP.INT64)})
+    x = np.round(RNG.standard_normal((2, 3, 7, 6)) * 2).astype(np.float32)  # ties: the first one counts
+    want = ReferenceEvaluator(m).run(None, {"x": x})
+    got = pw.build(pw.frontend.from_onnx(m), "cpu").run(x=x)
+    np.testing.assert_array_equal(got["y"], want[0])
+    assert got["i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i"], want[1])
