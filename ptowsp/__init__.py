@@ -2,7 +2,7 @@
 
 This module only re-exports the public API of DESIGN.md section 3; the
 implementation lives in the layer packages (te, workloads, ...), in
-pipeline order as docs/layout.md lists them.
+pipeline order as docs/architecture.md lists them.
 """
 
 from ptowsp.errors import (
