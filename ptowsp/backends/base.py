@@ -14,18 +14,28 @@ from typing import Protocol
 import numpy as np
 
 from ptowsp.errors import BuildError
+from ptowsp.lower import Program
 from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.steps import CORE_CLASSES
 from ptowsp.schedules.passes.default import Choose
+from ptowsp.schedules.passes.memory import MemoryPlan
 from ptowsp.workloads import Workload
 
 
 class Executable(Protocol):
     table: TaskTable  # every task instance with its regions, in launch order
+    schedule: Schedule  # the schedule it runs (a target's default may have adapted the one it was given)
+    program: Program  # the lowered program (a target that does not compile lowers it when asked)
+    memory_plan: MemoryPlan | None  # where stored intermediates live; None: each tensor in its own array
+    source_kinds: tuple[str, ...]  # what `source` shows besides the lowered loops ("llvm", "asm", "ptx")
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on validated, read-only inputs through the runtime; the workload's outputs and the trace."""
+        ...
+
+    def source(self, task: str, kind: str) -> str:
+        """A task's generated code of one of `source_kinds`."""
         ...
 
 
@@ -42,6 +52,11 @@ class Backend(Protocol):
         ...
 
     def compile(self, schedule: Schedule, device: object | None = None) -> Executable: ...
+
+    def compile_default(self, schedule: Schedule, device: object | None = None) -> Executable:
+        """`compile` for the default schedule, which a target may adapt to fit (aicore: streamed
+        reductions, narrower tiles); the executable's `schedule` is the one it runs."""
+        ...
 
     def schedule_choices(self, device: object | None) -> Choose:
         """How this target answers the default schedule's decisions (schedules/passes/default.py)."""

@@ -10,7 +10,7 @@ import numpy as np
 from ptowsp.backends.base import Executable, backend
 from ptowsp.errors import BuildError, InputError
 from ptowsp.progress import Progress
-from ptowsp.lower import Program, lower_program
+from ptowsp.lower import Program
 from ptowsp.runtime import Options, Trace
 from ptowsp.runtime.dispatch import Policy, TaskTimes
 from ptowsp.runtime.scheduler import DEFAULT_WINDOW
@@ -50,13 +50,13 @@ class Built:
         """The lowered program (kernels and task table); the numpy target lowers only when asked."""
         if self.schedule is None:
             raise BuildError(f"workload {self.workload.name!r} has nothing to compute: every output is empty")
-        return getattr(self._executable, "program", None) or lower_program(self.schedule.workload, self.schedule)
+        return self._executable.program
 
     @property
     def memory_plan(self) -> MemoryPlan | None:
         """Where the stored intermediates live (offsets in one arena, peak before and after
         sharing); None on targets that keep every tensor in its own array (numpy)."""
-        return getattr(self._executable, "memory_plan", None)
+        return None if self._executable is None else self._executable.memory_plan
 
     def run(self, *args: np.ndarray, timeout: float | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Validate inputs (InputError), run, and return {output name: new array}.
@@ -91,7 +91,7 @@ class Built:
         """A task's code: its lowered loop nest as pseudo-code ("loops"), or what the target
         generates from it: "llvm" (IR after optimisation) and "asm" on cpu and aicore (whose numbers
         are computed by host code), "llvm" and "ptx" on cuda.  Works for cached builds too."""
-        kinds = ("loops", *getattr(self._executable, "source_kinds", ()))
+        kinds = ("loops", *(() if self._executable is None else self._executable.source_kinds))
         if kind not in kinds:
             raise BuildError(f"source({task!r}, {kind!r}): the {self.target} target shows "
                              f"{', '.join(map(repr, kinds))}")
@@ -156,12 +156,12 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
     """
     found = backend(target)
     cores = found.cores(workers, device)
-    name = getattr(what, "name", None) or getattr(getattr(what, "workload", None), "name", "?")
     if not isinstance(window, int) or window < 1:
         raise BuildError(f"window must be an integer >= 1, got {window!r}")
     if not isinstance(what, (Workload, Schedule)):
         raise BuildError(f"pw.build takes a Workload or a Schedule, got {type(what).__name__}")
     original = what if isinstance(what, Workload) else what.workload
+    name = original.name
     emptied = without_empties(original)  # tasks over empty tensors compute nothing (workloads/empties.py)
     if emptied.computed is None:
         return Built(None, target, None, Options(workers=cores, window=window, title=f"ptowsp {name} on {target}"),
@@ -180,8 +180,8 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
                           task_times=TaskTimes() if policy.policy == "heft" else None)
         progress.phase(f"lowering and compiling {len(schedule.workload.tasks)} tasks")
         if isinstance(what, Workload):  # a target may adapt its default to fit (aicore: streamed reductions)
-            executable = getattr(found, "compile_default", found.compile)(schedule, device)
-            schedule = getattr(executable, "schedule", schedule)
+            executable = found.compile_default(schedule, device)
+            schedule = executable.schedule
         else:
             executable = found.compile(schedule, device)
     if emptied.computed is original:

@@ -453,6 +453,9 @@ class CpuBackend:
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
 
+    def compile_default(self, schedule: Schedule, device: None = None) -> CpuExecutable:
+        return self.compile(schedule, device)
+
     def compile(self, schedule: Schedule, device: None = None) -> CpuExecutable:
         return CpuExecutable(schedule)
 

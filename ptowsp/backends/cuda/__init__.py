@@ -95,6 +95,7 @@ class CudaExecutable:
     """PTX loaded on GPU 0, device memory for every tensor, and the launches of the task table."""
 
     source_kinds = ("llvm", "ptx")
+    memory_plan = None  # every tensor in a device buffer of its own
 
     def __init__(self, schedule: Schedule):
         self.device = driver.device()
@@ -195,6 +196,9 @@ class CudaBackend:
 
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
+
+    def compile_default(self, schedule: Schedule, device: None = None) -> CudaExecutable:
+        return self.compile(schedule, device)
 
     def compile(self, schedule: Schedule, device: None = None) -> CudaExecutable:
         return CudaExecutable(schedule)

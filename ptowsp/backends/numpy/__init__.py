@@ -7,12 +7,15 @@ Folded tasks (constants only) are evaluated once at build time and get no instan
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
 
 from ptowsp.backends.base import host_cores
 from ptowsp.backends.host import host_instance
+from ptowsp.errors import BuildError
+from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
@@ -23,6 +26,11 @@ from ptowsp.workloads.reference import run_opaque
 
 
 class NumpyExecutable:
+    """Each task evaluated by numpy in table order (the reference's code under the runtime)."""
+
+    source_kinds: tuple[str, ...] = ()  # no generated code: only the lowered loops (Built.source "loops")
+    memory_plan = None  # every tensor in its own array
+
     def __init__(self, schedule: Schedule):
         self.schedule = schedule
         self.workload = schedule.workload
@@ -35,6 +43,14 @@ class NumpyExecutable:
     @property
     def table(self) -> TaskTable:
         return self.table_for({})
+
+    @functools.cached_property
+    def program(self) -> Program:
+        """The lowered program, made when asked for (numpy runs the tasks as written)."""
+        return lower_program(self.workload, self.schedule)
+
+    def source(self, task: str, kind: str) -> str:
+        raise BuildError(f"source({task!r}, {kind!r}): the numpy target generates no code")
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
         sizes = input_sizes(self.workload, inputs)
@@ -67,6 +83,9 @@ class NumpyBackend:
 
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
+
+    def compile_default(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
+        return self.compile(schedule, device)
 
     def compile(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
         return NumpyExecutable(schedule)
