@@ -18,7 +18,8 @@ from tests.frontend.test_onnx import model
 RNG = np.random.default_rng(3)
 CASES = [(mode, padding, corners, spatial) for mode, padding, corners, spatial in itertools.product(
     ["nearest", "linear", "cubic"], ["zeros", "border", "reflection"], [0, 1], [(5, 7), (3, 4, 5)])
-    if not (mode == "cubic" and len(spatial) == 3)]
+    if not (mode == "cubic" and len(spatial) == 3)  # (cubic is 2-D only in the standard)
+    and not (mode == "linear" and padding == "reflection" and len(spatial) == 3)]  # (the slowest; 2-D has it)
 ON_CPU = {("nearest", "border", 1, (3, 4, 5)), ("nearest", "reflection", 0, (5, 7)), ("linear", "border", 0, (5, 7)),
           ("cubic", "zeros", 1, (5, 7)), ("linear", "zeros", 0, (3, 4, 5))}  # (reflection's taps compile slowly)
 
