@@ -21,6 +21,7 @@ from ptowsp.lower.ir import LOCAL, Allocate, Buffer, For, Stmt, Store, block
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, cast, const, dtypes, substitute
 from ptowsp.te.expr import ARG_KINDS, binary, where
+from ptowsp.te.reducer import reduction_identity
 
 NO_INDEX = np.iinfo(np.int64).max  # the index of the identity: any real element is taken over it
 
@@ -31,10 +32,7 @@ def is_arg_reduction(e: Expr) -> bool:
 
 def value_identity(kind: str, dtype: str) -> Expr:
     """The worst value: every element, -inf included, is at least as good (and wins on index)."""
-    if dtypes.is_float(dtype):
-        return const(float("-inf") if kind == "argmax" else float("inf"), dtype)
-    info = np.iinfo(dtype)
-    return const(info.min if kind == "argmax" else info.max, dtype)
+    return reduction_identity("max" if kind == "argmax" else "min", dtype)
 
 
 def flat_index(axes: tuple[Expr, ...]) -> Expr:

@@ -40,6 +40,7 @@ import numpy as np
 from ptowsp.errors import BoundsError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, dtypes, lift, sizes, walk
 from ptowsp.te.evaluate import evaluate
+from ptowsp.te.reducer import reduction_identity
 from ptowsp.te.sizes import Extent
 from ptowsp.workloads.arrays import normalize_shape
 from ptowsp.workloads.checks import loop_names_of
@@ -187,13 +188,9 @@ class _Combination(_Inversion):
 
 
 def identity(combine: str, dtype: str) -> int | float:
-    """The start value of a combining scatter's targets: 0 for add, the lowest/highest for max/min."""
-    if combine == "add":
-        return 0
-    if dtypes.is_int(dtype):
-        lo, hi = dtypes.int_range(dtype)
-        return lo if combine == "max" else hi
-    return -np.inf if combine == "max" else np.inf
+    """The start value of a combining scatter's targets: that of the reduction it combines as (0 for add,
+    the lowest/highest for max/min)."""
+    return reduction_identity({"add": "sum"}.get(combine, combine), dtype).arg
 
 
 def _point(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
