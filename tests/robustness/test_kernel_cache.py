@@ -124,7 +124,10 @@ def mutated_objects(scratch: str, examples: str) -> None:
     """In a subprocess: hypothesis-generated damage to the object code, each example in a fresh cache."""
     pristine = pristine_entries(pathlib.Path(scratch) / "pristine")
 
-    @settings(max_examples=int(examples), derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    # (deadline=None as tests/conftest.py sets it: this subprocess does not load conftest, and a loaded
+    # 2-core VM once took 292 ms on an example)
+    @settings(max_examples=int(examples), derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
     @given(mutation=MUTATION)
     def check(mutation) -> None:
         root = pathlib.Path(scratch) / "cache"
