@@ -1,6 +1,7 @@
 """The model's graph as data, checked before anything is imported: one producer per value, every node
 valid against its operator's schema at the model's opset, and what a node reads, including what its
-subgraphs (a Loop's body, If's branches) read from the graphs around them by name."""
+subgraphs (a Loop's body, If's branches) read from the graphs around them by name; and the one rewrite
+of the graph before the import, Conv -> BatchNormalization pairs folded into one Conv."""
 
 from __future__ import annotations
 
@@ -87,3 +88,40 @@ def one_producer_each(graph: onnx.GraphProto, source: str) -> None:
 
 
 __all__ = ["describe", "graph_reads", "node_reads", "one_producer_each", "schema_checked"]
+
+
+def fold_batch_norms(nodes: list[onnx.NodeProto], arrays: dict[str, np.ndarray],
+                     outputs: set[str]) -> list[onnx.NodeProto]:
+    """Conv -> BatchNormalization (inference) pairs as one Conv with rescaled constant weights and a bias:
+    W'[o] = W[o] * a[o], b' = (b - mean) * a + B with a = scale / sqrt(var + eps).  Only where the Conv's
+    weights (and bias) and the norm's parameters are constants and the norm is the Conv's only reader."""
+    from ptowsp.frontend.onnx_import import attribute  # (the importer imports this module)
+
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    made = {o: node for node in nodes for o in node.output}
+    out: list[onnx.NodeProto] = []
+    for node in nodes:
+        conv = made.get(node.input[0]) if node.op_type == "BatchNormalization" and node.input else None
+        if conv is None or conv.op_type != "Conv" or readers.get(conv.output[0]) != 1 or conv.output[0] in outputs \
+                or len([o for o in node.output if o]) != 1 or attribute(node, "training_mode", 0) \
+                or not all(n in arrays for n in [*conv.input[1:], *node.input[1:5]]):
+            out.append(node)
+            continue
+        scale, shift, mean, var = (arrays[n].astype(np.float64) for n in node.input[1:5])
+        weight = arrays[conv.input[1]]
+        a = scale / np.sqrt(var + float(attribute(node, "epsilon", 1e-5)))
+        bias = arrays[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] else 0.0
+        w_name, b_name = f"{conv.output[0]}__folded_w", f"{conv.output[0]}__folded_b"
+        arrays[w_name] = (weight * a.reshape(-1, 1, 1, 1)).astype(weight.dtype)
+        arrays[b_name] = ((bias - mean) * a + shift).astype(weight.dtype)
+        folded = onnx.NodeProto()
+        folded.CopyFrom(conv)
+        del folded.input[:]
+        folded.input.extend([conv.input[0], w_name, b_name])
+        del folded.output[:]
+        folded.output.append(node.output[0])
+        out[out.index(conv)] = folded  # the norm itself is left out
+    return out

@@ -31,7 +31,7 @@ from ptowsp.frontend.onnx_budget import (
     DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time, fold_seconds,
 )
 from ptowsp.frontend.onnx_data import tensor_array
-from ptowsp.frontend.onnx_graph import describe, node_reads, one_producer_each, schema_checked
+from ptowsp.frontend.onnx_graph import describe, fold_batch_norms, node_reads, one_producer_each, schema_checked
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
@@ -484,41 +484,6 @@ def _fold(imp: Importer, node: onnx.NodeProto) -> None:
             raise WorkloadError(f"{describe(node)}: output {name!r} is a {type(value).__name__}, not a tensor; "
                                 "only tensors import")
         imp.constant(name, np.asarray(value))
-
-
-def fold_batch_norms(nodes: list[onnx.NodeProto], arrays: dict[str, np.ndarray],
-                     outputs: set[str]) -> list[onnx.NodeProto]:
-    """Conv -> BatchNormalization (inference) pairs as one Conv with rescaled constant weights and a bias:
-    W'[o] = W[o] * a[o], b' = (b - mean) * a + B with a = scale / sqrt(var + eps).  Only where the Conv's
-    weights (and bias) and the norm's parameters are constants and the norm is the Conv's only reader."""
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
-    made = {o: node for node in nodes for o in node.output}
-    out: list[onnx.NodeProto] = []
-    for node in nodes:
-        conv = made.get(node.input[0]) if node.op_type == "BatchNormalization" and node.input else None
-        if conv is None or conv.op_type != "Conv" or readers.get(conv.output[0]) != 1 or conv.output[0] in outputs \
-                or len([o for o in node.output if o]) != 1 or attribute(node, "training_mode", 0) \
-                or not all(n in arrays for n in [*conv.input[1:], *node.input[1:5]]):
-            out.append(node)
-            continue
-        scale, shift, mean, var = (arrays[n].astype(np.float64) for n in node.input[1:5])
-        weight = arrays[conv.input[1]]
-        a = scale / np.sqrt(var + float(attribute(node, "epsilon", 1e-5)))
-        bias = arrays[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] else 0.0
-        w_name, b_name = f"{conv.output[0]}__folded_w", f"{conv.output[0]}__folded_b"
-        arrays[w_name] = (weight * a.reshape(-1, 1, 1, 1)).astype(weight.dtype)
-        arrays[b_name] = ((bias - mean) * a + shift).astype(weight.dtype)
-        folded = onnx.NodeProto()
-        folded.CopyFrom(conv)
-        del folded.input[:]
-        folded.input.extend([conv.input[0], w_name, b_name])
-        del folded.output[:]
-        folded.output.append(node.output[0])
-        out[out.index(conv)] = folded  # the norm itself is left out
-    return out
 
 
 def _copy_node(output: str) -> onnx.NodeProto:
