@@ -31,6 +31,7 @@ from ptowsp.frontend.onnx_budget import (
     DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time, fold_seconds,
 )
 from ptowsp.frontend.onnx_data import tensor_array
+from ptowsp.frontend.onnx_narrow import NARROW_FLOAT_MODES, widened
 from ptowsp.frontend.onnx_graph import describe, fold_batch_norms, node_reads, one_producer_each, schema_checked
 from ptowsp.te import Expr, Tensor, sizes
 from ptowsp.te.names import fit_name
@@ -147,7 +148,7 @@ class Importer:
         if kind != "tensor_type":
             raise WorkloadError(f"{self.source}: input {inp.name!r} is a {kind}, not a tensor; only tensors import")
         t = inp.type.tensor_type
-        dtype = _dtype(t.elem_type, f"input {inp.name!r}")
+        dtype = element_dtype(t.elem_type, f"input {inp.name!r}")
         if inp.name in shapes:
             shape = self._bound(inp, shapes[inp.name])
         else:  # a symbolic dimension becomes a size (onnx_sizes.py)
@@ -160,7 +161,7 @@ class Importer:
 
     def _given(self, inp: onnx.ValueInfoProto, value: object) -> np.ndarray:
         """`values=`'s array for the input: of its declared dtype, rank and static sizes."""
-        dtype = _dtype(inp.type.tensor_type.elem_type, f"input {inp.name!r}")
+        dtype = element_dtype(inp.type.tensor_type.elem_type, f"input {inp.name!r}")
         array = np.asarray(value)
         dims = inp.type.tensor_type.shape.dim
         if array.dtype != np.dtype(dtype) or array.ndim != len(dims) or any(
@@ -303,7 +304,8 @@ _RESERVED = {"False", "None", "True", "and", "as", "assert", "async", "await", "
              "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield"}
 
 
-def _dtype(elem_type: int, what: str) -> str:
+def element_dtype(elem_type: int, what: str) -> str:
+    """The numpy name of an ONNX element type; WorkloadError naming `what` for one numpy lacks."""
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
@@ -361,15 +363,22 @@ def _not_utf8(message) -> str | None:
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
               shapes: Mapping[str, Sequence[int]] | None = None, *, values: Mapping[str, object] | None = None,
-              max_bytes: int = DEFAULT_MAX_BYTES, max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS) -> Workload:
+              max_bytes: int = DEFAULT_MAX_BYTES, max_fold_seconds: float = DEFAULT_MAX_FOLD_SECONDS,
+              narrow_floats: str = "float32") -> Workload:
     """The Workload an ONNX model computes (see the module docstring).  `values` fixes graph inputs to
     arrays (they become constants: a Reshape's shape, a ReduceSum's axes that the model takes as
     inputs; ValueNeeded names an input the import needs so).  `max_bytes` bounds every constant
     the import reads, computes or folds, `max_fold_seconds` the estimated time of each node computed at
-    import (onnx_budget.py: an InputError before it is allocated or run)."""
+    import (onnx_budget.py: an InputError before it is allocated or run).  `narrow_floats`: how a
+    float16/bfloat16 graph computes, "float32" between its nodes (rounded where it leaves and at its
+    Casts, as onnxruntime's CPU provider computes it: onnx_narrow.py) or rounded at "each_node"'s output."""
     registered_operators()  # every handler registered before the first node
     proto, source, folder = load(model)
     one_producer_each(proto.graph, source)
+    if narrow_floats not in NARROW_FLOAT_MODES:
+        raise InputError(f"narrow_floats must be one of {', '.join(map(repr, NARROW_FLOAT_MODES))}, got {narrow_floats!r}")
+    if narrow_floats == "float32":
+        proto = widened(proto)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise InputError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
     if isinstance(max_fold_seconds, bool) or not isinstance(max_fold_seconds, (int, float)) \
@@ -387,8 +396,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
         value = imp.lookup(out.name)
         if value is None:
             raise WorkloadError(f"{source}: graph output {out.name!r} is produced by no node")
-        if value.tensor.name != imp.outputs[out.name] or value.tensor.name in imp.wl.constants:
-            # an input, constant or shared value: copy it out
+        if value.tensor.name != imp.outputs[out.name] or value.tensor.name in imp.wl.constants \
+                or value.tensor.name in imp.wl.inputs:  # an input, constant or shared value: copy it out
             value = imp.compute(_copy_node(out.name), value.shape, lambda *i, v=value: v.at(i))
         imp.wl.output(value.tensor)
     return imp.wl
@@ -413,7 +422,7 @@ def registered_operators() -> list[str]:
     import), sorted; operators defined by function bodies come on top (onnx_functions.py)."""
     from ptowsp.frontend import (  # noqa: F401 - register operators
         onnx_branches, onnx_control, onnx_elementwise, onnx_gridsample, onnx_indexing, onnx_quantized,
-        onnx_recurrent, onnx_reductions, onnx_resize, onnx_scatter, onnx_trigonometry)
+        onnx_host, onnx_recurrent, onnx_reductions, onnx_resize, onnx_scatter, onnx_trigonometry)
     from ptowsp.frontend.onnx_shapes import OPS
 
     return sorted(OPS)
@@ -442,6 +451,11 @@ def import_nodes(imp: Importer, nodes: Sequence[onnx.NodeProto]) -> None:
             imp.producers.update({out: inner for inner in body for out in inner.output if out})
             import_nodes(imp, body)
             continue  # an operator the standard defines by a function body: its nodes (onnx_functions.py)
+        if handler is None and all(imp.value(node, k).shape == () for k, n in enumerate(node.input)
+                                   if n and n not in imp.arrays):
+            for k, name in enumerate(node.input):  # scalars that steer what it makes (MelWeightMatrix's sizes):
+                if name:  # given as values (ValueNeeded), they fold it
+                    imp.array(node, k, f"a scalar parameter of {node.op_type}, which is folded at import")
         if handler is None:
             raise WorkloadError(f"{describe(node)}: operator {node.op_type!r} is not supported; supported: "
                                 f"{', '.join(sorted(OPS))}")

@@ -1,5 +1,5 @@
 """ONNX operators that move or pick elements by index: GatherElements, GatherND, Tile, DepthToSpace,
-SpaceToDepth, OneHot, EyeLike, Compress, ReverseSequence, Col2Im, and the inference forms of Dropout and Size.
+SpaceToDepth, OneHot, EyeLike, Compress, ReverseSequence, Col2Im, MaxUnpool, and the inference forms of Dropout and Size.
 
 Each output element reads the input element an index map gives (`x.at(map(idx))`); an index read
 from a tensor counts negative values from the end and is clamped into the axis, as Gather's are.
@@ -7,6 +7,7 @@ from a tensor counts negative values from the end and is clamped into the axis, 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import axis_of, op, refuse
 from ptowsp.te import Expr
+from ptowsp.workloads.checks import with_parameters
 
 
 def _integer(node: onnx.NodeProto, v: Value, what: str) -> None:
@@ -243,3 +245,44 @@ def col2im(imp: Importer, node: onnx.NodeProto) -> None:
         return pw.sum(pw.where(valid, x.at([n, row, column]), 0.0), offsets)
 
     imp.compute(node, (x.shape[0], x.shape[1] // math.prod(block), *image), body)
+
+
+@op("MaxUnpool")
+def max_unpool(imp: Importer, node: onnx.NodeProto) -> None:
+    """Each input element written to the output's element its index names (flat over the whole output,
+    as MaxPool's Indices count), zeros elsewhere: a scatter (workloads/scatter.py).  Two elements naming
+    one target (overlapping pooling windows picking one maximum) leave their larger value there."""
+    x, indices = imp.value(node, 0), imp.value(node, 1)
+    _integer(node, indices, "indices")
+    kernel = [int(k) for k in attribute(node, "kernel_shape")]
+    n = len(kernel)
+    strides = [int(s) for s in attribute(node, "strides", [1] * n)]
+    pads = [int(p) for p in attribute(node, "pads", [0] * 2 * n)]
+    if tuple(indices.shape) != tuple(x.shape) or len(x.shape) != n + 2 or not all(isinstance(d, int) for d in x.shape):
+        raise WorkloadError(f"{describe(node)}: X {x.shape} and I {indices.shape} must have one static shape, "
+                            f"of rank {n + 2} for a kernel of {n} dimensions")
+    shape = (*x.shape[:2], *((x.shape[2 + d] - 1) * strides[d] + kernel[d] - pads[d] - pads[n + d] for d in range(n)))
+    given = imp.array(node, 2, "output_shape")  # the unpooled tensor at its start, zeros after (onnx's reference)
+    out = tuple(int(d) for d in given) if given is not None else shape
+    if len(out) != len(shape) or any(o < s for o, s in zip(out, shape)):
+        raise WorkloadError(f"{describe(node)}: output_shape {list(out)} is smaller than the unpooled {list(shape)}")
+    loops = [f"p{d}" for d in range(len(x.shape))]
+
+    def target(*p):
+        flat, coords = pw.cast(indices.at(p), "int64"), []
+        for extent in reversed(shape):  # the flat index unravelled, last dimension fastest
+            coords.append(flat % extent)
+            flat = flat // extent
+        return coords[::-1]
+    largest = imp.wl.scatter(imp.name(f"{node.name or 'MaxUnpool'}_largest"), shape, x.shape,
+                             with_parameters(target, loops), with_parameters(lambda *p: x.at(p), loops), combine="max")
+    hits = imp.wl.scatter(imp.name(f"{node.name or 'MaxUnpool'}_hits"), shape, x.shape,
+                          with_parameters(target, loops), with_parameters(lambda *p: pw.cast(1, "int32"), loops),
+                          combine="add")
+
+    def body(*i):
+        at = tuple(pw.minimum(k, s - 1) if o > s else k for k, s, o in zip(i, shape, out))
+        written = functools.reduce(lambda a, b: a & b, [k < s for k, s, o in zip(i, shape, out) if o > s],
+                                   hits[at] > 0)
+        return pw.where(written, largest[at], pw.cast(0, x.dtype))
+    imp.compute(node, out, body)

@@ -185,13 +185,18 @@ def _centred(element: Expr, zero: Value | None) -> Expr:
     return value if zero is None else value - pw.cast(zero.at([0] * len(zero.shape)), "int32")
 
 
-def _symmetric(imp: Importer, node: onnx.NodeProto, k: int) -> None:
-    """The weights' zero point (input k) must be absent or constant zeros: the sums take it as 0."""
-    if len(node.input) > k and node.input[k]:
-        zero = imp.arrays.get(node.input[k])
-        if zero is None or np.any(zero != 0):
-            raise WorkloadError(f"{describe(node)}: a nonzero or computed weight zero point (input {k}) is not "
-                                "supported (symmetric weights, as quantizers write them)")
+def _centred_weights(imp: Importer, node: onnx.NodeProto, w: Value, k: int) -> Value:
+    """The weights less their zero point (input k: per tensor or per output channel) in int32, a task of
+    its own; the weights themselves where the zero point is absent or constant zeros (symmetric weights,
+    as quantizers write them), so the sums stay int8 x int8 for `gemm_i8`."""
+    zero = imp.optional(node, k)
+    if zero is None or (node.input[k] in imp.arrays and not np.any(imp.arrays[node.input[k]])):
+        return w
+    if math.prod(zero.shape) not in (1, w.shape[0]):
+        raise WorkloadError(f"{describe(node)}: weight zero point (input {k}) of shape {list(zero.shape)}: one value "
+                            f"or one per output channel ({w.shape[0]}) is needed")
+    return imp.compute(node, w.shape, lambda *i: pw.cast(w.at(i), "int32") - pw.cast(_per_axis(zero, i, 0), "int32"),
+                       part="weights")
 
 
 def _rescale(imp: Importer, node: onnx.NodeProto, first: int, channel_axis: int):
@@ -228,7 +233,7 @@ def conv_integer(imp: Importer, node: onnx.NodeProto) -> None:
     linear = node.op_type == "QLinearConv"
     x, w = imp.value(node, 0), imp.value(node, 3 if linear else 1)
     x_zero = _scalar(imp, node, 2, "x zero point")
-    _symmetric(imp, node, 5 if linear else 3)
+    w = _centred_weights(imp, node, w, 5 if linear else 3)
     pad = 0 if x_zero is None else x_zero.at([0] * len(x_zero.shape))
     then = _rescale(imp, node, 1, 1) if linear else None
     conv_of(imp, node, x, w, lambda a, b: _centred(a, x_zero) * pw.cast(b, "int32"), pad, then=then)

@@ -66,7 +66,7 @@ def run_opaque(task: OpaqueTask, values: dict[str, np.ndarray]) -> dict[str, np.
     declared dtype holds) and copied, so the function keeps no handle on it.
     """
     try:
-        result = task.fn(*(_private(values[t.name]) for t in task.inputs))
+        result = task.fn(*(_private(_declared_shape(values[t.name], t)) for t in task.inputs))
     except Exception as e:
         raise TaskError(f"opaque task {task.name!r} raised {type(e).__name__}: {e}") from e
     declared = len(task.outputs)
@@ -79,6 +79,12 @@ def run_opaque(task: OpaqueTask, values: dict[str, np.ndarray]) -> dict[str, np.
                         f"({', '.join(t.name for t in task.outputs)}): return "
                         + ("one array" if declared == 1 else f"a tuple of {declared} arrays"))
     return {t.name: read_only(_checked(task.name, t, r)) for t, r in zip(task.outputs, results)}
+
+
+def _declared_shape(array: np.ndarray, tensor: Tensor) -> np.ndarray:
+    """`array` in its tensor's static shape: a target may hold a 0-d tensor in a buffer of shape (1,)."""
+    static = all(isinstance(d, int) for d in tensor.shape)
+    return array.reshape(tensor.shape) if static and array.shape != tuple(tensor.shape) else array
 
 
 def _private(array: np.ndarray) -> np.ndarray:

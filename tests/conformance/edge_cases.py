@@ -92,6 +92,16 @@ def opaque_middle():
     return wl, lambda p: {"z": (lambda v: v[:, 4:] - v[:, :3])(np.sort(p["x"] * 2 - 1, axis=1))}
 
 
+def opaque_scalar():
+    """An opaque task reading a 0-d input and writing a 0-d tensor (a target may hold them in buffers of
+    shape (1,))."""
+    wl = pw.Workload("opaque_scalar")
+    x, s = wl.input("x", (5,)), wl.input("s", ())
+    half = wl.opaque("half", lambda t: np.asarray(t / 2, t.dtype), inputs=[s], outputs=[("half", ())])
+    wl.output(wl.compute("shifted", (5,), lambda i: x[i] - half[()]))
+    return wl, lambda p: {"shifted": p["x"] - p["s"] / 2}
+
+
 def size_one():
     wl = pw.Workload("size_one")
     a, b = wl.input("A", (1, 1)), wl.input("B", (1, 3))
@@ -267,6 +277,6 @@ def empty_tensors():
 
 
 EDGE_CASES = [scalar_tensors, broadcast_add, transpose, stencil_blur, int_arith, int64_sum, float16_chain, multi_axis_sum,
-              two_outputs, opaque_middle, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
+              two_outputs, opaque_middle, opaque_scalar, size_one, compare_to_bool, casts, rounding, guarded_reduction, float64_matmul,
               gather_rows, where_on_gathered_rows, gather_by_computed_index, image_pipeline, loop_names_like_a_schedule_s,
               empty_tensors]

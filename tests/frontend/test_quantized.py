@@ -59,10 +59,11 @@ def qdq_matmul() -> onnx.ModelProto:
                  [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
-def qlinear_conv() -> onnx.ModelProto:
+def qlinear_conv(weight_zeros: np.ndarray = np.zeros(5, np.int8)) -> onnx.ModelProto:
+    """A QLinearConv; `weight_zeros` its weights' zero point (per output channel, or one)."""
     inits = {"xs": np.array(np.float32(0.03)), "xzp": np.array(np.uint8(120)),
              "w": rng().integers(-127, 128, (5, 3, 3, 3)).astype(np.int8),
-             "ws": rng().uniform(0.002, 0.01, 5).astype(np.float32), "wzp": np.zeros(5, np.int8),
+             "ws": rng().uniform(0.002, 0.01, 5).astype(np.float32), "wzp": weight_zeros,
              "ys": np.array(np.float32(0.2)), "yzp": np.array(np.uint8(128)),
              "b": rng().integers(-500, 500, 5).astype(np.int32)}
     nodes = [oh.make_node("QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"], ["y"],
@@ -106,6 +107,8 @@ WIDE = {"channels": (32, 32), "size": 14}
 CASES = {"qdq_conv": qdq_conv, "qdq_conv_strided_unpadded": lambda: qdq_conv((0, 0, 0, 0), 2),
          "qdq_conv_blocked": lambda: qdq_conv(**WIDE), "qdq_conv_blocked_strided": lambda: qdq_conv(stride=2, **WIDE),
          "qdq_matmul": qdq_matmul, "qlinear_conv": qlinear_conv, "qlinear_matmul": qlinear_matmul,
+         "qlinear_conv_weight_zero_points": lambda: qlinear_conv(np.array([3, -2, 0, 7, -9], np.int8)),
+         "qlinear_conv_one_weight_zero_point": lambda: qlinear_conv(np.array([5], np.int8)),
          "integer_ops": integer_ops}
 
 

@@ -264,8 +264,9 @@ def reason(o: Outcome) -> str:
     import re
 
     if o.kind == "rounding":
-        return ("narrow-float rounding: each node of the graph rounds to float16/bfloat16, the expected output "
-                "was computed in one piece (at most 2 units of the last place apart)")
+        return ("narrow-float rounding: the expected output rounds to float16/bfloat16 at other points than "
+                "ptowsp's import, which computes in float32 between the graph's edges (at most 2 units of the "
+                "last place apart)")
     for pattern, why in _OUT_OF_SCOPE:
         if re.search(pattern, o.detail):
             return why
