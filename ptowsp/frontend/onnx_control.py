@@ -164,15 +164,19 @@ class Recurrence:
         except pw.PtowspError as e:
             raise WorkloadError(f"{describe(self.node)}: {e}") from e
 
-    def final(self, k: int, output: int) -> None:
-        """Node output `output`: carried value k after the last iteration."""
+    def final(self, k: int, output: int, part: str = "") -> Value | None:
+        """Node output `output`: carried value k after the last iteration (a task of its own, not the node's
+        output, with a `part` name)."""
         if len(self.node.output) > output and self.node.output[output]:
-            self.imp.compute(self.node, self.shapes[k], lambda *idx: self.read(k, self.trips, idx), output=output)
+            return self.imp.compute(self.node, self.shapes[k], lambda *idx: self.read(k, self.trips, idx),
+                                    output=output, part=part)
+        return None
 
-    def stacked(self, value: Inline, output: int, axis: int = 0, reverse: bool = False) -> None:
+    def stacked(self, value: Inline, output: int, axis: int = 0, reverse: bool = False,
+                part: str = "") -> Value | None:
         """Node output `output`: the per-iteration `value` of every iteration, stacked along `axis`."""
         if not (len(self.node.output) > output and self.node.output[output]):
-            return
+            return None
         if self.trips == 0:
             raise WorkloadError(f"{describe(self.node)}: a scan output of 0 iterations is an empty tensor, which "
                                 "ptowsp does not make")
@@ -184,7 +188,7 @@ class Recurrence:
             self.time = (self.trips - 1 - i) if reverse else i
             return value.at([*idx[:axis], *idx[axis + 1:]])
 
-        self.imp.compute(self.node, shape, element, output=output)
+        return self.imp.compute(self.node, shape, element, output=output, part=part)
 
 
 def _common_dtype(node: onnx.NodeProto, kinds: Sequence[str]) -> str:
@@ -273,15 +277,54 @@ def _stays_true(graph: onnx.GraphProto) -> bool:
 
 @op("Scan")
 def scan(imp: Importer, node: onnx.NodeProto) -> None:
-    if imp.opset < 9:
-        raise WorkloadError(f"{describe(node)}: Scan of opset {imp.opset} (a batch axis and sequence_lens) is not "
-                            "supported; opset 9's Scan is")
     count = int(attribute(node, "num_scan_inputs"))
-    states = [imp.value(node, k) for k in range(len(node.input) - count)]
-    scanned = [imp.value(node, k) for k in range(len(node.input) - count, len(node.input))]
-    in_axes = [a % max(1, len(v.shape)) for a, v in
-               zip(attribute(node, "scan_input_axes", [0] * count), scanned, strict=True)]
-    in_reverse = list(attribute(node, "scan_input_directions", [0] * count))
+    if imp.opset >= 9:
+        first = len(node.input) - count
+        states, scanned = [imp.value(node, k) for k in range(first)], [imp.value(node, k) for k in
+                                                                       range(first, len(node.input))]
+        _scan(imp, node, states, scanned, attribute(node, "scan_input_axes", [0] * count),
+              attribute(node, "scan_input_directions", [0] * count),
+              attribute(node, "scan_output_axes", [0] * (len(node.output) - len(states))),
+              attribute(node, "scan_output_directions", [0] * (len(node.output) - len(states))))
+        return
+    # opset 8: axis 0 of every value is a batch, each element scanned on its own along axis 1
+    first = len(node.input) - count
+    values = [imp.value(node, k) for k in range(1, len(node.input))]
+    batch = values[0].shape[0]
+    if any(v.shape[0] != batch for v in values):
+        raise WorkloadError(f"{describe(node)}: Scan (opset 8) takes one batch axis first; its inputs have "
+                            f"{sorted({v.shape[0] for v in values})} elements there")
+    lengths = imp.array(node, 0, "sequence_lens")
+    full = values[-1].shape[1]
+    if lengths is not None and np.any(lengths != full):
+        raise WorkloadError(f"{describe(node)}: sequence_lens {lengths.tolist()}: only sequences of the full length "
+                            f"{full} are supported")
+    directions = attribute(node, "directions", [0] * count)
+    parts = [_scan(imp, node, [_element(v, b) for v in values[:first - 1]],
+                   [_element(v, b) for v in values[first - 1:]], [0] * count, directions,
+                   [0] * (len(node.output) - first + 1), [0] * (len(node.output) - first + 1), part=f"batch{b}")
+             for b in range(batch)]
+    for j, value in enumerate(parts[0]):
+        if value is not None:
+            def element(b, *idx, j=j):
+                pick = parts[-1][j].at(idx)
+                for k in reversed(range(batch - 1)):
+                    pick = pw.where(b == k, parts[k][j].at(idx), pick)
+                return pick
+            imp.compute(node, (batch, *value.shape), element, output=j)
+
+
+def _element(v: Value, b: int) -> Inline:
+    """Element b of v's first axis."""
+    return Inline(v.shape[1:], v.dtype, lambda *idx: v.at([b, *idx]))
+
+
+def _scan(imp: Importer, node: onnx.NodeProto, states: Sequence[Value | Inline],
+          scanned: Sequence[Value | Inline], in_axes: Sequence[int], in_reverse: Sequence[int],
+          out_axes: Sequence[int], out_reverse: Sequence[int], part: str = "") -> list[Value | None]:
+    """Scan over `scanned` along their axes carrying `states`: the node's outputs (with a `part` name,
+    tasks of their own), None where the node leaves one out."""
+    in_axes = [a % max(1, len(v.shape)) for a, v in zip(in_axes, scanned, strict=True)]
     lengths = {int(v.shape[a]) for v, a in zip(scanned, in_axes, strict=True)}
     if len(lengths) != 1:
         raise WorkloadError(f"{describe(node)}: its scan inputs have lengths {sorted(lengths)} along their scan "
@@ -300,10 +343,9 @@ def scan(imp: Importer, node: onnx.NodeProto) -> None:
     body, graph = _body(imp, node, inputs)
     outs = _outputs(body, node, graph)
     new, per_step = outs[:len(states)], outs[len(states):]
-    out_axes = list(attribute(node, "scan_output_axes", [0] * len(per_step)))
-    out_reverse = list(attribute(node, "scan_output_directions", [0] * len(per_step)))
     rec.run(lambda: new)
-    for k in range(len(states)):
-        rec.final(k, k)
+    made = [rec.final(k, k, part) for k in range(len(states))]
     for j, value in enumerate(per_step):
-        rec.stacked(value, len(states) + j, out_axes[j] % (len(value.shape) + 1), bool(out_reverse[j]))
+        made.append(rec.stacked(value, len(states) + j, out_axes[j] % (len(value.shape) + 1), bool(out_reverse[j]),
+                                part))
+    return made

@@ -1,6 +1,6 @@
-"""ONNX's GridSample over any number of spatial dimensions: each output element samples the input at
-the point its grid entry gives (normalized to [-1, 1], the last spatial axis first), by the nearest
-pixel, linear or cubic (Keys, a = -0.75) interpolation, with zeros, border or reflection padding and
+"""ONNX's GridSample (and DeformConv) over any number of spatial dimensions: each output element
+samples the input at the point its grid entry gives (normalized to [-1, 1], the last spatial axis
+first), by the nearest pixel, linear or cubic (Keys, a = -0.75) interpolation, with zeros, border or reflection padding and
 align_corners, as onnx's reference (and torch) define them.
 
 The grid is data, so each tap is a gather: per spatial axis a few (index, weight) pairs computed
@@ -8,19 +8,24 @@ from the grid value, and the output the sum over every combination of one tap pe
 product of their weights times the input there (2^k products for linear, 4^k for cubic, one for
 nearest).  An index is clamped into its axis before it is read; with zeros padding a tap outside
 contributes nothing.
+
+DeformConv samples the same way: each tap of the convolution reads the input bilinearly at its place
+moved by the offset the model computes for it.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
+from collections.abc import Sequence
 
 import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, attribute, describe, text_attribute
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
 from ptowsp.frontend.onnx_ops import op, refuse
 from ptowsp.te import Expr
 
@@ -111,20 +116,67 @@ def grid_sample(imp: Importer, node: onnx.NodeProto) -> None:
     compute = "float64" if "float64" in (x.dtype, grid.dtype) else "float32"
 
     def body(n, c, *out):
-        taps = []
+        points = []
         for d, axis in enumerate(axes):
             g = pw.cast(grid.at([n, *out, spatial - 1 - d]), compute)
-            point = pw.round(axis.point(g)) if _MODES[mode] == "nearest" else axis.point(g)
-            taps.append(_taps(axis, axis.inside(point), _MODES[mode]))
-        total = None
-        for combination in itertools.product(*taps):
-            value = pw.cast(x.at([n, c, *(i for i, _, _ in combination)]), compute)
-            for _, w, _ in combination:
-                value = value * w
-            valid = [v for _, _, v in combination if v is not None]
-            if valid:
-                value = pw.where(functools.reduce(operator.and_, valid), value, 0.0)
-            total = value if total is None else total + value
-        return pw.cast(total, x.dtype)
+            points.append(pw.round(axis.point(g)) if _MODES[mode] == "nearest" else axis.point(g))
+        return pw.cast(sample(x, [n, c], points, axes, _MODES[mode], compute), x.dtype)
 
     imp.compute(node, (x.shape[0], x.shape[1], *grid.shape[1:-1]), body)
+
+
+def sample(x: Value, lead: Sequence[Expr], points: Sequence[Expr], axes: Sequence[_Axis], mode: str,
+           compute: str) -> Expr:
+    """x[*lead, ...] interpolated at `points` (a position along each spatial axis, in pixels), in `compute`."""
+    taps = [_taps(axis, axis.inside(point), mode) for axis, point in zip(axes, points, strict=True)]
+    total = None
+    for combination in itertools.product(*taps):
+        value = pw.cast(x.at([*lead, *(i for i, _, _ in combination)]), compute)
+        for _, w, _ in combination:
+            value = value * w
+        valid = [v for _, _, v in combination if v is not None]
+        if valid:
+            value = pw.where(functools.reduce(operator.and_, valid), value, 0.0)
+        total = value if total is None else total + value
+    return total
+
+
+@op("DeformConv")
+def deform_conv(imp: Importer, node: onnx.NodeProto) -> None:
+    """A convolution whose every tap reads the input at its place moved by an offset the model computes
+    (bilinear, zeros outside, as GridSample with align_corners samples), times a mask when given."""
+    x, w, offset = imp.value(node, 0), imp.value(node, 1), imp.value(node, 2)
+    bias, mask = imp.optional(node, 3), imp.optional(node, 4)
+    spatial = len(x.shape) - 2
+    shapes = [v.shape for v in (x, w, offset, bias, mask) if v is not None]
+    if not all(isinstance(d, int) for shape in shapes for d in shape):
+        raise WorkloadError(f"{describe(node)}: DeformConv over symbolic sizes; bind them with shapes=")
+    kernel = list(attribute(node, "kernel_shape", w.shape[2:]))
+    strides, dilations = attribute(node, "strides", [1] * spatial), attribute(node, "dilations", [1] * spatial)
+    pads = attribute(node, "pads", [0] * 2 * spatial)
+    group, offset_group = int(attribute(node, "group", 1)), int(attribute(node, "offset_group", 1))
+    taps_count = math.prod(kernel)
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group or x.shape[1] % offset_group \
+            or offset.shape[1] != offset_group * taps_count * spatial:
+        raise WorkloadError(f"{describe(node)}: X {x.shape}, W {w.shape} and offset {offset.shape} do not agree with "
+                            f"group={group}, offset_group={offset_group} and a kernel of {kernel}")
+    per_group, outs_per_group = w.shape[1], w.shape[0] // group
+    per_offset_group = x.shape[1] // offset_group
+    axes = [_Axis(n, "zeros", True) for n in x.shape[2:]]
+    compute = "float64" if x.dtype == "float64" else "float32"
+    c = pw.reduce_axis(per_group, "c")
+    k = [pw.reduce_axis(n, f"k{d}") for d, n in enumerate(kernel)]
+
+    def body(n, o, *out):
+        channel = o // outs_per_group * per_group + c
+        tap = functools.reduce(lambda flat, d: flat * kernel[d] + k[d], range(1, spatial), k[0])
+        slot = channel // per_offset_group * taps_count + tap
+        points = [pw.cast(out[d] * strides[d] - pads[d] + k[d] * dilations[d], compute)
+                  + pw.cast(offset.at([n, slot * spatial + d, *out]), compute) for d in range(spatial)]
+        term = sample(x, [n, channel], points, axes, "linear", compute) * pw.cast(w.at([o, c, *k]), compute)
+        if mask is not None:
+            term = term * pw.cast(mask.at([n, slot, *out]), compute)
+        total = pw.sum(term, (c, *k))
+        return pw.cast(total if bias is None else total + pw.cast(bias.at([o]), compute), x.dtype)
+
+    imp.compute(node, (x.shape[0], w.shape[0], *offset.shape[2:]), body)

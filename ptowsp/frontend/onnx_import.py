@@ -376,7 +376,8 @@ def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
     proto, source, folder = load(model)
     one_producer_each(proto.graph, source)
     if narrow_floats not in NARROW_FLOAT_MODES:
-        raise InputError(f"narrow_floats must be one of {', '.join(map(repr, NARROW_FLOAT_MODES))}, got {narrow_floats!r}")
+        raise InputError(f"narrow_floats must be one of {', '.join(map(repr, NARROW_FLOAT_MODES))}, "
+                         f"got {narrow_floats!r}")
     if narrow_floats == "float32":
         proto = widened(proto)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:

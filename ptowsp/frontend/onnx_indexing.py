@@ -1,5 +1,6 @@
 """ONNX operators that move or pick elements by index: GatherElements, GatherND, Tile, DepthToSpace,
-SpaceToDepth, OneHot, EyeLike, Compress, ReverseSequence, Col2Im, MaxUnpool, and the inference forms of Dropout and Size.
+SpaceToDepth, OneHot, EyeLike, Compress, ReverseSequence, Col2Im, MaxUnpool, and the inference forms
+of Dropout and Size.
 
 Each output element reads the input element an index map gives (`x.at(map(idx))`); an index read
 from a tensor counts negative values from the end and is clamped into the axis, as Gather's are.

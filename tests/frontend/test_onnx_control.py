@@ -37,6 +37,24 @@ def test_a_scan_along_an_inner_axis(target):
     np.testing.assert_allclose(got["s"], ys[:, -1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_an_opset_8_scan_runs_each_batch_element_on_its_own(target):
+    """Scan-8: axis 0 a batch, the sequence along axis 1, a reversed scan input (`directions`)."""
+    body = oh.make_graph([oh.make_node("Mul", ["s_in", "row"], ["s_out"]), oh.make_node("Identity", ["s_out"], ["y"])],
+                         "body", [vi("s_in", TP.FLOAT, [2]), vi("row", TP.FLOAT, [2])],
+                         [vi("s_out", TP.FLOAT, [2]), vi("y", TP.FLOAT, [2])])
+    scan = oh.make_node("Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, directions=[1])
+    graph = oh.make_graph([scan], "g", [vi("s0", TP.FLOAT, [3, 2]), vi("x", TP.FLOAT, [3, 4, 2])],
+                          [vi("s", TP.FLOAT, None), vi("ys", TP.FLOAT, None)])
+    x = np.random.default_rng(4).uniform(0.5, 1.5, (3, 4, 2)).astype(np.float32)
+    s0 = np.float32([[1, 2], [3, 4], [5, 6]])
+    got = pw.build(pw.frontend.from_onnx(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 8)])),
+                   target).run(s0=s0, x=x)
+    ys = s0[:, None, :] * np.cumprod(x[:, ::-1], axis=1)
+    np.testing.assert_allclose(got["ys"], ys, rtol=1e-5)
+    np.testing.assert_allclose(got["s"], ys[:, -1], rtol=1e-5)
+
+
 def _doubling(trips: int = 50, limit: float = 100.0, scan_output: bool = False, counter: str = "int32"):
     """v = 2 v while sum(v) < limit (at most `trips` times), counting the iterations in `counter`."""
     dtype = {"int32": TP.INT32, "int64": TP.INT64}[counter]
