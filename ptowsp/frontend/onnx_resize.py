@@ -11,12 +11,13 @@ attributes: the result is the axis' weight matrix, kept as its nonzero taps (`in
 
 with the reference's exact coordinates, rounding modes and cubic coefficients, and a position of
 tf_crop_and_resize outside its region of interest reads `extrapolation_value`.  Scales, sizes and the
-region must be known at import; keep_aspect_ratio_policy's common scale is used per axis as the
-reference uses it.
+region must be known at import; keep_aspect_ratio_policy's common scale (an exact fraction) is used
+per axis as the reference uses it, with the length the reference rounds it to.
 """
 
 from __future__ import annotations
 
+import fractions
 import math
 
 import numpy as np
@@ -99,10 +100,10 @@ def _targets(imp: Importer, node: onnx.NodeProto, rank: int):
                 full_scales[a] = s / x.shape[a]
         elif policy in ("not_larger", "not_smaller"):
             pick = min if policy == "not_larger" else max
-            common = pick(s / x.shape[a] for a, s in zip(axes, given, strict=True))
+            common = pick(fractions.Fraction(s, x.shape[a]) for a, s in zip(axes, given, strict=True))
             for a in axes:
-                full_scales[a] = common
-                full_sizes[a] = int(common * x.shape[a] + 0.5)
+                full_scales[a] = common  # exact: _axis_matrix may need it as sizes (a Fraction)
+                full_sizes[a] = int(float(common) * x.shape[a] + 0.5)  # the reference's round half up
         else:
             refuse(node, "keep_aspect_ratio_policy", policy, "stretch, not_larger or not_smaller")
         if policy == "stretch":
@@ -132,11 +133,19 @@ def _axis_matrix(imp: Importer, node: onnx.NodeProto, length: int, scale: float 
         attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     opset = max(imp.opset, 11)
     names = ["x", "roi", "scales", "sizes"]
-    if scale is not None and size is not None and size != math.floor(length * scale):
-        raise WorkloadError(f"{describe(node)}: keep_aspect_ratio_policy's size {size} for an axis of {length} is "
-                            f"not floor({length} x {scale:g}), the length the common scale gives; not supported")
     feeds = {"roi": np.array([roi[0], 0.0, roi[1], 1.0] if roi else [], np.float32)}
-    if scale is not None:  # (an empty sizes input is read as given: leave it out)
+    ones, zeros = np.eye(length, dtype=np.float64), np.zeros((length, length), np.float64)
+    if isinstance(scale, fractions.Fraction) and size != math.floor(length * float(scale)):
+        # keep_aspect_ratio_policy's common scale p/q, with a length it rounds to (not floors to): a
+        # third axis of q elements resized to p makes the reference pick that scale and that length, while
+        # the first axis' size (1, or p times its length) never wins the pick
+        p, q = scale.numerator, scale.denominator
+        policy = text_attribute(node, "keep_aspect_ratio_policy", "stretch")
+        attrs.update(keep_aspect_ratio_policy=policy, axes=[0, 2])
+        opset, names = max(opset, 18), ["x", "roi", "", "sizes"]
+        feeds["sizes"] = np.array([1 if policy == "not_smaller" else length * p, p], np.int64)
+        ones, zeros = np.repeat(ones[:, :, None], q, axis=2), np.repeat(zeros[:, :, None], q, axis=2)
+    elif scale is not None:  # (an empty sizes input is read as given: leave it out)
         feeds["scales"] = np.array([scale, 1.0], np.float32)
         names = names[:3]
     else:
@@ -150,8 +159,10 @@ def _axis_matrix(imp: Importer, node: onnx.NodeProto, length: int, scale: float 
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     try:
         evaluator = ReferenceEvaluator(model)
-        ones = evaluator.run(None, {**feeds, "x": np.eye(length, dtype=np.float64)})[0]
-        zeros = evaluator.run(None, {**feeds, "x": np.zeros((length, length), np.float64)})[0]
+        ones = evaluator.run(None, {**feeds, "x": ones})[0]
+        zeros = evaluator.run(None, {**feeds, "x": zeros})[0]
+        if ones.ndim == 3:  # (the third axis of the keep_aspect_ratio probe: constant along it)
+            ones, zeros = ones[:, :, 0], zeros[:, :, 0]
     except Exception as e:  # noqa: BLE001 - onnx's reference refusing these attributes
         raise WorkloadError(f"{describe(node)}: onnx's reference could not resize an axis of {length} with "
                             f"{attrs}: {e}") from None
