@@ -423,7 +423,7 @@ def registered_operators() -> list[str]:
     import), sorted; operators defined by function bodies come on top (onnx_functions.py)."""
     from ptowsp.frontend import (  # noqa: F401 - register operators
         onnx_branches, onnx_control, onnx_elementwise, onnx_gridsample, onnx_indexing, onnx_quantized,
-        onnx_host, onnx_recurrent, onnx_reductions, onnx_resize, onnx_scatter, onnx_trigonometry)
+        onnx_host, onnx_ngrams, onnx_recurrent, onnx_reductions, onnx_resize, onnx_scatter, onnx_trigonometry)
     from ptowsp.frontend.onnx_shapes import OPS
 
     return sorted(OPS)
