@@ -1,8 +1,8 @@
 """Narrow floats as storage at a graph's edges: the graph rewrite `from_onnx(..., narrow_floats="float32")`
 makes before the import.
 
-A model whose values are float16 or bfloat16 is imported as its float32 twin: its narrow inputs are
-widened once where they enter, its narrow constants are widened (exactly), a Cast or CastLike to a
+A model whose values are float16 or bfloat16 is imported as its float32 twin: its narrow inputs and
+constants are widened (exactly) where they enter, a Cast or CastLike to a
 narrow float, or an operator's `dtype` asking for one, gives float32 instead, and each narrow graph
 output is rounded once where it leaves.  In between, every node computes in float32 and hands its
 float32 result on.  That is what torch.compile does by default (it drops a cast to float16 and back
@@ -19,9 +19,8 @@ A graph with subgraphs (whose own values would need the same rewrite), one that 
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 NARROW = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 NARROW_FLOAT_MODES = ("float32", "each_node")
@@ -47,45 +46,45 @@ def widened(model: onnx.ModelProto) -> onnx.ModelProto:
 
     renamed: dict[str, str] = {}  # narrow value -> the name of its float32 twin
     nodes: list[onnx.NodeProto] = []
-    initializers = list(graph.initializer)
-    for init in graph.initializer:
-        if init.data_type in NARROW:
-            renamed[init.name] = fresh(init.name)
-            initializers.append(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float32),
-                                                        renamed[init.name]))
-    for inp in graph.input:
-        if inp.type.tensor_type.elem_type in NARROW and inp.name not in renamed:
-            renamed[inp.name] = fresh(inp.name)
-            nodes.append(_cast(inp.name, renamed[inp.name], TensorProto.FLOAT))
-    sources = {i.name for i in graph.input} | {i.name for i in graph.initializer}  # stay as they are
+    # narrow graph inputs and initializers are widened by a Cast where they enter (the import folds an
+    # initializer's, reading it as it reads every constant: budgeted, external data from the model's folder)
+    sources = [i.name for i in graph.input if i.type.tensor_type.elem_type in NARROW]
+    sources += [i.name for i in graph.initializer if i.data_type in NARROW and i.name not in sources]
+    for name in sources:
+        renamed[name] = fresh(name)
+        nodes.append(_cast(name, renamed[name], TensorProto.FLOAT))
+    stay = {i.name for i in graph.input} | {i.name for i in graph.initializer}  # an output that is one stays
     leaving = {o.name: o.type.tensor_type.elem_type for o in graph.output
-               if o.type.tensor_type.elem_type in NARROW and o.name not in sources}
+               if o.type.tensor_type.elem_type in NARROW and o.name not in stay}
     for name in leaving:
         renamed[name] = fresh(name)
     for node in graph.node:
-        nodes.append(_float32_node(node, renamed))
+        nodes += _float32_nodes(node, renamed, fresh)
     nodes += [_cast(renamed[name], name, elem_type) for name, elem_type in leaving.items()]
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    del out.graph.node[:], out.graph.initializer[:], out.graph.value_info[:]  # value_info: stale types
+    del out.graph.node[:], out.graph.value_info[:]  # value_info: stale types
     out.graph.node.extend(nodes)
-    out.graph.initializer.extend(initializers)
     return out
 
 
-def _float32_node(node: onnx.NodeProto, renamed: dict[str, str]) -> onnx.NodeProto:
-    """`node` reading and writing the float32 twins, its narrow attributes (a Constant's tensor, a Cast's
-    `to`) made float32."""
+def _float32_nodes(node: onnx.NodeProto, renamed: dict[str, str], fresh) -> list[onnx.NodeProto]:
+    """`node` reading and writing the float32 twins, a Cast's or a generator's narrow type made float32;
+    a node whose attribute holds a narrow tensor (Constant, ConstantOfShape) keeps it and is followed by
+    a Cast to float32 (its data is read by the import, not here)."""
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
     copy.input[:] = [renamed.get(n, n) for n in node.input]
     copy.output[:] = [renamed.get(n, n) for n in node.output]
     for attr in copy.attribute:
-        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in NARROW:
-            attr.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
-        elif attr.name in _TYPE_ATTRIBUTES and attr.type == onnx.AttributeProto.INT and attr.i in NARROW:
+        if attr.name in _TYPE_ATTRIBUTES and attr.type == onnx.AttributeProto.INT and attr.i in NARROW:
             attr.i = TensorProto.FLOAT
-    return copy
+    if any(a.type == onnx.AttributeProto.TENSOR and a.t.data_type in NARROW for a in node.attribute) \
+            and len(copy.output) == 1:
+        wide = copy.output[0]
+        copy.output[0] = fresh(node.output[0])
+        return [copy, _cast(copy.output[0], wide, TensorProto.FLOAT)]
+    return [copy]
 
 
 def _cast(source: str, result: str, to: int) -> onnx.NodeProto:
