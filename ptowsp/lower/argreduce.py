@@ -19,7 +19,7 @@ import numpy as np
 
 from ptowsp.lower.ir import LOCAL, Allocate, Buffer, For, Stmt, Store, block
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
-from ptowsp.te import Expr, Op, cast, const, dtypes, substitute
+from ptowsp.te import Expr, Op, cast, const, dtypes
 from ptowsp.te.expr import ARG_KINDS, binary, where
 from ptowsp.te.reducer import reduction_identity
 
@@ -72,9 +72,9 @@ def hoisted(lw, e: Expr, body: Expr, prelude: list[Stmt], locals_: list[Buffer],
     """An argmax nested in an expression as scalar loops: (the statement, the index it leaves)."""
     kind, axes = e.arg, tuple(e.src[1:])
     zero = (const(0, "int64"),)
-    vals = Buffer(f"{lw.name}_r{lw.counter}v", (1,), body.dtype, LOCAL)
-    idxs = Buffer(f"{lw.name}_r{lw.counter}", (1,), "int64", LOCAL)
-    lw.counter += 1
+    name = lw.next_local()
+    vals = Buffer(f"{name}v", (1,), body.dtype, LOCAL)
+    idxs = Buffer(name, (1,), "int64", LOCAL)
     locals_.extend([vals, idxs])
     update: Stmt = block(*inner, pair_update(kind, vals, zero, idxs, zero, body, flat_index(axes)))
     for ax in reversed(axes):
@@ -119,14 +119,12 @@ def lower_arg_reduction(lw, spatial: tuple[Expr, ...], reduction: Expr, path: Ex
     for buf in reversed(locals_):
         update = Allocate(buf, update)
     stmt = block(piece(over_partials(pair_init(kind, into_v, into, into_i, into), True)),
-                 lw.nest_over(rest, lw._on_path(path, update), lead))
+                 lw.nest_over(rest, lw.on_path(path, update), lead))
     if partial_loops:
         fold = block(pair_init(kind, vals, index, idxs, index),
                      over_partials(pair_update(kind, vals, index, idxs, index, into_v[into], into_i[into]), False))
         stmt = Allocate(into_v, Allocate(into_i, block(stmt, piece(fold))))
-    marker = Expr(Op.VAR, "int64", (), ("@reduction", 1))
-    around = lw.at_axes(substitute(lw.body, lambda n: marker if n is reduction else None))
-    epilogue = substitute(around, lambda n: idxs[index] if n is marker else None)
+    epilogue = lw.epilogue_of(reduction, idxs[index])
     stmt = Allocate(vals, Allocate(idxs, block(stmt, piece(lw.store(lw.out, spatial, epilogue)))))
     return lw.nest_over(lead, stmt) if lead else stmt
 

@@ -1,6 +1,7 @@
 """Lower one compute task and its loop nest to a kernel: loops, guards, stores.
 
-The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s):
+The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s, a scan's in two
+parts, `_Lowering.over_steps`: scan.py):
 
     body = inline_producers(body)      # compute_inline: substitute producers' expressions
     body = simplify_expr(body)         # constants and identities the substitution exposed (simplify.py)
@@ -8,6 +9,8 @@ The pipeline, one pass per line (`lower_task`; the first five are `_Lowering`'s)
     stmt = lower_reduction(...)        # Halide-style init / update / epilogue
     stmt = hoist(...)                  # reductions inside expressions become scalar loops
     stmt = place(...)                  # read caches and computed-at producers (placement.py)
+    stmt = place_prefetches(...)       # prefetch_tensor's loads of the next block (prefetching.py)
+    stmt = in_stored_layouts(...)      # tensors stored in another layout read there (layouts.py)
     stmt = tensorize(...)              # nests that compute an intrinsic's pattern become calls (tensorize.py)
     stmt = tidy(stmt)                  # unit loops, index folding (tidy.py)
     stmt = simplify(stmt)              # what unit loops turned into constants
@@ -30,6 +33,7 @@ just inside the last loop the guard reads.
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import math
@@ -57,6 +61,7 @@ from ptowsp.lower.accumulate import accumulator_dtype
 from ptowsp.lower.accumulate import combine as _combine
 from ptowsp.lower.accumulate import identity as _identity
 from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
+from ptowsp.lower.axes import axis_values, buffer_of, guard_vars, to_buffers
 from ptowsp.lower.cse import bind_common
 from ptowsp.lower.gathers import clamp_gathers
 from ptowsp.lower.layouts import in_stored_layouts, stored_buffer
@@ -69,8 +74,8 @@ from ptowsp.lower.simplify import simplify, simplify_expr
 from ptowsp.lower.tensorize import tensorize
 from ptowsp.lower.tidy import bound_unrolling, tidy
 from ptowsp.lower.tuplereduce import SeveralValues
-from ptowsp.schedules import LoopNest, Schedule
-from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED, FuseRelation, SplitRelation
+from ptowsp.schedules import Schedule
+from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, sizes, substitute, walk
 from ptowsp.te.sizes import Extent
@@ -99,44 +104,6 @@ def local_shape(task: str, name: str, extents) -> tuple[int, ...]:
     return tuple(extents)
 
 
-def buffer_of(tensor) -> Buffer:
-    return Buffer(tensor.name, tensor.shape, tensor.dtype)
-
-
-def to_buffers(body: Expr) -> Expr:
-    """Reads of workload tensors become reads of global buffers (in gather indices too; a tensor
-    stored in another layout is read at its stored position once the kernel is made: layouts.py)."""
-    def read(n: Expr) -> Expr | None:
-        if n.op is not Op.LOAD:
-            return None
-        return Expr(Op.LOAD, n.dtype, tuple(to_buffers(i) for i in n.src), buffer_of(n.arg))
-
-    return substitute(body, read)
-
-
-def axis_values(nest: LoopNest) -> tuple[dict[str, Expr], list[Expr]]:
-    """Each original (and intermediate) loop variable as an expression of the final loops.
-
-    Also returns the guards `v < extent` that non-dividing splits need.
-    """
-    values = {lp.name: var(lp.name, lp.extent) for lp in nest.loops}
-    guards: list[Expr] = []
-    for rel in reversed(nest.relations):
-        if isinstance(rel, SplitRelation):
-            values[rel.parent] = values[rel.outer] * rel.factor + values[rel.inner]
-            if rel.guarded:
-                guards.append(values[rel.parent] < rel.parent_extent)
-        else:
-            assert isinstance(rel, FuseRelation)
-            values[rel.outer] = values[rel.fused] // rel.inner_extent
-            values[rel.inner] = values[rel.fused] % rel.inner_extent
-    return values, guards
-
-
-def _guard_vars(guard: Expr) -> set[str]:
-    return {n.arg[0] for n in walk(guard) if n.op is Op.VAR}
-
-
 class _Lowering:
     """State for lowering one task: its loops, guards and local buffers."""
 
@@ -163,6 +130,34 @@ class _Lowering:
         self.several = SeveralValues()  # several-value reductions hoisted so far (tuplereduce.py)
         self.body = simplify_expr(to_buffers(inline_producers(self.task.value, wl, schedule.inlined)))
 
+    def next_local(self) -> str:
+        """A fresh name for a reduction's local accumulators (`<task>_r<n>`; a reduction with several
+        buffers adds its own suffixes)."""
+        name = f"{self.name}_r{self.counter}"
+        self.counter += 1
+        return name
+
+    def over_steps(self, wl: Workload, schedule: Schedule, axis: str, start: int, count: Extent,
+                   value: Expr) -> _Lowering:
+        """This task's lowering for one part of a scan (scan.py): `value` computed over `count` steps of
+        the scan `axis` from step `start`, with the task's loop schedule."""
+        part = copy.copy(self)
+        task = self.task
+        part.nest = self.nest.with_root_extents({**dict(zip(task.loop_names, task.tensor.shape, strict=True)),
+                                                 axis: count})
+        part.values, part.guards = axis_values(part.nest)
+        part.inner = [lp for lp in part.nest.loops if lp.annotation != "parallel"]
+        part.origin = {axis: const(start, "int64")} if start else {}
+        part.body = simplify_expr(to_buffers(inline_producers(value, wl, schedule.inlined)))
+        return part
+
+    def epilogue_of(self, reduction: Expr, value: Expr) -> Expr:
+        """The task's body with `reduction` (a REDUCE in it) replaced by `value`, in the final loops; the
+        reduction is kept apart from the axis rewrite, which would rename its axes."""
+        marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))
+        around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
+        return substitute(around, lambda n: value if n is marker else None)
+
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
 
@@ -181,7 +176,7 @@ class _Lowering:
         placed_outside = {lp.name for lp in outer} | grid
         names = {lp.name for lp in loops} | placed_outside
         guards = [g for g in self.guards
-                  if _guard_vars(g) <= names and not (outer and _guard_vars(g) <= placed_outside)]
+                  if guard_vars(g) <= names and not (outer and guard_vars(g) <= placed_outside)]
         depth = {lp.name: k for k, lp in enumerate(loops)}
         threads = {lp.name for lp in loops if lp.annotation.startswith("threadIdx")}
 
@@ -189,7 +184,7 @@ class _Lowering:
             """Just inside the last loop the guard reads, so a tail stops before its inner loops run (and
             staging there sees the guard); a thread's guard stays innermost, where every thread of the
             block has passed its barriers."""
-            used = _guard_vars(g)
+            used = guard_vars(g)
             return len(loops) - 1 if used & threads else max((depth[v] for v in used if v in depth), default=-1)
 
         for k in range(len(loops) - 1, -2, -1):
@@ -227,8 +222,7 @@ class _Lowering:
                 stmt, index = hoisted(self, e, self.hoist(body, None, inner, locals_), prelude, locals_, inner)
                 prelude.append(stmt if path is None else IfThen(path, stmt))
                 return index
-            acc = Buffer(f"{self.name}_r{self.counter}", (1,), accumulator_dtype(kind, e.dtype), LOCAL)
-            self.counter += 1
+            acc = Buffer(self.next_local(), (1,), accumulator_dtype(kind, e.dtype), LOCAL)
             locals_.append(acc)
             inner: list[Stmt] = []
             body = self.hoist(body, None, inner, locals_)
@@ -299,16 +293,13 @@ class _Lowering:
             stmt = self.lane_partials(kind, acc, acc_index, per_tile, piece, reduction_nest, rbody, path)
         else:
             update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
-            stmt = block(piece(Store(acc, acc_index, identity)), reduction_nest(self._on_path(path, update)))
+            stmt = block(piece(Store(acc, acc_index, identity)), reduction_nest(self.on_path(path, update)))
         if not direct:
-            marker = Expr(Op.VAR, reduction.dtype, (), ("@reduction", 1))  # kept apart from the axis rewrite
-            around = self.at_axes(substitute(self.body, lambda n: marker if n is reduction else None))
-            acc_value = cast(acc[acc_index], reduction.dtype)
-            epilogue_value = substitute(around, lambda n: acc_value if n is marker else None)
+            epilogue_value = self.epilogue_of(reduction, cast(acc[acc_index], reduction.dtype))
             stmt = Allocate(acc, block(stmt, piece(self.store(self.out, spatial, epilogue_value))))
         return self.nest_over(lead, stmt) if lead else stmt
 
-    def _on_path(self, path: Expr | None, stmt: Stmt) -> Stmt:
+    def on_path(self, path: Expr | None, stmt: Stmt) -> Stmt:
         """The reduction is read only where its where-path holds."""
         return stmt if path is None else IfThen(self.at_axes(path), stmt)
 
@@ -345,7 +336,7 @@ class _Lowering:
             Store(acc, acc_index, identity),
             over_partials(Store(acc, acc_index, _combine(kind, acc[acc_index], part[index])), False))
         return Allocate(part, block(piece(over_partials(Store(part, index, identity), True)),
-                                    reduction_nest(self._on_path(path, update)), piece(fold)))
+                                    reduction_nest(self.on_path(path, update)), piece(fold)))
 
 
 def _fold_tree(kind: str, part: Buffer, tile_index: tuple[Expr, ...], partial_loops: list, acc: Buffer,

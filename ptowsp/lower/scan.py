@@ -10,20 +10,15 @@ iterates independent axes (schedules/scan_rules.py).
 
 from __future__ import annotations
 
-import copy
-
 from ptowsp.lower.ir import Stmt, block
-from ptowsp.lower.simplify import simplify_expr
 from ptowsp.schedules import Schedule
-from ptowsp.te import const, sizes
-from ptowsp.workloads import Workload, inline_producers
+from ptowsp.te import sizes
+from ptowsp.workloads import Workload
 
 
 def lower_scan(lowering, wl: Workload, schedule: Schedule) -> Stmt:
     """The scan's two nests (the second absent when init covers every step); `lowering` is the
-    task's `_Lowering` (lower/kernel.py), copied once per nest with the scan axis's range."""
-    from ptowsp.lower.kernel import axis_values, to_buffers  # kernel.py imports this module
-
+    task's lowering (lower/kernel.py), narrowed to each part's steps by its `over_steps`."""
     task = lowering.task
     axis, steps = task.scan.axis, task.scan.steps
     extent = task.tensor.shape[task.loop_names.index(axis)]
@@ -33,13 +28,7 @@ def lower_scan(lowering, wl: Workload, schedule: Schedule) -> Stmt:
     for value, start, count in ((init, 0, first), (update, steps, sizes.sub(extent, steps))):
         if isinstance(count, int) and count <= 0:
             continue
-        part = copy.copy(lowering)
-        part.nest = lowering.nest.with_root_extents({**dict(zip(task.loop_names, task.tensor.shape, strict=True)),
-                                                      axis: count})
-        part.values, part.guards = axis_values(part.nest)
-        part.inner = [lp for lp in part.nest.loops if lp.annotation != "parallel"]
-        part.origin = {axis: const(start, "int64")} if start else {}
-        part.body = simplify_expr(to_buffers(inline_producers(value, wl, schedule.inlined)))
+        part = lowering.over_steps(wl, schedule, axis, start, count, value)
         at = tuple(part.at_axes(a) for a in task.axes)  # the stored element: the step's own, not the nest's
         parts.append(part.nest_over(part.inner, part.store(part.out, at, part.at_axes(part.body))))
     return block(*parts)

@@ -55,9 +55,8 @@ class SeveralValues:
     @staticmethod
     def _build(lw, e: Expr, path: Expr | None, prelude: list[Stmt], locals_: list[Buffer]) -> tuple[Buffer, ...]:
         kind, (packed, *axes) = e.arg.reducer, e.src
-        n = lw.counter
-        lw.counter += 1
-        accs = tuple(Buffer(f"{lw.name}_r{n}v{k}", (1,), d, LOCAL) for k, d in enumerate(kind.dtypes))
+        name = lw.next_local()
+        accs = tuple(Buffer(f"{name}v{k}", (1,), d, LOCAL) for k, d in enumerate(kind.dtypes))
         locals_.extend(accs)
         zero = (const(0, "int64"),)
         inner: list[Stmt] = []  # reductions nested in the bodies: computed per element, before the update
@@ -69,7 +68,7 @@ class SeveralValues:
         copies: list[Stmt] = []
         for k, (acc, value) in enumerate(zip(accs, combined, strict=True)):
             if read_later[k]:  # a later combine reads the old accumulator: keep the new one aside
-                temp = Buffer(f"{lw.name}_r{n}n{k}", (1,), acc.dtype, LOCAL)
+                temp = Buffer(f"{name}n{k}", (1,), acc.dtype, LOCAL)
                 locals_.append(temp)
                 first.append(Store(temp, zero, value))
                 copies.append(Store(acc, zero, temp[zero]))
