@@ -38,7 +38,7 @@ import numpy as np
 from ptowsp.te import dtypes
 from ptowsp.lower.program import task_key
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import copy_task
@@ -74,7 +74,7 @@ class TuningTask:
 def kernel_groups(wl: Workload, schedule: Schedule) -> dict[str, list[str]]:
     """Each kernel of a schedule: its root task -> the tasks lowered into it (root first, then in the
     workload's order)."""
-    planned = fusion.plan(schedule).schedule
+    planned = schedule.fusion_plan().schedule
     known = set(wl.constants) | fold.foldable(wl)
     placed = planned.compute_at_locations
     position = {t: n for n, t in enumerate(wl.tasks)}

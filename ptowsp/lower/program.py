@@ -22,7 +22,7 @@ from ptowsp.lower.access import KernelAccess, kernel_access
 from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.passes import fold
 from ptowsp.te import Expr
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -143,7 +143,7 @@ def lower_program(wl: Workload, schedule: Schedule, kernels: dict[tuple, Kernel]
     """
     if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
         raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
-    schedule = fusion.plan(schedule).schedule  # fusion as compute_inline / compute_at steps
+    schedule = schedule.fusion_plan().schedule  # fusion as compute_inline / compute_at steps
     known = {**wl.constants, **fold.fold_constants(wl)}  # constant folding: evaluated once, here
     placed = schedule.compute_at_locations
     order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed and t not in known)

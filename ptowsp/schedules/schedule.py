@@ -233,10 +233,17 @@ class Schedule:
         """Fuse every pair the category rules allow (carried out by the graph pass)."""
         return self._make(st.FuseByCategory)
 
+    def fusion_plan(self, keep: Mapping[str, str] | None = None) -> fusion.FusionPlan:
+        """What fusion makes of this schedule (passes/fusion.py): the fusions, the pairs left unfused
+        and why, and the schedule rewritten with them (compute_inline and compute_at steps), which is
+        what every target lowers.  `keep`: {producer: reason} that category fusion leaves stored (the
+        default schedule's choice).  The one place the plan is made."""
+        return fusion.plan(self, keep)
+
     def explain(self) -> str:
         """What fusion makes of this schedule: each fused pair with its rule, each pair left
         unfused with the reason, and the loop steps dropped from tasks folded into others."""
-        return fusion.plan(self).explain()
+        return self.fusion_plan().explain()
 
     def dispatch(self, policy: str | object, key: Sequence[str] | None = None) -> Schedule:
         """Dispatch policy: round_robin, work_stealing, locality, heft (earliest expected finish, by

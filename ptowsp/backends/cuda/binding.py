@@ -15,7 +15,7 @@ filled at, cannot be fused away: the run stops before it, and when it is
 the first leading loop it is bound to `blockIdx.x` alone.  A task that calls a warp-level intrinsic
 (mma.py) has its fused loop bound to `blockIdx.x` alone: its threads on x are the warp's lanes.
 
-The steps are added to the schedule after fusion (`fusion.plan`), so they
+The steps are added to the schedule after fusion (`Schedule.fusion_plan`), so they
 land on the task that owns the kernel's loops; `prog.source(task)` shows them.
 """
 
@@ -26,7 +26,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.lower.ir import SHARED
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL
-from ptowsp.schedules.passes import fold, fusion
+from ptowsp.schedules.passes import fold
 from ptowsp.schedules.steps import THREAD_AXES
 from ptowsp.workloads import ComputeTask
 
@@ -86,7 +86,7 @@ def _bind(s: Schedule, task: str) -> None:
 
 def with_default_binding(schedule: Schedule) -> Schedule:
     """The schedule after fusion, with a default binding on every kernel that binds no loop."""
-    planned = fusion.plan(schedule).schedule
+    planned = schedule.fusion_plan().schedule
     for task in kernel_tasks(planned):
         if any(lp.annotation in THREAD_AXES for lp in planned.nest(task).loops):
             continue

@@ -124,11 +124,11 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     folded = fold.foldable(wl)
     fuse = choose("fuse", (True, False), fuse)
     keep: dict[str, str] = {}
-    plan = fusion.plan(Schedule(wl).fuse_by_category()) if fuse else fusion.FusionPlan()
+    plan = Schedule(wl).fuse_by_category().fusion_plan() if fuse else fusion.FusionPlan()
     if fuse and choose("inline", ("bounded", "all"), "bounded") == "bounded":  # inlining.py
         keep = inlining.keep_stored(wl, {f.producer for f in plan.fusions if f.kind == "inline"})
         if keep:  # the plan again, without those inlines
-            plan = fusion.plan(Schedule(wl).fuse_by_category(), keep)
+            plan = Schedule(wl).fuse_by_category().fusion_plan(keep)
     inlined = {f.producer for f in plan.fusions if f.kind == "inline"}
     anchors = {f.producer: f.consumer for f in plan.fusions if f.kind == "epilogue"}  # producer -> epilogue
     stored = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and t not in folded and t not in inlined]
@@ -163,7 +163,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
             if weights and choose(f"{task}.prefetch_weights", (True, False), True):
                 s.prefetch_tensor(task, weights, block)
     if fuse:
-        s = fusion.plan(s.fuse_by_category(), keep).schedule
+        s = s.fuse_by_category().fusion_plan(keep).schedule
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
         group = groups[x]
         loop = _placement(s, group)
