@@ -1,7 +1,8 @@
 """What each schedule step does: one function per step kind, `kind(schedule, step)`.
 
 Each handler validates completely before it changes anything, raising
-StepError with the reason; `Schedule._apply` adds the step as written.
+StepError with the reason; `Schedule.apply` adds the step as written.  They are the only code that
+changes a schedule's `ScheduleState`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 
 def compute_nest(s: Schedule, task: str) -> LoopNest:
     """The nest of a compute task (inlined or not)."""
-    if task in s._nests:
-        return s._nests[task]
+    if task in s.state.nests:
+        return s.state.nests[task]
     wl = s.workload
     if task not in wl.tasks:
         raise StepError(f"workload {wl.name!r} has no task {task!r}; its tasks are {', '.join(wl.tasks)}")
@@ -43,9 +44,9 @@ def compute_nest(s: Schedule, task: str) -> LoopNest:
 def _compute(s: Schedule, task: str) -> LoopNest:
     """The nest of a compute task that still has loops of its own."""
     compute_nest(s, task)
-    if task in s._inlined:
+    if task in s.state.inlined:
         raise StepError(f"task {task!r} was inlined by compute_inline; it has no loops of its own")
-    return s._nests[task]
+    return s.state.nests[task]
 
 
 def _on_task(message: str, task: str) -> StepError:
@@ -54,17 +55,17 @@ def _on_task(message: str, task: str) -> StepError:
 
 def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
     """A loop that another task is computed at, or a cache is filled at, cannot disappear."""
-    for producer, (consumer, loop) in s._compute_at.items():
+    for producer, (consumer, loop) in s.state.compute_at.items():
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where {producer!r} is computed (compute_at); transform it first", task)
-    for consumer, tensor, _, loop in s._cache_reads:
+    for consumer, tensor, _, loop in s.state.cache_reads:
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where the cache of {tensor!r} is filled (cache_read); transform it first",
                            task)
-    for consumer, tensor, loop, _ in s._prefetched:
+    for consumer, tensor, loop, _ in s.state.prefetched:
         if consumer == task and loop in removed:
             raise _on_task(f"loop {loop} is where {tensor!r} is prefetched (prefetch_tensor); transform it first", task)
-    tensorized = s._tensorized.get(task)
+    tensorized = s.state.tensorized.get(task)
     if tensorized is not None and tensorized[0] in removed:
         raise _on_task(f"loop {tensorized[0]} is where {tensorized[1]!r} is called (tensorize); "
                        "transform the loops first", task)
@@ -78,7 +79,7 @@ def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) ->
         changed = change(nest)
         if found.scan is not None:
             check_scan_nest(found, changed)
-        s._nests[task] = changed
+        s.state.nests[task] = changed
     except StepError as e:
         raise _on_task(str(e), task) from None
 
@@ -118,7 +119,7 @@ def fuse(s: Schedule, step: st.Fuse) -> None:
 
 def _keep_serial(s: Schedule, task: str, loops: list[str], annotation: str) -> None:
     """A loop a tensor is prefetched at keeps running its iterations one after another."""
-    for consumer, tensor, loop, _ in s._prefetched:
+    for consumer, tensor, loop, _ in s.state.prefetched:
         if consumer == task and loop in loops:
             raise _on_task(f"loop {loop} is where {tensor!r} is prefetched (prefetch_tensor), which needs its "
                            f"iterations in order; it cannot be {annotation}", task)
@@ -136,8 +137,8 @@ def unroll(s: Schedule, step: st.Unroll) -> None:
 def parallel(s: Schedule, step: st.Parallel) -> None:
     if not step.loops:
         raise StepError("parallel needs at least one loop")
-    if step.task in s._compute_at:
-        raise _on_task(f"it is computed inside {s._compute_at[step.task][0]!r} (compute_at), so its loops cannot "
+    if step.task in s.state.compute_at:
+        raise _on_task(f"it is computed inside {s.state.compute_at[step.task][0]!r} (compute_at), so its loops cannot "
                        "form a task grid", step.task)
     _keep_serial(s, step.task, step.loops, PARALLEL)
     _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
@@ -158,17 +159,17 @@ def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
     consumers = _consumers(s, task)
     if not consumers:
         raise _on_task("no task reads it", task)
-    opaque = [c for c in consumers if c not in s._nests]
+    opaque = [c for c in consumers if c not in s.state.nests]
     if opaque:
         raise _on_task(f"the opaque task {opaque[0]!r} reads it and needs it stored", task)
-    if task in s._compute_at:
+    if task in s.state.compute_at:
         raise _on_task("it is already placed by compute_at", task)
-    if task in s._cache_writes or any(t == task for t, *_ in s._cache_reads):
+    if task in s.state.cache_writes or any(t == task for t, *_ in s.state.cache_reads):
         raise _on_task("it has cache_read / cache_write steps, which need its own loops", task)
-    anchored = [p for p, (c, _) in s._compute_at.items() if c == task]
+    anchored = [p for p, (c, _) in s.state.compute_at.items() if c == task]
     if anchored:
         raise _on_task(f"{anchored[0]!r} is computed at one of its loops", task)
-    s._inlined.add(task)
+    s.state.inlined.add(task)
 
 
 def _not_a_scan(s: Schedule, task: str, step: str) -> None:
@@ -185,8 +186,8 @@ def compute_at(s: Schedule, step: st.ComputeAt) -> None:
     _not_a_scan(s, task, "compute_at")
     _not_a_scan(s, consumer, "compute_at into it")
     here, chain = consumer, [consumer]
-    while here != task and here in s._compute_at:  # follow where the consumer itself is computed
-        here = s._compute_at[here][0]
+    while here != task and here in s.state.compute_at:  # follow where the consumer itself is computed
+        here = s.state.compute_at[here][0]
         chain.append(here)
     if here == task:
         raise _on_task(f"computing it at {consumer!r} makes a compute_at cycle: {' -> '.join([task, *chain])}", task)
@@ -195,15 +196,15 @@ def compute_at(s: Schedule, step: st.ComputeAt) -> None:
     if consumer not in nx.descendants(s.workload.graph, task):
         raise _on_task(f"{consumer!r} does not read it, directly or through other tasks, so it cannot be computed "
                        f"inside {consumer!r}", task)
-    if task in s._compute_at:
-        raise _on_task(f"it is already computed at {s._compute_at[task]}", task)
+    if task in s.state.compute_at:
+        raise _on_task(f"it is already computed at {s.state.compute_at[task]}", task)
     if step.loop not in nest.names:
         raise _on_task(f"{consumer!r} has no loop {step.loop!r}; its loops are {', '.join(nest.names)}", task)
-    grid = [lp.name for lp in s._nests[task].loops if lp.annotation == PARALLEL]
+    grid = [lp.name for lp in s.state.nests[task].loops if lp.annotation == PARALLEL]
     if grid:
         raise _on_task(f"its loops {', '.join(grid)} are parallel (a task grid); a task computed inside another "
                        "has no grid of its own", task)
-    s._compute_at[task] = (consumer, step.loop)
+    s.state.compute_at[task] = (consumer, step.loop)
 
 
 def _scope(scope: str) -> None:
@@ -215,7 +216,7 @@ def _reads_in_place(s: Schedule, task: str, tensor: str, step: str) -> None:
     """The task reads `tensor` itself, in its own layout: what cache_read and prefetch_tensor take."""
     _compute(s, task)
     _not_a_scan(s, task, step)
-    if tensor in s._layouts:
+    if tensor in s.state.layouts:
         raise _on_task(f"{tensor!r} is stored in another layout (transform_layout); {step} of it is not "
                        "supported yet", task)
     read = [t.name for t in s.workload.task(task).inputs]
@@ -226,12 +227,12 @@ def _reads_in_place(s: Schedule, task: str, tensor: str, step: str) -> None:
 def cache_read(s: Schedule, step: st.CacheRead) -> None:
     _reads_in_place(s, step.task, step.tensor, "cache_read")
     _scope(step.scope)
-    if any(t == step.task and n == step.tensor for t, n, _, _ in s._cache_reads):
+    if any(t == step.task and n == step.tensor for t, n, _, _ in s.state.cache_reads):
         raise _on_task(f"{step.tensor!r} is already cached", step.task)
-    loops = s._nests[step.task].names
+    loops = s.state.nests[step.task].names
     if step.loop is not None and step.loop not in loops:
         raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(loops)}", step.task)
-    s._cache_reads.append((step.task, step.tensor, step.scope, step.loop))
+    s.state.cache_reads.append((step.task, step.tensor, step.scope, step.loop))
 
 
 def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
@@ -243,25 +244,25 @@ def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
                        "later iteration reads is not known ahead", step.task)
     if step.ahead < 1:
         raise _on_task(f"prefetch_tensor looks ahead by at least one iteration, got ahead={step.ahead}", step.task)
-    nest = s._nests[step.task]
+    nest = s.state.nests[step.task]
     if step.loop not in nest.names:
         raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(nest.names)}", step.task)
     annotation = nest.loops[nest.names.index(step.loop)].annotation
     if annotation not in (SERIAL, UNROLLED):
         raise _on_task(f"loop {step.loop} is {annotation}; prefetch_tensor needs a serial loop, whose next "
                        "iteration comes after this one", step.task)
-    if any(t == step.task and n == step.tensor for t, n, _, _ in s._prefetched):
+    if any(t == step.task and n == step.tensor for t, n, _, _ in s.state.prefetched):
         raise _on_task(f"{step.tensor!r} is already prefetched", step.task)
-    s._prefetched.append((step.task, step.tensor, step.loop, step.ahead))
+    s.state.prefetched.append((step.task, step.tensor, step.loop, step.ahead))
 
 
 def cache_write(s: Schedule, step: st.CacheWrite) -> None:
     _compute(s, step.task)
     _not_a_scan(s, step.task, "cache_write")
     _scope(step.scope)
-    if step.task in s._cache_writes:
-        raise _on_task(f"its result is already cached in {s._cache_writes[step.task]!r}", step.task)
-    s._cache_writes[step.task] = step.scope
+    if step.task in s.state.cache_writes:
+        raise _on_task(f"its result is already cached in {s.state.cache_writes[step.task]!r}", step.task)
+    s.state.cache_writes[step.task] = step.scope
 
 
 def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
@@ -272,13 +273,13 @@ def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
     reason = check_pair(s, step.producer, step.consumer)
     if reason:
         raise StepError(reason)
-    if (step.producer, step.consumer) in s._fused_tasks:
+    if (step.producer, step.consumer) in s.state.fused_tasks:
         raise StepError("these tasks are already fused")
-    s._fused_tasks.append((step.producer, step.consumer))
+    s.state.fused_tasks.append((step.producer, step.consumer))
 
 
 def fuse_by_category(s: Schedule, step: st.FuseByCategory) -> None:
-    s._fuse_by_category = True
+    s.state.fuse_by_category = True
 
 
 def dispatch(s: Schedule, step: st.Dispatch) -> None:
@@ -286,13 +287,13 @@ def dispatch(s: Schedule, step: st.Dispatch) -> None:
         raise StepError(f"unknown dispatch policy {step.policy!r}; policies are {', '.join(st.DISPATCH_POLICIES)}")
     if (step.policy == "affinity") != (step.key is not None):
         raise StepError("affinity needs key=[grid loop names], and only affinity takes a key")
-    s._dispatch = step
+    s.state.dispatch = step
 
 
 def prefetch(s: Schedule, step: st.Prefetch) -> None:
     if step.depth < 0:
         raise StepError(f"prefetch depth must be >= 0, got {step.depth}")
-    s._prefetch = step.depth
+    s.state.prefetch = step.depth
 
 
 def bind(s: Schedule, step: st.Bind) -> None:
@@ -306,7 +307,7 @@ def bind(s: Schedule, step: st.Bind) -> None:
         _compute(s, step.task)
         if step.core not in st.CORE_CLASSES:
             raise StepError(f"unknown core class {step.core!r}; classes are {', '.join(st.CORE_CLASSES)}")
-        s._cores[step.task] = step.core
+        s.state.cores[step.task] = step.core
         return
     if step.loop is None or step.thread not in st.THREAD_AXES:
         raise StepError(f"bind needs a loop and a thread axis among {', '.join(st.THREAD_AXES)}")
@@ -326,14 +327,14 @@ def _tensorize(s: Schedule, step: st.Bind) -> None:
     if busy:
         raise _on_task(f"loop {busy[0]} at or inside {step.loop} is {nest.loop(busy[0]).annotation}; one intrinsic "
                        "call runs on one core", step.task)
-    if step.task in s._tensorized:
-        raise _on_task(f"it already calls {s._tensorized[step.task][1]!r} at loop {s._tensorized[step.task][0]}",
+    if step.task in s.state.tensorized:
+        raise _on_task(f"it already calls {s.state.tensorized[step.task][1]!r} at loop {s.state.tensorized[step.task][0]}",
                        step.task)
     try:
         lookup(step.kernel)
     except WorkloadError as e:
         raise _on_task(str(e), step.task) from None
-    s._tensorized[step.task] = (step.loop, step.kernel)
+    s.state.tensorized[step.task] = (step.loop, step.kernel)
 
 
 def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
@@ -351,12 +352,12 @@ def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
                         "layout; its layout cannot change")
     if step.tensor not in wl.constants and step.tensor not in fold.foldable(wl):
         _intermediate(s, step.tensor)
-    if step.tensor in s._layouts:
+    if step.tensor in s.state.layouts:
         raise StepError(f"{step.tensor!r} already has a layout")
-    cached = [t for t, n, _, _ in s._cache_reads if n == step.tensor]
+    cached = [t for t, n, _, _ in s.state.cache_reads if n == step.tensor]
     if cached:
         raise StepError(f"task {cached[0]!r} reads {step.tensor!r} through cache_read; transform the layout first")
-    s._layouts[step.tensor] = layout_of(tensor, step.axes, step.index)
+    s.state.layouts[step.tensor] = layout_of(tensor, step.axes, step.index)
 
 
 def _intermediate(s: Schedule, tensor: str) -> None:
@@ -375,11 +376,11 @@ def _intermediate(s: Schedule, tensor: str) -> None:
 def specialize(s: Schedule, step: st.Specialize) -> None:
     """A variant nest of the task: its loops now, with the variant's loop steps on top."""
     _compute(s, step.task)
-    if step.task in s._compute_at:
-        raise _on_task(f"it is computed inside {s._compute_at[step.task][0]!r}; specialize the task that holds it",
+    if step.task in s.state.compute_at:
+        raise _on_task(f"it is computed inside {s.state.compute_at[step.task][0]!r}; specialize the task that holds it",
                        step.task)
-    hosted = [p for p, (c, _) in s._compute_at.items() if c == step.task] + \
-        [t for c, t, _, _ in s._cache_reads if c == step.task]
+    hosted = [p for p, (c, _) in s.state.compute_at.items() if c == step.task] + \
+        [t for c, t, _, _ in s.state.cache_reads if c == step.task]
     if hosted:
         raise _on_task(f"{hosted[0]!r} is placed at its loops (compute_at or cache_read), which a variant's "
                        "loops may not have; specialize before placing, or place in the producer", step.task)
@@ -390,10 +391,10 @@ def specialize(s: Schedule, step: st.Specialize) -> None:
             raise _on_task(f"the variant's step {sub.call()} is on task {sub.task!r}; a variant changes only the "
                            "task it specializes", step.task)
         try:
-            twin._apply(sub)
+            twin.apply(sub)
         except ScheduleError as e:
             raise StepError(f"in the variant: {e}") from None
-    s._variants.setdefault(step.task, []).append((condition, twin._nests[step.task]))
+    s.state.variants.setdefault(step.task, []).append((condition, twin.state.nests[step.task]))
 
 
 def _condition(s: Schedule, task: str, when: str) -> Expr:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 import weakref
+from dataclasses import dataclass, field
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -88,26 +89,36 @@ class _Nests(dict):
         return [(name, self[name]) for name in self._workload.tasks if name in self._compute]
 
 
+@dataclass
+class ScheduleState:
+    """What a schedule's steps have made so far: each compute task's loop nest and every placement,
+    fusion request and runtime choice.  The step handlers (handlers.py) are the only code that changes
+    it, each after validating its step completely; everything else reads it through Schedule's
+    properties, which hand out copies."""
+
+    nests: _Nests
+    inlined: set[str] = field(default_factory=set)
+    compute_at: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (consumer, loop)
+    cache_reads: list[tuple[str, str, str, str | None]] = field(default_factory=list)  # task, tensor, scope, loop
+    cache_writes: dict[str, str] = field(default_factory=dict)
+    prefetched: list[tuple[str, str, str, int]] = field(default_factory=list)  # task, tensor, loop, ahead
+    fused_tasks: list[tuple[str, str]] = field(default_factory=list)
+    fuse_by_category: bool = False
+    dispatch: st.Dispatch | None = None
+    prefetch: int = 0
+    cores: dict[str, str] = field(default_factory=dict)
+    tensorized: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (loop, intrinsic)
+    layouts: dict[str, Layout] = field(default_factory=dict)  # tensor -> its stored layout (transform_layout)
+    variants: dict[str, list[tuple[Expr, LoopNest]]] = field(default_factory=dict)  # task -> (when, loops)
+
+
 class Schedule:
     """A workload's schedule: create with `wl.schedule()`; every step returns the schedule."""
 
     def __init__(self, workload: Workload):
         self.workload = workload
         self._steps: list[st._Step] = []
-        self._nests = _Nests(workload)
-        self._inlined: set[str] = set()
-        self._compute_at: dict[str, tuple[str, str]] = {}
-        self._cache_reads: list[tuple[str, str, str, str | None]] = []  # task, tensor, scope, loop
-        self._cache_writes: dict[str, str] = {}
-        self._prefetched: list[tuple[str, str, str, int]] = []  # task, tensor, loop, ahead
-        self._fused_tasks: list[tuple[str, str]] = []
-        self._fuse_by_category = False
-        self._dispatch: st.Dispatch | None = None
-        self._prefetch = 0
-        self._cores: dict[str, str] = {}
-        self._tensorized: dict[str, tuple[str, str]] = {}  # task -> (loop, intrinsic)
-        self._layouts: dict[str, Layout] = {}  # tensor -> its stored layout (transform_layout)
-        self._variants: dict[str, list[tuple[Expr, LoopNest]]] = {}  # task -> (when, loops), first match wins
+        self.state = ScheduleState(_Nests(workload))
 
     # -- loop steps -------------------------------------------------------------------
     def split(self, task: str, loop: str, factor: int) -> Schedule:
@@ -147,8 +158,8 @@ class Schedule:
         """
         if not isinstance(tasks, int) or tasks < 1:
             raise ScheduleError(f"parallelize(tasks={tasks!r}): tasks must be an integer >= 1")
-        for name, nest in list(self._nests.items()):
-            if name in self._inlined or name in self._compute_at or any(lp.annotation == PARALLEL for lp in nest.loops):
+        for name, nest in list(self.state.nests.items()):
+            if name in self.state.inlined or name in self.state.compute_at or any(lp.annotation == PARALLEL for lp in nest.loops):
                 continue
             if nest.names != LoopNest.of(*_original(self.workload, name)).names:
                 continue
@@ -187,13 +198,13 @@ class Schedule:
     def with_loops(self, task: str, nest: LoopNest) -> Schedule:
         """A copy in which `task` has these loops (one of its variants, for lowering)."""
         twin = self.copy()
-        twin._nests[task] = nest
+        twin.state.nests[task] = nest
         return twin
 
     @property
     def variants(self) -> dict[str, list[tuple[Expr, LoopNest]]]:
         """task -> [(condition, loop nest)] per specialize step, in order."""
-        return {task: list(found) for task, found in self._variants.items()}
+        return {task: list(found) for task, found in self.state.variants.items()}
 
     # -- placement and storage --------------------------------------------------------
     def compute_inline(self, task: str) -> Schedule:
@@ -283,7 +294,7 @@ class Schedule:
     @property
     def layouts(self) -> dict[str, Layout]:
         """tensor -> its stored layout, from transform_layout steps."""
-        return dict(self._layouts)
+        return dict(self.state.layouts)
 
     def tensorize(self, task: str, loop: str, intrinsic: str) -> Schedule:
         """Replace the loop nest under `loop` by calls of the intrinsic `intrinsic` (pw.intrinsic),
@@ -312,52 +323,52 @@ class Schedule:
 
     @property
     def inlined(self) -> frozenset[str]:
-        return frozenset(self._inlined)
+        return frozenset(self.state.inlined)
 
     @property
     def compute_at_locations(self) -> dict[str, tuple[str, str]]:
         """task -> (consumer, loop) for every compute_at step."""
-        return dict(self._compute_at)
+        return dict(self.state.compute_at)
 
     @property
     def cache_reads(self) -> list[tuple[str, str, str, str | None]]:
         """(task, tensor, scope, loop or None for the whole task instance) per cache_read step."""
-        return list(self._cache_reads)
+        return list(self.state.cache_reads)
 
     @property
     def prefetched(self) -> list[tuple[str, str, str, int]]:
         """(task, tensor, loop, ahead) per prefetch_tensor step."""
-        return list(self._prefetched)
+        return list(self.state.prefetched)
 
     @property
     def cache_writes(self) -> dict[str, str]:
-        return dict(self._cache_writes)
+        return dict(self.state.cache_writes)
 
     @property
     def fused_tasks(self) -> list[tuple[str, str]]:
-        return list(self._fused_tasks)
+        return list(self.state.fused_tasks)
 
     @property
     def fuse_all_by_category(self) -> bool:
-        return self._fuse_by_category
+        return self.state.fuse_by_category
 
     @property
     def dispatch_policy(self) -> st.Dispatch:
-        return self._dispatch or st.Dispatch(policy="work_stealing")
+        return self.state.dispatch or st.Dispatch(policy="work_stealing")
 
     @property
     def prefetch_depth(self) -> int:
-        return self._prefetch
+        return self.state.prefetch
 
     @property
     def tensorized(self) -> dict[str, tuple[str, str]]:
         """task -> (loop, intrinsic) from tensorize / bind(..., kernel=...)."""
-        return dict(self._tensorized)
+        return dict(self.state.tensorized)
 
     @property
     def cores(self) -> dict[str, str]:
         """task -> core class from bind(task, core=...)."""
-        return dict(self._cores)
+        return dict(self.state.cores)
 
     # -- data -------------------------------------------------------------------------
     def to_json(self) -> str:
@@ -436,6 +447,12 @@ class Schedule:
             shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
             reasons = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise ScheduleError(f"{name}({shown}): {reasons}") from None
+        return self._apply(step)
+
+    def apply(self, step: st._Step) -> Schedule:
+        """A recorded step (one of a schedule's `steps`) applied to this schedule, validated as every
+        step is: ScheduleError, and the schedule unchanged, when it does not apply here.  How passes
+        replay or rewrite schedules (the default schedule over symbols, fusion's rewrite)."""
         return self._apply(step)
 
     def _apply(self, step: st._Step) -> Schedule:

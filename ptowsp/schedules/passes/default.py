@@ -110,7 +110,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
             if step.kind in _STAGING:  # the box a staged read covers may span a size: no fixed buffer
                 continue
             try:
-                s._apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
+                s.apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
             except ScheduleError:
                 continue
             if _fixed_size_buffers(s):
@@ -118,7 +118,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
             else:  # rare: replay without it, rather than copying the schedule before every step
                 s = Schedule(wl)
                 for good in kept:
-                    s._apply(good)
+                    s.apply(good)
         return s
     s = Schedule(wl)
     folded = fold.foldable(wl)

@@ -299,11 +299,11 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]],
         if step.kind in ("cache_read", "prefetch_tensor") and step.tensor in inlined:
             dropped.append((step.call(), f"{step.tensor} is inlined: it is computed where read, never stored"))
             continue
-        out._apply(step)
+        out.apply(step)
     for f in fusions:
         if f.kind == "inline":
             if f.producer not in out.inlined:
-                out._apply(st.ComputeInline(task=f.producer))
+                out.apply(st.ComputeInline(task=f.producer))
             continue
         names = dict(zip(wl.task(f.producer).loop_names, wl.task(f.consumer).loop_names, strict=True))
         reduce_roots = {part for lp in s.nest(f.producer).loops if lp.reduce for part in lp.name.split(".")}
@@ -311,9 +311,9 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]],
             if getattr(step, "task", None) == f.producer and (step.kind in LOOP_STEPS or _spans_tiles(step)):
                 moved = _translate(step, f.consumer, names, reduce_roots)
                 if moved is not None:
-                    out._apply(moved)
+                    out.apply(moved)
         tile = _tile_loop(s, f.producer)
-        out._apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
+        out.apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
     return out
 
 
