@@ -14,6 +14,10 @@ of the state at run time (sized against the import budget, onnx_budget.py); a tr
 not a constant is refused, as is a data-dependent exit together with scan outputs (their length
 would be data).  An exit condition computed by the body is kept: once it is false the state
 stops changing (a `running` slot), as the loop would have stopped.
+
+A body that needs its iteration number as a value at import (a Slice whose starts count the
+iterations: a scan's step is an index, never a constant) is unrolled instead, when the trip count
+is at most UNROLL_LIMIT: one copy of the body per iteration, the number a constant in each.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_budget import check_size
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, broadcast_read, describe, import_nodes
+from ptowsp.frontend.onnx_import import (
+    Importer, Value, attribute, broadcast_read, describe, element_dtype, import_nodes,
+)
 from ptowsp.frontend.onnx_ops import op
 from ptowsp.frontend.onnx_shapes import regrouped
 from ptowsp.te import Expr, Op, const, dtypes, lift, substitute, walk
@@ -228,17 +234,24 @@ def loop(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: a Loop without a trip count M runs until its condition turns false, "
                             "a number of steps only the data decides, which ptowsp's scans do not take; give M")
     trips = max(0, int(np.asarray(trip_count).reshape(-1)[0]))
+    graph = attribute(node, "body")
+    if len(graph.output) > len(node.input) - 1 and len(node.input) > 1 and node.input[1]:
+        # with scan outputs, the initial condition sets their length (0 or the trip count): a value
+        imp.array(node, 1, "the initial condition, which sets the length of its scan outputs")
     given = imp.optional(node, 1)
     if given is not None and node.input[1] in imp.arrays:
         if not bool(np.asarray(imp.arrays[node.input[1]]).all()):
             trips = 0  # false before the first iteration
         given = None
-    graph = attribute(node, "body")
     carried = [imp.value(node, k) for k in range(2, len(node.input))]
     running = None
     if given is not None or not _stays_true(graph):
         running = Inline((), "bool", (lambda: const(True, "bool")) if given is None else
                          (lambda: given.at([0] * len(given.shape))))
+    if running is None and (trips == 0 or trips <= UNROLL_LIMIT and
+                            _needs_the_iteration_as_a_value(imp, node, graph, carried)):
+        _unrolled(imp, node, graph, trips, carried)
+        return
     rec = Recurrence(imp, node, trips, carried, running)
     iteration = Inline((), "int64", lambda: pw.cast(rec.time, "int64"))
     still = Inline((), "bool", (lambda: rec.read(len(carried), rec.time, [])) if running is not None
@@ -257,6 +270,65 @@ def loop(imp: Importer, node: onnx.NodeProto) -> None:
         rec.final(k, k)
     for j, value in enumerate(per_step):
         rec.stacked(value, len(carried) + j)
+
+
+UNROLL_LIMIT = 64  # the most iterations a Loop is unrolled to (each iteration's nodes are tasks of their own)
+
+
+def _needs_the_iteration_as_a_value(imp: Importer, node: onnx.NodeProto, graph: onnx.GraphProto,
+                                    carried: Sequence[Value]) -> bool:
+    """Whether the body, imported as one step of a scan, refuses to compute something from the
+    iteration number that it needs at import (a Slice's starts: ValueNeeded or 'must be a constant').
+    The trial imports the body into inline values only, which leave no task behind."""
+    probe = [Inline((), "int64", lambda: const(0, "int64")), Inline((), "bool", lambda: const(True, "bool")),
+             *(Inline(v.shape, v.dtype, lambda *i, v=v: v.at(i)) for v in carried)]
+    try:
+        _body(imp, node, probe)
+    except WorkloadError as e:
+        return "must be known at import" in str(e) or "must be a constant" in str(e)
+    return False
+
+
+def _unrolled(imp: Importer, node: onnx.NodeProto, graph: onnx.GraphProto, trips: int,
+              carried: Sequence[Value]) -> None:
+    """The loop as `trips` copies of its body, each with its iteration number a constant (what a Slice
+    whose starts count the iterations needs at import); each iteration's carried values are tasks.  No
+    copy at all for 0 iterations: the initial values, and empty scan outputs."""
+    stacked: list[list[Value]] = []
+    for k in range(trips):
+        inputs = [Inline((), "int64", lambda: const(0, "int64")), Inline((), "bool", lambda: const(True, "bool")),
+                  *(Inline(v.shape, v.dtype, lambda *i, v=v: v.at(i)) for v in carried)]
+        body = BodyImporter(imp, graph, inputs)
+        for given, value in ((graph.input[0].name, np.array(k, np.int64)), (graph.input[1].name, np.array(True))):
+            del body.values[given]
+            body.local_arrays[given] = value
+        import_nodes(body, list(graph.node))
+        outs = _outputs(body, node, graph)
+        carried = [imp.compute(node, v.shape, lambda *i, v=v: v.at(i), part=f"iteration{k}_{j}")
+                   for j, v in enumerate(outs[1:1 + len(carried)])]
+        stacked.append([imp.compute(node, v.shape, lambda *i, v=v: v.at(i), part=f"iteration{k}_scan{j}")
+                        for j, v in enumerate(outs[1 + len(carried):])])
+    for k, value in enumerate(carried):
+        if len(node.output) > k and node.output[k]:
+            imp.compute(node, value.shape, lambda *i, v=value: v.at(i), output=k)
+    for j, declared in enumerate(graph.output[1 + len(carried):]):
+        out = len(carried) + j
+        if not (len(node.output) > out and node.output[out]):
+            continue
+        if trips == 0:  # no iteration: empty, in the shape and type the body declares
+            t = declared.type.tensor_type
+            if not all(d.HasField("dim_value") for d in t.shape.dim):
+                raise WorkloadError(f"{describe(node)}: no iteration runs, and the body does not declare the shape "
+                                    f"of its scan output {declared.name!r}, which sets the empty output's")
+            dtype = element_dtype(t.elem_type, f"{describe(node)}: scan output {declared.name!r}")
+            imp.compute(node, (0, *(d.dim_value for d in t.shape.dim)), lambda *i, d=dtype: const(0, d), output=out)
+        else:
+            def element(step, *idx, j=j):
+                pick = stacked[-1][j].at(idx)
+                for k in reversed(range(trips - 1)):
+                    pick = pw.where(step == k, stacked[k][j].at(idx), pick)
+                return pick
+            imp.compute(node, (trips, *stacked[0][j].shape), element, output=out)
 
 
 def _stays_true(graph: onnx.GraphProto) -> bool:

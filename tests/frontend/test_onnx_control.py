@@ -99,6 +99,45 @@ def test_what_a_loop_cannot_become_is_refused():
         pw.frontend.from_onnx(_doubling(counter="int64"))
 
 
+def _slicing_by_the_iteration(with_condition: bool = False):
+    """y += x[i : i + 2] for i in 0..3 (a Slice whose starts count the iterations), each y a scan output;
+    with_condition: the initial condition is a graph input."""
+    body = oh.make_graph([oh.make_node("Identity", ["c_in"], ["c_out"]),
+                          oh.make_node("Add", ["i", "two"], ["end"]),
+                          oh.make_node("Unsqueeze", ["i", "zero"], ["start1"]),
+                          oh.make_node("Unsqueeze", ["end", "zero"], ["end1"]),
+                          oh.make_node("Slice", ["x", "start1", "end1"], ["part"]),
+                          oh.make_node("Add", ["y_in", "part"], ["y_out"]),
+                          oh.make_node("Identity", ["y_out"], ["y_step"])],
+                         "body", [vi("i", TP.INT64, []), vi("c_in", TP.BOOL, []), vi("y_in", TP.FLOAT, [2])],
+                         [vi("c_out", TP.BOOL, []), vi("y_out", TP.FLOAT, [2]), vi("y_step", TP.FLOAT, [2])],
+                         [nh.from_array(np.int64(2), "two"), nh.from_array(np.array([0], np.int64), "zero")])
+    inputs = [vi("x", TP.FLOAT, [6]), vi("y0", TP.FLOAT, [2])] + ([vi("c", TP.BOOL, [])] if with_condition else [])
+    graph = oh.make_graph([oh.make_node("Loop", ["M", "c" if with_condition else "", "y0"], ["y", "ys"], body=body)],
+                          "g", inputs, [vi("y", TP.FLOAT, None), vi("ys", TP.FLOAT, None)],
+                          [nh.from_array(np.int64(4), "M")])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_a_loop_whose_body_slices_by_the_iteration_is_unrolled(target):
+    x, y0 = np.arange(6, dtype=np.float32), np.float32([10, 20])
+    got = pw.build(pw.frontend.from_onnx(_slicing_by_the_iteration()), target).run(x=x, y0=y0)
+    ys = y0 + np.cumsum([x[i:i + 2] for i in range(4)], axis=0)
+    np.testing.assert_array_equal(got["ys"], ys)
+    np.testing.assert_array_equal(got["y"], ys[-1])
+
+
+def test_an_initial_condition_that_sets_the_scan_outputs_length_is_a_value_the_import_needs():
+    with pytest.raises(pw.frontend.ValueNeeded, match="'c'") as e:
+        pw.frontend.from_onnx(_slicing_by_the_iteration(with_condition=True))
+    assert e.value.input == "c"
+    wl = pw.frontend.from_onnx(_slicing_by_the_iteration(with_condition=True), values={"c": np.array(False)})
+    got = pw.reference(wl, x=np.arange(6, dtype=np.float32), y0=np.float32([1, 2]))
+    np.testing.assert_array_equal(got["y"], [1, 2])
+    assert got["ys"].shape == (0, 2)
+
+
 def test_a_loop_whose_condition_starts_false_runs_no_iteration():
     model = _doubling()
     model.graph.node[0].input[1] = "never"
