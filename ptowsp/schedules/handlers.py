@@ -15,7 +15,7 @@ import networkx as nx
 from ptowsp.errors import ScheduleError, WorkloadError
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.condition import parse_condition
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL, UNROLLED, VECTORIZED, LoopNest, StepError
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, UNROLLED, VECTORIZED, LoopNest, StepError, inner_of, outer_of
 from ptowsp.schedules.layouts import layout_of
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.fusion import check_pair
@@ -98,8 +98,8 @@ def tile(s: Schedule, step: st.Tile) -> None:
     def change(nest: LoopNest) -> LoopNest:
         for loop, factor in step.factors.items():
             nest = nest.split(loop, factor)
-        outers = [f"{loop}.outer" for loop in step.factors]
-        inners = [f"{loop}.inner" for loop in step.factors]
+        outers = [outer_of(loop) for loop in step.factors]
+        inners = [inner_of(loop) for loop in step.factors]
         slots = iter(outers + inners)
         tiled = set(outers + inners)
         return nest.reorder([next(slots) if name in tiled else name for name in nest.names])

@@ -29,6 +29,84 @@ from dataclasses import dataclass, replace
 from ptowsp.te import sizes
 from ptowsp.te.sizes import Extent
 
+
+# -- loop names: made and read here only -------------------------------------------------------
+# A loop is an original loop (one of the task's variables or reduce axes, a name without a dot), or
+# `X.outer` / `X.inner` (the parts of a split of X), or `X.Y.fused` (X and Y fused).  Every module
+# that needs the name of a part, or the original loops behind a name, asks these functions.
+_SPLIT_PARTS = ("outer", "inner")
+
+
+def outer_of(loop: str) -> str:
+    """The outer loop a split of `loop` makes."""
+    return f"{loop}.outer"
+
+
+def inner_of(loop: str) -> str:
+    """The inner loop a split of `loop` makes."""
+    return f"{loop}.inner"
+
+
+def fused_of(outer: str, inner: str) -> str:
+    """The loop a fuse of `outer` and `inner` makes."""
+    return f"{outer}.{inner}.fused"
+
+
+def is_outer_part(loop: str) -> bool:
+    """Whether `loop` is the outer part of a split."""
+    return _parsed(loop.split("."))[0] == "outer"
+
+
+def roots_of(loop: str) -> tuple[str, ...]:
+    """The original loops a loop name derives from, outermost first (one for a split part, two or more
+    for a fused loop).  Read from the name's structure, so an original loop may itself be named
+    `outer` or `inner` (a legal axis name): `outer.inner` is the inner part of a loop named outer.
+    One case stays ambiguous until loops are typed handles: a fuse whose inner loop is a split part
+    of a loop named `outer` or `inner` reads as the fuse of a split part (`i.outer.inner.fused`)."""
+    return tuple(_roots(_parsed(loop.split("."))))
+
+
+def renamed(loop: str, names: dict[str, str]) -> str:
+    """`loop` with the original loops it derives from renamed by `names` (the others kept)."""
+    return _joined(_parsed(loop.split(".")), names)
+
+
+def _parsed(tokens: list[str]) -> tuple:
+    """('root', name) | ('outer'|'inner', part) | ('fused', outer, inner) for a loop name's tokens; a
+    single token is an original loop, else its last token says how it was made."""
+    found = _parse(tokens)
+    if found is None:
+        raise ValueError(f"{'.'.join(tokens)!r} is not a loop name")
+    return found
+
+
+def _parse(tokens: list[str]) -> tuple | None:
+    if len(tokens) == 1:
+        return ("root", tokens[0]) if tokens[0] else None
+    if tokens[-1] in _SPLIT_PARTS:
+        inner = _parse(tokens[:-1])
+        return None if inner is None else (tokens[-1], inner)
+    if tokens[-1] == "fused":  # the longest left operand first: `i.outer.inner.fused` fuses i.outer and inner
+        for k in range(len(tokens) - 2, 0, -1):
+            a, b = _parse(tokens[:k]), _parse(tokens[k:-1])
+            if a is not None and b is not None:
+                return ("fused", a, b)
+    return None
+
+
+def _roots(tree: tuple) -> list[str]:
+    if tree[0] == "root":
+        return [tree[1]]
+    return [r for part in tree[1:] for r in _roots(part)]
+
+
+def _joined(tree: tuple, names: dict[str, str]) -> str:
+    if tree[0] == "root":
+        return names.get(tree[1], tree[1])
+    if tree[0] == "fused":
+        return fused_of(_joined(tree[1], names), _joined(tree[2], names))
+    return f"{_joined(tree[1], names)}.{tree[0]}"
+
 SERIAL, VECTORIZED, UNROLLED, PARALLEL = "serial", "vectorized", "unrolled", "parallel"
 MAX_VECTOR_LANES = 64
 MAX_UNROLL = 256
@@ -113,8 +191,8 @@ class LoopNest:
             raise StepError(f"split factor must be an integer in 1..{MAX_FACTOR}, got {factor!r:.40}")
         position, loop = self.index(name), self.loop(name)
         self._require_serial(loop, "split")
-        outer = Loop(f"{name}.outer", sizes.ceil_div(loop.extent, factor), loop.reduce)
-        inner = Loop(f"{name}.inner", _split_inner(factor, loop.extent), loop.reduce)
+        outer = Loop(outer_of(name), sizes.ceil_div(loop.extent, factor), loop.reduce)
+        inner = Loop(inner_of(name), _split_inner(factor, loop.extent), loop.reduce)
         for new in (outer, inner):
             if new.name in self.names:
                 raise StepError(f"splitting {name} would create {new.name}, which exists already")
@@ -131,7 +209,7 @@ class LoopNest:
             raise StepError(f"cannot fuse the reduction loop {(la if la.reduce else lb).name} with a spatial loop")
         for loop in (la, lb):
             self._require_serial(loop, "fused")
-        fused = Loop(f"{outer}.{inner}.fused", sizes.mul(la.extent, lb.extent), la.reduce)
+        fused = Loop(fused_of(outer, inner), sizes.mul(la.extent, lb.extent), la.reduce)
         loops = list(self.loops)
         loops[a: b + 1] = [fused]
         return self._with(loops, FuseRelation(outer, inner, fused.name, lb.extent))

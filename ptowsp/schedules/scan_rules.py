@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL, FuseRelation, LoopNest, SplitRelation, StepError
+from ptowsp.schedules.loopnest import (
+    PARALLEL, SERIAL, FuseRelation, LoopNest, SplitRelation, StepError, inner_of, outer_of,
+)
 from ptowsp.te import Op, walk
 from ptowsp.workloads import ComputeTask
 
@@ -85,10 +87,10 @@ def scan_loops(s: Schedule, task: str, lanes: int, strips: int, choose) -> None:
                   *([] if last.name in free or last.name == axis else [last.name]))
         return
     s.split(task, last.name, vectors * lanes)
-    strip, lane = f"{last.name}.outer", f"{last.name}.inner"
+    strip, lane = outer_of(last.name), inner_of(last.name)
     s.reorder(task, *outer, *([strip] if last.name in free else []), axis, *inner,
               *([] if last.name in free else [strip]), lane)
     if vectors > 1:
-        s.split(task, lane, lanes).unroll(task, f"{lane}.outer")
-        lane = f"{lane}.inner"
+        s.split(task, lane, lanes).unroll(task, outer_of(lane))
+        lane = inner_of(lane)
     s.vectorize(task, lane)

@@ -26,7 +26,7 @@ from ptowsp.errors import PtowspError, ScheduleError
 from ptowsp.schedules import handlers
 from ptowsp.schedules import steps as st
 from ptowsp.schedules.layouts import Layout
-from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError
+from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError, outer_of
 from ptowsp.schedules.passes import fusion
 from ptowsp.te import Expr, Op, lift, outermost_reductions
 from ptowsp.te.reducer import is_several
@@ -170,7 +170,7 @@ class Schedule:
             if loop.extent <= tasks:
                 self.parallel(name, loop.name)
             else:
-                self.split(name, loop.name, -(-loop.extent // tasks)).parallel(name, f"{loop.name}.outer")
+                self.split(name, loop.name, -(-loop.extent // tasks)).parallel(name, outer_of(loop.name))
         return self
 
     def specialize(self, task: str, when: str, variant: Callable[[Schedule], Schedule]) -> Schedule:

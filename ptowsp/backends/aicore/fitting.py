@@ -16,7 +16,7 @@ import math
 
 from ptowsp.backends.aicore.cost import BufferOverflow, TooManyBlocks
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, outer_of
 from ptowsp.schedules.schedule import schedulable_reduce_axes
 from ptowsp.te import Op, walk
 
@@ -159,8 +159,8 @@ def narrow_tile(schedule: Schedule, task: str, loop: str, width: int) -> Schedul
     so a smaller input block (or fewer accumulators), when streaming the reduction cannot shrink it."""
     grid = [lp.name for lp in schedule.nest(task).loops if lp.annotation == PARALLEL]
     s = schedule.copy().split(task, loop, width)
-    rest = [lp.name for lp in s.nest(task).loops if lp.name not in grid and lp.name != f"{loop}.outer"]
-    return s.reorder(task, *grid, f"{loop}.outer", *rest).parallel(task, f"{loop}.outer")
+    rest = [lp.name for lp in s.nest(task).loops if lp.name not in grid and lp.name != outer_of(loop)]
+    return s.reorder(task, *grid, outer_of(loop), *rest).parallel(task, outer_of(loop))
 
 
 def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedule:
@@ -171,11 +171,11 @@ def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedu
     s = schedule.copy().split(task, loop, max(1, block // span))  # in place: leave the given one as it is
     loops = s.nest(task).loops
     grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
-    after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != f"{loop}.outer"]
+    after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != outer_of(loop)]
     streaming = []  # block loops already just inside the grid
     for lp in after:
         if not lp.reduce:
             break
         streaming.append(lp.name)
     rest = [lp.name for lp in after if lp.name not in streaming]
-    return s.reorder(task, *grid, *streaming, f"{loop}.outer", *rest)
+    return s.reorder(task, *grid, *streaming, outer_of(loop), *rest)

@@ -25,7 +25,7 @@ from ptowsp.backends.cuda.mma import is_warp_intrinsic
 from ptowsp.errors import ScheduleError
 from ptowsp.lower.ir import SHARED
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, fused_of, inner_of, outer_of
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.steps import THREAD_AXES
 from ptowsp.workloads import ComputeTask
@@ -72,7 +72,7 @@ def _bind(s: Schedule, task: str) -> None:
     loop, extent = run[0].name, run[0].extent
     for lp in run[1:]:
         s.fuse(task, loop, lp.name)
-        loop, extent = f"{loop}.{lp.name}.fused", extent * lp.extent
+        loop, extent = fused_of(loop, lp.name), extent * lp.extent
     if task in s.tensorized and is_warp_intrinsic(s.tensorized[task][1]):
         s.bind(task, loop, "blockIdx.x")
         return
@@ -81,7 +81,7 @@ def _bind(s: Schedule, task: str) -> None:
         return
     shared = any(t == task and scope == SHARED for t, _, scope, _ in s.cache_reads)
     s.split(task, loop, _threads(extent, shared))
-    s.bind(task, f"{loop}.outer", "blockIdx.x").bind(task, f"{loop}.inner", "threadIdx.x")
+    s.bind(task, outer_of(loop), "blockIdx.x").bind(task, inner_of(loop), "threadIdx.x")
 
 
 def with_default_binding(schedule: Schedule) -> Schedule:

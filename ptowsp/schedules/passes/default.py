@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ptowsp.errors import ScheduleError
-from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL
+from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL, inner_of, is_outer_part, outer_of, roots_of
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.passes.tiles import (
     GUARDED_TILES, Choose, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
@@ -167,7 +167,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     for x in [t for t in reversed(wl.tasks) if t in groups]:  # readers first: their loops bound a producer's
         group = groups[x]
         loop = _placement(s, group)
-        if loop is not None and group.halo and not loop.endswith(".outer"):
+        if loop is not None and group.halo and not is_outer_part(loop):
             loop = None  # one row per iteration would recompute the halo rows every row: store it instead
         if loop is None:
             _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names), workers)
@@ -192,7 +192,7 @@ def _fixed_size_buffers(s: Schedule) -> bool:
             return False
         task = s.workload.task(consumer)
         symbolic = {n for n, extent in zip(task.loop_names, task.tensor.shape, strict=True) if not isinstance(extent, int)}
-        if loop in names and any(lp.name.split(".")[0] in symbolic for lp in loops[:names.index(loop) + 1]):
+        if loop in names and any(set(roots_of(lp.name)) & symbolic for lp in loops[:names.index(loop) + 1]):
             return False  # at a part of a symbolic loop: the part read there may span the size
     for task in s.workload.tasks:
         if not isinstance(s.workload.task(task), ComputeTask) or task in s.inlined:
@@ -317,7 +317,7 @@ def _placement(s: Schedule, group: _Group) -> str | None:
 
 def _variable(loop: str) -> str:
     """The original loop variable a loop iterates (the default schedule never fuses loops)."""
-    return loop.split(".")[0]
+    return roots_of(loop)[0]
 
 
 # -- loops per category ---------------------------------------------------------------------
@@ -381,8 +381,8 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
             fits = [1]  # whole vectors of partials and a guarded last one (a softmax's 197 keys)
         partials = choose(f"{task}.partials", (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
         if partials:
-            s.split(task, k.name, partials * lanes).split(task, f"{k.name}.inner", lanes)
-            s.unroll(task, f"{k.name}.inner.outer").vectorize(task, f"{k.name}.inner.inner")
+            s.split(task, k.name, partials * lanes).split(task, inner_of(k.name), lanes)
+            s.unroll(task, outer_of(inner_of(k.name))).vectorize(task, inner_of(inner_of(k.name)))
         return None
     if not spatial or lanes == 1:
         return None
@@ -406,13 +406,13 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
         return None
     s.split(task, j.name, vectors * lanes)
     if reduce:
-        s.reorder(task, *[lp.name for lp in spatial[:-1]], f"{j.name}.outer", *[lp.name for lp in reduce],
-                  f"{j.name}.inner")
+        s.reorder(task, *[lp.name for lp in spatial[:-1]], outer_of(j.name), *[lp.name for lp in reduce],
+                  inner_of(j.name))
     if vectors > 1:
-        s.split(task, f"{j.name}.inner", lanes).unroll(task, f"{j.name}.inner.outer")
-        s.vectorize(task, f"{j.name}.inner.inner")
+        s.split(task, inner_of(j.name), lanes).unroll(task, outer_of(inner_of(j.name)))
+        s.vectorize(task, inner_of(inner_of(j.name)))
     else:
-        s.vectorize(task, f"{j.name}.inner")
+        s.vectorize(task, inner_of(j.name))
     return None
 
 
@@ -463,7 +463,7 @@ def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None
     if blocks > 1:
         name, extent = extents[whole]
         s.split(task, name, -(-extent // blocks))
-        chosen.append(f"{name}.outer")
+        chosen.append(outer_of(name))
     if chosen:
         s.parallel(task, *chosen)
 

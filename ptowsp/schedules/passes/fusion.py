@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules import steps as st
+from ptowsp.schedules.loopnest import renamed, roots_of
 from ptowsp.schedules.passes import fold
 from ptowsp.te import Op, walk
 from ptowsp.workloads import Category, ComputeTask, Workload, inline_producers
@@ -306,14 +307,14 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]],
                 out.apply(st.ComputeInline(task=f.producer))
             continue
         names = dict(zip(wl.task(f.producer).loop_names, wl.task(f.consumer).loop_names, strict=True))
-        reduce_roots = {part for lp in s.nest(f.producer).loops if lp.reduce for part in lp.name.split(".")}
+        reduce_roots = {r for lp in s.nest(f.producer).loops if lp.reduce for r in roots_of(lp.name)}
         for step in s.steps:
             if getattr(step, "task", None) == f.producer and (step.kind in LOOP_STEPS or _spans_tiles(step)):
                 moved = _translate(step, f.consumer, names, reduce_roots)
                 if moved is not None:
                     out.apply(moved)
         tile = _tile_loop(s, f.producer)
-        out.apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=_rename(tile, names)))
+        out.apply(st.ComputeAt(task=f.producer, consumer=f.consumer, loop=renamed(tile, names)))
     return out
 
 
@@ -323,31 +324,27 @@ def _spans_tiles(step: st._Step) -> bool:
     return step.kind == "parallel" or (step.kind == "bind" and getattr(step, "thread", None) is not None)
 
 
-def _rename(loop: str, names: dict[str, str]) -> str:
-    return ".".join(names.get(part, part) for part in loop.split("."))
-
-
 def _translate(step: st._Step, task: str, names: dict[str, str], reduce_roots: set[str]) -> st._Step | None:
     """A loop step of the anchor, applied to its epilogue: spatial loops renamed, reduction loops left out."""
     def spatial(loop: str) -> bool:
-        return loop.split(".")[0] not in reduce_roots
+        return roots_of(loop)[0] not in reduce_roots
 
     fields = step.model_dump()
     fields["task"] = task
     if step.kind == "tile":
-        fields["factors"] = {_rename(k, names): v for k, v in step.factors.items() if spatial(k)}
+        fields["factors"] = {renamed(k, names): v for k, v in step.factors.items() if spatial(k)}
         if not fields["factors"]:
             return None
     elif step.kind in ("reorder", "parallel"):
-        fields["loops"] = [_rename(k, names) for k in step.loops if spatial(k)]
+        fields["loops"] = [renamed(k, names) for k in step.loops if spatial(k)]
         if len(fields["loops"]) < (1 if step.kind == "parallel" else 2):
             return None
     elif step.kind == "fuse":
         if not spatial(step.outer):
             return None
-        fields["outer"], fields["inner"] = _rename(step.outer, names), _rename(step.inner, names)
+        fields["outer"], fields["inner"] = renamed(step.outer, names), renamed(step.inner, names)
     else:
         if not spatial(step.loop):
             return None
-        fields["loop"] = _rename(step.loop, names)
+        fields["loop"] = renamed(step.loop, names)
     return type(step)(**fields)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL, VECTORIZED
+from ptowsp.schedules.loopnest import PARALLEL, SERIAL, VECTORIZED, inner_of, outer_of
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
 from ptowsp.te.indices import collapsed
@@ -78,7 +78,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     vectors = choose(f"{task}.tile_vectors", vectors_fit, vectors_fit[0] if stored else 2)
     # 16 accumulators with AVX-512's 32 registers (8 with 16): fewer rows for a wider panel
     rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide and vectors <= 2 else REGISTER_ROWS)
-    s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, f"{j.name}.inner", lanes)
+    s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, inner_of(j.name), lanes)
     # a panel read through flattened indices (an NCHW image's pixels) is not packed: a copy's region is
     # bounded per dimension; its rows then lie a whole image apart, and fewer of them share L1's sets
     flattened = not all(_indexes(n, k.name, j.name, i.name, flattened=False)
@@ -89,7 +89,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
         STRIDED_K_BLOCK if flattened else K_BLOCK)))
     s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
     outer = [lp.name for lp in spatial[:-1] if lp is not i]
-    tiles = [f"{i.name}.outer", f"{j.name}.outer"]
+    tiles = [outer_of(i.name), outer_of(j.name)]
     # column tiles outermost (the task grid splits the columns) where there are more columns than
     # rows: each task then packs its B panels once for all its rows, where row tasks would each pack
     # all of B (128 x 768 x 3072, a BERT layer's: 1.28x; 64 x 4096 x 1024: 1.96x; square: within 3%).
@@ -97,12 +97,12 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     order = "columns" if j.extent > i.extent and not rows_first else "rows"
     if choose(f"{task}.tile_order", ("rows", "columns"), order) == "columns":
         tiles.reverse()
-    s.reorder(task, *outer, *tiles, f"{k.name}.outer", f"{k.name}.inner",
-              f"{i.name}.inner", f"{j.name}.inner.outer", f"{j.name}.inner.inner")
-    s.unroll(task, f"{i.name}.inner").unroll(task, f"{j.name}.inner.outer").vectorize(task, f"{j.name}.inner.inner")
+    s.reorder(task, *outer, *tiles, outer_of(k.name), inner_of(k.name),
+              inner_of(i.name), outer_of(inner_of(j.name)), inner_of(inner_of(j.name)))
+    s.unroll(task, inner_of(i.name)).unroll(task, outer_of(inner_of(j.name))).vectorize(task, inner_of(inner_of(j.name)))
     if int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
-        s.tensorize(task, f"{k.name}.inner", "gemm_i8")
-    panel_loop = f"{k.name}.outer"
+        s.tensorize(task, inner_of(k.name), "gemm_i8")
+    panel_loop = outer_of(k.name)
     packable = not stored and not flattened and panels[0] in {t.name for t in s.workload.task(task).inputs}
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
@@ -110,7 +110,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     # would wait on it (BERT's layer: 1.17x, docs/performance.md)
     if len(stored_in) == 1 and choose(f"{task}.prefetch_panel", (True, False), True):
         s.prefetch_tensor(task, next(iter(stored_in)), panel_loop)
-    return f"{i.name}.outer", panel_loop
+    return outer_of(i.name), panel_loop
 
 
 def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int, choose: Choose,
@@ -160,10 +160,10 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
                    if unrolled else 0)
     if block:
         s.split(task, widest.name, block)
-        order = [f"{widest.name}.outer", *(n for n in order if n != widest.name), f"{widest.name}.inner"]
+        order = [outer_of(widest.name), *(n for n in order if n != widest.name), inner_of(widest.name)]
     if rows < x.extent:
         s.split(task, x.name, rows)
-        inner, outer = [f"{x.name}.outer"], f"{x.name}.inner"
+        inner, outer = [outer_of(x.name)], inner_of(x.name)
     else:
         inner, outer = [], x.name
     leading = [lp.name for lp in spatial[:-2]]
@@ -171,8 +171,8 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     if several > 1:
         assert blocked is not None
         s.split(task, blocked.name, several)
-        leading[leading.index(blocked.name)] = f"{blocked.name}.outer"
-        blocks = [f"{blocked.name}.inner"]
+        leading[leading.index(blocked.name)] = outer_of(blocked.name)
+        blocks = [inner_of(blocked.name)]
     s.reorder(task, *leading, *inner, *order, *blocks, outer, spatial[-1].name)
     for loop in blocks:
         s.unroll(task, loop)
@@ -213,7 +213,7 @@ def rows_inside_panel(s: Schedule, task: str, rows: str, panel_loop: str) -> Non
     """Move the row tiles a task instance runs inside the panel loop, so each packed panel of B
     serves all of them (rows in the grid stay outermost)."""
     names = s.loops(task)
-    inner = f"{rows}.inner" if f"{rows}.inner" in names else rows
+    inner = inner_of(rows) if inner_of(rows) in names else rows
     if s.nest(task).loop(inner).annotation != SERIAL:
         return  # the row tiles are the grid
     order = [n for n in names if n != inner]
@@ -242,9 +242,9 @@ def stream_reduction(s: Schedule, task: str, max_tile: int = 4096) -> None:
         # STREAM_UNROLL rows per pass over the tile: each accumulator vector is loaded and stored once
         # for that many multiply-adds (dense 1x2048->1000: 1.22x, docs/performance.md)
         s.split(task, k.name, STREAM_UNROLL)
-        s.reorder(task, *[lp.name for lp in grid], f"{k.name}.outer", *[lp.name for lp in inner[:-1]],
-                  f"{k.name}.inner", inner[-1].name)
-        s.unroll(task, f"{k.name}.inner")
+        s.reorder(task, *[lp.name for lp in grid], outer_of(k.name), *[lp.name for lp in inner[:-1]],
+                  inner_of(k.name), inner[-1].name)
+        s.unroll(task, inner_of(k.name))
         return
     order = [lp.name for lp in (*grid, k, *inner)]
     if order != [lp.name for lp in loops]:
