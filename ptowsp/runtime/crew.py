@@ -3,7 +3,7 @@
 Why: a native run (native.py) needs its helper threads in the loop as soon
 as the caller is.  A pool thread parked in Python takes 40-60 us on this VM
 to wake, and then the GIL before it can call the loop, so a run of a few
-short tasks started on one core (docs/performance.md).  OpenMP and oneDNN
+short tasks started on one core (docs/performance.md and its git history).  OpenMP and oneDNN
 keep their threads spinning after a parallel region for the same reason;
 these threads nap instead (below).  After its first native run a pool
 thread *sits*: it calls `ptowsp_crew_serve`, native code that waits on its
@@ -20,7 +20,7 @@ mailbox without the GIL:
   numpy matmul) a thread that has just spun is not preferred by the kernel's
   scheduler, and the next offer waited a whole time slice for it
   (milliseconds: the run ended without it); a thread back from a nap or a
-  futex is (docs/performance.md);
+  futex is (docs/performance.md and its git history);
 - `offer` puts a run's buffer in the mailbox and rings the futex if the
   thread sleeps; the thread claims the offer (a compare-and-swap), runs its
   worker of the loop, and counts itself out in the buffer's EXITED slot;

@@ -2,7 +2,7 @@
 
 Why: the Python executor's scheduler code costs 5-10 us per task, and the
 GIL serialises it across workers: a kernel that returns waits for the other
-worker's Python (docs/performance.md).  When every instance of a table is a
+worker's Python (docs/performance.md and its git history).  When every instance of a table is a
 compiled kernel with a uniform entry point (a *thunk*: `void thunk(i64*
 pointers, i64* arguments)`, emitted by the backend beside each kernel), the
 same work-stealing scheduler runs as a loop in native code: the worker

@@ -64,7 +64,7 @@ def optimise(module: ir.Module | Sequence[str], tm: llvm.TargetMachine, vectoriz
     int8_gather seed 42, tests/backends/test_build.py), one of a known family of SLP
     miscompilations in LLVM's tracker.  Loops a schedule vectorizes are vector code already; side
     by side, matmul, conv2d, softmax, layernorm, camera_pipe and the transformer block ran within
-    the machine's noise without it (docs/performance.md)."""
+    the machine's noise without it (docs/performance.md and its git history)."""
     texts = [str(module)] if isinstance(module, ir.Module) else list(module)
     parsed = llvm.parse_assembly(texts[0])
     for text in texts[1:]:

@@ -3,7 +3,8 @@
 A run's own work is then only what differs from one run to the next: the input arrays, the
 buffers of the outputs and of the arena (reused through the Recycler), and the pointer table
 the native loop reads.  Worked out per run, this set-up cost more than a small run's kernels:
-25-40 us of Python per run before a 1x2048 -> 1000 dense layer's 170 us (docs/performance.md).
+25-40 us of Python per run before a 1x2048 -> 1000 dense layer's 170 us (docs/performance.md and
+its git history).
 
 The arena's tensors are addresses only: the native loop never needs them as arrays, so their
 numpy views are made only when Python code runs a task (an opaque task, the aicore target's
@@ -86,7 +87,7 @@ class RunSetup:
         a runtime.native Fill): the constants' once per buffer, the arena's and the own buffers'
         only when they moved (the Recycler hands out the same ones run after run), the inputs'
         every run.  Each numpy call skipped matters: after a run that streamed megabytes they run
-        with cold caches, several microseconds each (docs/performance.md)."""
+        with cold caches, several microseconds each (docs/performance.md and its git history)."""
         if not filled:
             table[:] = self.template
             filled[ARENA] = None

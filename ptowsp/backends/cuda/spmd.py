@@ -203,7 +203,8 @@ class _Rewrite:
     def cooperative(self, loops: list[For], store: Store) -> Stmt:
         """The fill's iterations dealt out to the block's threads in turn: thread t copies elements
         t, t + T, ... (neighbouring threads read neighbouring elements and write neighbouring banks;
-        runs of 16 bytes per thread were tried and measured slower: docs/performance.md)."""
+        runs of 16 bytes per thread were tried and measured slower: docs/performance.md and its git
+        history)."""
         total = math.prod(lp.extent for lp in loops)
         count = math.prod(n for _, n in self.threads)
         linear: Expr = const(0, "int64")

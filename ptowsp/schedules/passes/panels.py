@@ -11,7 +11,7 @@ operand as panels in a task of its own,
 
 and the tile splits j by W, so it reads `C_B_panels[.., j.outer, k, j.inner]`: one contiguous
 k x W panel, nothing to pack per task.  Hand-written, 1024³ on 2 workers: 7.24-7.37 ms against
-8.20-8.66 ms packing per task (docs/performance.md).
+8.20-8.66 ms packing per task (docs/performance.md and its git history).
 
 A B known when the program is built (weights, and tasks over them) is stored so: its panels are
 folded then, and a run pays nothing.  An input B is copied on every run, by a task of its own, only

@@ -4,8 +4,8 @@ A sum with few outputs and a long reduction that reads a fresh operand element p
 matrix-vector product, `C[0, j] = sum(A[0, k] * B[k, j], k)`: dense 1x2048 -> 1000) is bound by
 reading that operand once.  Its only parallel loop is over the outputs, and tasks over blocks of
 columns each read a strided slice of every row of B: two cores read it no faster than one
-(docs/performance.md).  As BLAS's gemv splits the rows among its threads, the pass splits the
-reduction into PARTS contiguous slices, a partial sum per slice, and adds the partial sums:
+(docs/performance.md and its git history).  As BLAS's gemv splits the rows among its threads,
+the pass splits the reduction into PARTS contiguous slices, a partial sum per slice, and adds the partial sums:
 
     C_parts[s, 0, j] = sum(A[0, s*256 + k] * B[s*256 + k, j], k)      (PARTS x the outputs)
     C[0, j]          = sum(C_parts[s, 0, j], s)

@@ -107,7 +107,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     if packable and choose(f"{task}.pack_panel", (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     # a stored panel's next k block fetched while the row tiles re-read this one: the first row tile
-    # would wait on it (BERT's layer: 1.17x, docs/performance.md)
+    # would wait on it (BERT's layer: 1.17x, docs/performance.md and its git history)
     if len(stored_in) == 1 and choose(f"{task}.prefetch_panel", (True, False), True):
         s.prefetch_tensor(task, next(iter(stored_in)), panel_loop)
     return outer_of(i.name), panel_loop
@@ -240,7 +240,8 @@ def stream_reduction(s: Schedule, task: str, max_tile: int = 4096) -> None:
     if isinstance(k.extent, int) and k.extent % STREAM_UNROLL == 0 and k.extent > STREAM_UNROLL and \
             inner[-1].annotation == VECTORIZED:
         # STREAM_UNROLL rows per pass over the tile: each accumulator vector is loaded and stored once
-        # for that many multiply-adds (dense 1x2048->1000: 1.22x, docs/performance.md)
+        # for that many multiply-adds (dense 1x2048->1000: 1.22x; docs/performance.md and its git
+        # history)
         s.split(task, k.name, STREAM_UNROLL)
         s.reorder(task, *[lp.name for lp in grid], outer_of(k.name), *[lp.name for lp in inner[:-1]],
                   inner_of(k.name), inner[-1].name)

@@ -15,7 +15,7 @@ reorder do, the pass stores that operand transposed in a task of its own,
 whose rows are contiguous in j: the register-tiled matmul of the default schedule (tiles.py) takes
 it, panel packing included.  The copy costs one pass over K; the gathers it removes cost one per
 multiply-add.  Measured side by side (2 workers): the zoo's transformer block at seq 128 ...
-(docs/performance.md).
+(docs/performance.md and its git history).
 
 A task is rewritten when exactly one sum over one axis d is in its body, of a product of two
 loads, the second operand's last index is d plus terms free of d, one of its indices is the
