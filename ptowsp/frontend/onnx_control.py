@@ -34,7 +34,7 @@ import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_budget import check_size
 from ptowsp.frontend.onnx_import import (
-    Importer, Value, attribute, broadcast_read, describe, element_dtype, import_nodes,
+    ConstantNeeded, Importer, Value, ValueNeeded, attribute, broadcast_read, describe, element_dtype, import_nodes,
 )
 from ptowsp.frontend.onnx_ops import op
 from ptowsp.frontend.onnx_shapes import regrouped
@@ -222,7 +222,7 @@ def _outputs(body: BodyImporter, node: onnx.NodeProto, graph: onnx.GraphProto) -
         if value is None:
             raise WorkloadError(f"{describe(node)}: body output {out.name!r} is produced by no node")
         if not isinstance(value, Inline):  # a constant or an enclosing graph's value, passed on
-            value = Inline(value.shape, value.dtype, lambda *i, v=value: v.at(i))
+            value = _part(value)
         found.append(value)
     return found
 
@@ -278,14 +278,14 @@ UNROLL_LIMIT = 64  # the most iterations a Loop is unrolled to (each iteration's
 def _needs_the_iteration_as_a_value(imp: Importer, node: onnx.NodeProto, graph: onnx.GraphProto,
                                     carried: Sequence[Value]) -> bool:
     """Whether the body, imported as one step of a scan, refuses to compute something from the
-    iteration number that it needs at import (a Slice's starts: ValueNeeded or 'must be a constant').
+    iteration number that it needs at import (a Slice's starts: ConstantNeeded or ValueNeeded).
     The trial imports the body into inline values only, which leave no task behind."""
-    probe = [Inline((), "int64", lambda: const(0, "int64")), Inline((), "bool", lambda: const(True, "bool")),
-             *(Inline(v.shape, v.dtype, lambda *i, v=v: v.at(i)) for v in carried)]
     try:
-        _body(imp, node, probe)
-    except WorkloadError as e:
-        return "must be known at import" in str(e) or "must be a constant" in str(e)
+        _body(imp, node, _loop_inputs(carried))
+    except (ConstantNeeded, ValueNeeded):
+        return True
+    except WorkloadError:
+        pass  # something else: the scan's own import refuses it, saying what
     return False
 
 
@@ -296,9 +296,7 @@ def _unrolled(imp: Importer, node: onnx.NodeProto, graph: onnx.GraphProto, trips
     copy at all for 0 iterations: the initial values, and empty scan outputs."""
     stacked: list[list[Value]] = []
     for k in range(trips):
-        inputs = [Inline((), "int64", lambda: const(0, "int64")), Inline((), "bool", lambda: const(True, "bool")),
-                  *(Inline(v.shape, v.dtype, lambda *i, v=v: v.at(i)) for v in carried)]
-        body = BodyImporter(imp, graph, inputs)
+        body = BodyImporter(imp, graph, _loop_inputs(carried))
         for given, value in ((graph.input[0].name, np.array(k, np.int64)), (graph.input[1].name, np.array(True))):
             del body.values[given]
             body.local_arrays[given] = value
@@ -323,12 +321,31 @@ def _unrolled(imp: Importer, node: onnx.NodeProto, graph: onnx.GraphProto, trips
             dtype = element_dtype(t.elem_type, f"{describe(node)}: scan output {declared.name!r}")
             imp.compute(node, (0, *(d.dim_value for d in t.shape.dim)), lambda *i, d=dtype: const(0, d), output=out)
         else:
-            def element(step, *idx, j=j):
-                pick = stacked[-1][j].at(idx)
-                for k in reversed(range(trips - 1)):
-                    pick = pw.where(step == k, stacked[k][j].at(idx), pick)
-                return pick
-            imp.compute(node, (trips, *stacked[0][j].shape), element, output=out)
+            _stacked_parts(imp, node, [step[j] for step in stacked], out)
+
+
+def _loop_inputs(carried: Sequence[Value]) -> list[Inline]:
+    """A Loop body's inputs for an import outside a scan: iteration 0, the condition true, the carried
+    values as they are (the unrolled copies replace the first two by constants)."""
+    return [Inline((), "int64", lambda: const(0, "int64")), Inline((), "bool", lambda: const(True, "bool")),
+            *(_part(v) for v in carried)]
+
+
+def _part(v: Value, first: int | None = None) -> Inline:
+    """v, or with `first` its element `first` along axis 0, as an inline value."""
+    if first is None:
+        return Inline(v.shape, v.dtype, lambda *idx: v.at(idx))
+    return Inline(v.shape[1:], v.dtype, lambda *idx: v.at([first, *idx]))
+
+
+def _stacked_parts(imp: Importer, node: onnx.NodeProto, parts: Sequence[Value], output: int) -> None:
+    """Node output `output`: the parts (one shape) stacked along a new first axis."""
+    def element(k, *idx):
+        pick = parts[-1].at(idx)
+        for n in reversed(range(len(parts) - 1)):
+            pick = pw.where(k == n, parts[n].at(idx), pick)
+        return pick
+    imp.compute(node, (len(parts), *parts[0].shape), element, output=output)
 
 
 def _stays_true(graph: onnx.GraphProto) -> bool:
@@ -372,23 +389,13 @@ def scan(imp: Importer, node: onnx.NodeProto) -> None:
         raise WorkloadError(f"{describe(node)}: sequence_lens {lengths.tolist()}: only sequences of the full length "
                             f"{full} are supported")
     directions = attribute(node, "directions", [0] * count)
-    parts = [_scan(imp, node, [_element(v, b) for v in values[:first - 1]],
-                   [_element(v, b) for v in values[first - 1:]], [0] * count, directions,
+    parts = [_scan(imp, node, [_part(v, b) for v in values[:first - 1]],
+                   [_part(v, b) for v in values[first - 1:]], [0] * count, directions,
                    [0] * (len(node.output) - first + 1), [0] * (len(node.output) - first + 1), part=f"batch{b}")
              for b in range(batch)]
     for j, value in enumerate(parts[0]):
         if value is not None:
-            def element(b, *idx, j=j):
-                pick = parts[-1][j].at(idx)
-                for k in reversed(range(batch - 1)):
-                    pick = pw.where(b == k, parts[k][j].at(idx), pick)
-                return pick
-            imp.compute(node, (batch, *value.shape), element, output=j)
-
-
-def _element(v: Value, b: int) -> Inline:
-    """Element b of v's first axis."""
-    return Inline(v.shape[1:], v.dtype, lambda *idx: v.at([b, *idx]))
+            _stacked_parts(imp, node, [part[j] for part in parts], j)
 
 
 def _scan(imp: Importer, node: onnx.NodeProto, states: Sequence[Value | Inline],

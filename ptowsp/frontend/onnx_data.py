@@ -1,4 +1,6 @@
-"""The values of an ONNX model's tensors, external data files included, read only inside the model's folder.
+"""An ONNX model as data: the model file parsed (`load`: protobuf, never executed; text that is not
+UTF-8 refused), and the values of its tensors, external data files included, read only inside the
+model's folder.
 
 Exporters put weights in a second file (torch writes `model.onnx.data`) that the model names by a
 location relative to itself.  ptowsp reads it relative to the folder of the model file, whatever
@@ -12,6 +14,7 @@ missing or short file is an InputError too, never onnx's raw exception (docs/sec
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +88,51 @@ def _to_array(tensor: onnx.TensorProto, source: str, what: str) -> np.ndarray:
 
 
 __all__ = ["tensor_array"]
+
+
+def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str, Path | None]:
+    """The model, how to name it in errors, and the folder its external data files are in (the model
+    file's; None for bytes or a proto); InputError for what is no ONNX model."""
+    folder = None
+    if isinstance(model, onnx.ModelProto):
+        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}", None
+    if isinstance(model, (bytes, bytearray)):
+        source = "ONNX model given as bytes"
+        data = bytes(model)
+    elif isinstance(model, (str, os.PathLike)):
+        source = f"ONNX file {str(model)!r}"
+        folder = Path(model).parent
+        try:
+            if not stat.S_ISREG(os.stat(model).st_mode):  # a FIFO or device would block or never end
+                raise InputError(f"{source}: not a regular file (a directory, FIFO or device); give a model file")
+            data = Path(model).read_bytes()
+        except OSError as e:
+            raise InputError(f"{source}: cannot read it: {e.strerror or e}") from e
+    else:
+        raise InputError(f"from_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends: the file is no model
+        raise InputError(f"{source}: not an ONNX model ({type(e).__name__}: {e})") from e
+    if not proto.graph.node and not proto.graph.output:
+        raise InputError(f"{source}: not an ONNX model (no graph)")
+    bad = _not_utf8(proto)
+    if bad:
+        raise InputError(f"{source}: not an ONNX model (the text of {bad} is not UTF-8)")
+    return proto, source, folder
+
+
+def _not_utf8(message) -> str | None:
+    """The first string field of `message` (at any depth) that protobuf could not decode as UTF-8 (it
+    hands such a field over as bytes), named by its path; None when every one is text."""
+    stack = [("model", message)]
+    while stack:
+        path, found = stack.pop()
+        for field, value in found.ListFields():
+            values = value if field.is_repeated else [value]
+            if field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+                return f"{path}.{field.name}"
+            if field.type == field.TYPE_MESSAGE:
+                stack.extend((f"{path}.{field.name}", v) for v in values)
+    return None

@@ -16,7 +16,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
+from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, element_dtype, text_attribute
 from ptowsp.frontend.onnx_ops import in_float32, op, refuse
 from ptowsp.frontend.onnx_sizes import broadcast
 from ptowsp.te import Expr
@@ -227,5 +227,5 @@ def cast(imp: Importer, node: onnx.NodeProto) -> None:
     if node.op_type == "CastLike":
         to = imp.value(node, 1).dtype
     else:
-        to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attribute(node, "to"))).name
+        to = element_dtype(int(attribute(node, "to")), f"{describe(node)}: attribute to")
     elementwise(imp, node, lambda x: pw.cast(x, to), [imp.value(node, 0)])

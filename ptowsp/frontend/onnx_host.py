@@ -27,7 +27,7 @@ def _on_host(imp: Importer, node: onnx.NodeProto, x: Value, fn, shape: tuple[int
     if not all(isinstance(d, int) for d in x.shape):
         raise WorkloadError(f"{describe(node)}: an input of symbolic shape {x.shape}; computed on the host, "
                             f"{node.op_type} needs static shapes (bind them with shapes=)")
-    name = imp.name(imp.outputs.get(node.output[0]) or node.name or node.op_type)  # as Importer.compute names
+    name = imp.task_name(node)
     tensor = imp.wl.opaque(name, fn, inputs=[x.tensor], outputs=[(name, shape, dtype)])
     imp.values[node.output[0]] = Value(tensor, shape)
 

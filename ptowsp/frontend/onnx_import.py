@@ -18,7 +18,6 @@ import contextlib
 import gc
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from ptowsp.errors import InputError, PtowspError, WorkloadError
 from ptowsp.frontend.onnx_budget import (
     DEFAULT_MAX_BYTES, DEFAULT_MAX_FOLD_SECONDS, check_fold, check_fold_time, fold_seconds,
 )
-from ptowsp.frontend.onnx_data import tensor_array
+from ptowsp.frontend.onnx_data import load, tensor_array
 from ptowsp.frontend.onnx_narrow import NARROW_FLOAT_MODES, widened
 from ptowsp.frontend.onnx_graph import describe, fold_batch_norms, node_reads, one_producer_each, schema_checked
 from ptowsp.te import Expr, Tensor, sizes
@@ -38,6 +37,11 @@ from ptowsp.te.names import fit_name
 from ptowsp.workloads import Workload
 from ptowsp.workloads.arrays import adopt
 from ptowsp.workloads.checks import with_parameters
+
+
+class ConstantNeeded(WorkloadError):
+    """A node needs, at import, a value that is computed at run time (not from a graph input's value,
+    which ValueNeeded names): a Slice's starts that a loop's iteration number gives."""
 
 
 class ValueNeeded(WorkloadError):
@@ -230,7 +234,7 @@ class Importer:
                 raise ValueNeeded(source, f"{describe(node)}: input {k} ({what}, {name!r}) must be known at import: "
                                           f"it is computed from the value of the graph input {source!r}; give that "
                                           f"value with from_onnx(..., values={{{source!r}: ...}})")
-            raise WorkloadError(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
+            raise ConstantNeeded(f"{describe(node)}: input {k} ({what}, {name!r}) must be a constant (an initializer "
                                 "or a Constant node): it is computed at run time, which this importer does not support")
         return self.arrays[name]
 
@@ -251,15 +255,18 @@ class Importer:
                 todo.extend(node_reads(producer))
         return next((i.name for i in self.model.graph.input if i.name in found), None)
 
+    def task_name(self, node: onnx.NodeProto, output: int = 0, part: str = "") -> str:
+        """A fresh name for a task of `node`: its graph output's, else the node's (and the part's)."""
+        onnx_name = node.output[output] if len(node.output) > output and not part else ""
+        return self.name(self.outputs.get(onnx_name) or f"{node.name or node.op_type}{'_' + part if part else ''}")
+
     def compute(self, node: onnx.NodeProto, shape: Sequence[int], fn: Callable[..., object], output: int = 0,
                 part: str = "") -> Value:
         """A task computing `fn(*loop indices)` over `shape`, named after the node (or its graph output)."""
         shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
-        onnx_name = node.output[output] if len(node.output) > output and not part else ""
-        wanted = self.outputs.get(onnx_name) or f"{node.name or node.op_type}{'_' + part if part else ''}"
         body = with_parameters(lambda *idx: fn(*idx), [f"i{d}" for d in range(len(shape))])
         try:
-            tensor = self.wl.compute(self.name(wanted), shape, body)
+            tensor = self.wl.compute(self.task_name(node, output, part), shape, body)
         except PtowspError as e:
             raise WorkloadError(f"{describe(node)}: {e}") from e
         value = Value(tensor, shape)
@@ -311,54 +318,6 @@ def element_dtype(elem_type: int, what: str) -> str:
     except (KeyError, TypeError, ValueError):
         raise WorkloadError(f"{what}: ONNX element type {elem_type} has no numpy equivalent ptowsp supports") \
             from None
-
-
-def load(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str, Path | None]:
-    """The model, how to name it in errors, and the folder its external data files are in (the model
-    file's; None for bytes or a proto); InputError for what is no ONNX model."""
-    folder = None
-    if isinstance(model, onnx.ModelProto):
-        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}", None
-    if isinstance(model, (bytes, bytearray)):
-        source = "ONNX model given as bytes"
-        data = bytes(model)
-    elif isinstance(model, (str, os.PathLike)):
-        source = f"ONNX file {str(model)!r}"
-        folder = Path(model).parent
-        try:
-            if not stat.S_ISREG(os.stat(model).st_mode):  # a FIFO or device would block or never end
-                raise InputError(f"{source}: not a regular file (a directory, FIFO or device); give a model file")
-            data = Path(model).read_bytes()
-        except OSError as e:
-            raise InputError(f"{source}: cannot read it: {e.strerror or e}") from e
-    else:
-        raise InputError(f"from_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends: the file is no model
-        raise InputError(f"{source}: not an ONNX model ({type(e).__name__}: {e})") from e
-    if not proto.graph.node and not proto.graph.output:
-        raise InputError(f"{source}: not an ONNX model (no graph)")
-    bad = _not_utf8(proto)
-    if bad:
-        raise InputError(f"{source}: not an ONNX model (the text of {bad} is not UTF-8)")
-    return proto, source, folder
-
-
-def _not_utf8(message) -> str | None:
-    """The first string field of `message` (at any depth) that protobuf could not decode as UTF-8 (it
-    hands such a field over as bytes), named by its path; None when every one is text."""
-    stack = [("model", message)]
-    while stack:
-        path, found = stack.pop()
-        for field, value in found.ListFields():
-            values = value if field.is_repeated else [value]
-            if field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
-                return f"{path}.{field.name}"
-            if field.type == field.TYPE_MESSAGE:
-                stack.extend((f"{path}.{field.name}", v) for v in values)
-    return None
 
 
 def from_onnx(model: str | os.PathLike | bytes | onnx.ModelProto,
