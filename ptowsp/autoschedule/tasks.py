@@ -39,6 +39,7 @@ from ptowsp.te import dtypes
 from ptowsp.lower.program import task_key
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
+from ptowsp.schedules.passes.decisions import decision, decision_parts
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import copy_task
@@ -65,9 +66,9 @@ class TuningTask:
         out: dict[str, object] = {}
         for names in self.occurrences:
             for knob, value in point.items():
-                task, _, rest = knob.partition(".")
-                if rest and task in names:
-                    out[f"{names[task]}.{rest}"] = value
+                task, kind = decision_parts(knob)
+                if task is not None and task in names:
+                    out[decision(names[task], kind)] = value
         return out
 
 

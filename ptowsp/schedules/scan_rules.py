@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ptowsp.schedules.loopnest import (
     PARALLEL, SERIAL, FuseRelation, LoopNest, SplitRelation, StepError, inner_of, outer_of,
 )
+from ptowsp.schedules.passes.decisions import decision
 from ptowsp.te import Op, walk
 from ptowsp.workloads import ComputeTask
 
@@ -79,7 +80,7 @@ def scan_loops(s: Schedule, task: str, lanes: int, strips: int, choose) -> None:
     fits = [n for n in (1, 2, 4) if isinstance(last.extent, int) and last.extent % (n * lanes) == 0
             and last.extent > n * lanes and last.name != axis]
     enough = [n for n in fits if last.name not in free or last.extent // (n * lanes) >= strips]
-    vectors = choose(f"{task}.vectors", (0, *fits), max(enough or fits[:1], default=0)) if lanes > 1 else 0
+    vectors = choose(decision(task, "vectors"), (0, *fits), max(enough or fits[:1], default=0)) if lanes > 1 else 0
     outer = [n for n in names if n in free and n != last.name]
     inner = [n for n in names if n not in free and n not in (axis, last.name)]
     if not vectors:

@@ -47,6 +47,7 @@ from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
 from ptowsp.schedules.passes.transposing import transpose_operands
 from ptowsp.schedules.passes.winograd import winograd_convolutions
+from ptowsp.schedules.passes.decisions import decision_parts
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.schedules.passes.memory import MemoryPlan, plan_memory
 from ptowsp.te import Expr, Tensor
@@ -479,6 +480,6 @@ class CpuBackend:
             return keep_default
 
         def choose(name, candidates, default):
-            return "gemm_i8" if name.endswith(".tensorize") and "gemm_i8" in candidates else default
+            return "gemm_i8" if decision_parts(name)[1] == "tensorize" and "gemm_i8" in candidates else default
 
         return choose

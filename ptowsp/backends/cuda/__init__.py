@@ -31,6 +31,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.passes.decisions import decision_parts
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Workload
 from ptowsp.workloads.reference import run_opaque
@@ -212,9 +213,10 @@ class CudaBackend:
         default binding spreads it over blocks and threads)."""
 
         def choose(name: str, candidates: Any, default: Any) -> Any:
-            if name.endswith(".at"):
+            kind = decision_parts(name)[1]
+            if kind == "at":
                 return "root"
-            if name.endswith(".tasks"):
+            if kind == "tasks":
                 return 1
             return default
 

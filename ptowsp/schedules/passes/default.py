@@ -53,8 +53,9 @@ import numpy as np
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL, inner_of, is_outer_part, outer_of, roots_of
 from ptowsp.schedules.passes import fold, fusion, inlining
+from ptowsp.schedules.passes.decisions import Choose, decision
 from ptowsp.schedules.passes.tiles import (
-    GUARDED_TILES, Choose, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
+    GUARDED_TILES, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
     stream_reduction, streamed_weights, vector_tile,
 )
 from ptowsp.schedules.scan_rules import independent_axes, scan_loops
@@ -151,16 +152,16 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
         _grid(s, root, _tasks(root, work, workers, choose), depth, workers)
     for task, rows in tiles.items():
-        if rows is not None and choose(f"{task}.rows_inside_panel", (True, False), True):
+        if rows is not None and choose(decision(task, "rows_inside_panel"), (True, False), True):
             rows_inside_panel(s, task, *rows)
-        elif rows is None and task in alone and choose(f"{task}.stream_reduction", (True, False), True):
+        elif rows is None and task in alone and choose(decision(task, "stream_reduction"), (True, False), True):
             stream_reduction(s, task)
         if rows is None and task in alone and (block := channel_block_loop(s, task)) is not None and \
-                choose(f"{task}.channel_blocks_outside", (True, False), True):
+                choose(decision(task, "channel_blocks_outside"), (True, False), True):
             hoist_channel_blocks(s, task, block)
             # ResNet-18's 7x7 stage (9.4 MB a convolution) 1.04-1.10x; below a core's L2 it lost up to 14%
             weights = streamed_weights(s, task, block)
-            if weights and choose(f"{task}.prefetch_weights", (True, False), True):
+            if weights and choose(decision(task, "prefetch_weights"), (True, False), True):
                 s.prefetch_tensor(task, weights, block)
     if fuse:
         s = s.fuse_by_category().fusion_plan(keep).schedule
@@ -245,7 +246,7 @@ def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[st
             wide = _largest_operand(wl, x, anchors, depth) > ROW_GROUP_BYTES or _largest_operand(
                 wl, next(iter(found)), anchors, depth) > ROW_GROUP_BYTES
             default = "root" if wide else "outer" if contraction or halo else "inner"
-            at = choose(f"{x}.at", ("outer", "inner", "root"), default)
+            at = choose(decision(x, "at"), ("outer", "inner", "root"), default)
             if at != "root":
                 out[x] = _Group(found.pop(), depth, tuple(before), outermost=at == "outer", halo=halo)
     return out
@@ -379,7 +380,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
         fits = [n for n in (1, 2, 4, 8) if k.extent % (n * lanes) == 0 and k.extent > lanes]
         if not fits and isinstance(k.extent, int) and k.extent >= GUARDED_TILES * lanes:
             fits = [1]  # whole vectors of partials and a guarded last one (a softmax's 197 keys)
-        partials = choose(f"{task}.partials", (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
+        partials = choose(decision(task, "partials"), (0, *fits), 4 if 4 in fits else 1 if 1 in fits else 0)
         if partials:
             s.split(task, k.name, partials * lanes).split(task, inner_of(k.name), lanes)
             s.unroll(task, outer_of(inner_of(k.name))).vectorize(task, inner_of(inner_of(k.name)))
@@ -388,7 +389,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
         return None
     j = spatial[-1]
     if j.extent == lanes:  # one vector exactly (a channel-blocked tensor's lanes): vectorized as it is
-        if choose(f"{task}.vectors", (0, 1), 1):
+        if choose(decision(task, "vectors"), (0, 1), 1):
             if reduce:
                 s.reorder(task, *[lp.name for lp in spatial[:-1]], *[lp.name for lp in reduce], j.name)
             s.vectorize(task, j.name)
@@ -401,7 +402,7 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
         # no vector divides the row (197 keys): whole vectors and a guarded last one, which lowering runs
         # apart from them (lower/partition.py; ViT's softmax over 197 keys ran scalar)
         lanes, fits = full, [1]
-    vectors = choose(f"{task}.vectors", (0, *fits), 1 if 1 in fits else 0)
+    vectors = choose(decision(task, "vectors"), (0, *fits), 1 if 1 in fits else 0)
     if not vectors:
         return None
     s.split(task, j.name, vectors * lanes)
@@ -437,7 +438,7 @@ def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:
     kernels, as in a squeeze-excite block, one worker would otherwise wait for the other)."""
     default = min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers)
     default = workers if 1 <= default < workers else max(1, default)
-    return choose(f"{root}.tasks", sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
+    return choose(decision(root, "tasks"), sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
 
 
 def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None:

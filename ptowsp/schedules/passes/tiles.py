@@ -11,17 +11,15 @@ axis (GEMV) streams rows.  Every number is a decision of `choose` (default.py's 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, VECTORIZED, inner_of, outer_of
+from ptowsp.schedules.passes.decisions import Choose, decision
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
 from ptowsp.te.indices import collapsed
 
-Choose = Callable[[str, Sequence[Any], Any], Any]
 
 ROW_TILES = (1, 2, 4, 6, 8)  # the register tile rows a contraction may take
 GUARDED_TILES = 4  # where nothing divides an extent, a guarded last tile needs this many whole ones beside it
@@ -75,9 +73,9 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
                                                                                      and not stored):
         return None
     wide = lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 and WIDE_REGISTER_ROWS in rows_fit
-    vectors = choose(f"{task}.tile_vectors", vectors_fit, vectors_fit[0] if stored else 2)
+    vectors = choose(decision(task, "tile_vectors"), vectors_fit, vectors_fit[0] if stored else 2)
     # 16 accumulators with AVX-512's 32 registers (8 with 16): fewer rows for a wider panel
-    rows = choose(f"{task}.tile_rows", rows_fit, WIDE_REGISTER_ROWS if wide and vectors <= 2 else REGISTER_ROWS)
+    rows = choose(decision(task, "tile_rows"), rows_fit, WIDE_REGISTER_ROWS if wide and vectors <= 2 else REGISTER_ROWS)
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, inner_of(j.name), lanes)
     # a panel read through flattened indices (an NCHW image's pixels) is not packed: a copy's region is
     # bounded per dimension; its rows then lie a whole image apart, and fewer of them share L1's sets
@@ -85,7 +83,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
                         for n in walk(body) if n.op is Op.LOAD and panels and n.arg.name == panels[0])
     divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
     near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
-    block = choose(f"{task}.k_block", sorted(near), max(d for d in divisors if d <= (
+    block = choose(decision(task, "k_block"), sorted(near), max(d for d in divisors if d <= (
         STRIDED_K_BLOCK if flattened else K_BLOCK)))
     s.split(task, k.name, block)  # also when it is the whole extent: k.outer is where the panel is packed
     outer = [lp.name for lp in spatial[:-1] if lp is not i]
@@ -95,20 +93,20 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     # all of B (128 x 768 x 3072, a BERT layer's: 1.28x; 64 x 4096 x 1024: 1.96x; square: within 3%).
     # Not when `rows_first`: producers computed per block of rows need the rows outermost.
     order = "columns" if j.extent > i.extent and not rows_first else "rows"
-    if choose(f"{task}.tile_order", ("rows", "columns"), order) == "columns":
+    if choose(decision(task, "tile_order"), ("rows", "columns"), order) == "columns":
         tiles.reverse()
     s.reorder(task, *outer, *tiles, outer_of(k.name), inner_of(k.name),
               inner_of(i.name), outer_of(inner_of(j.name)), inner_of(inner_of(j.name)))
     s.unroll(task, inner_of(i.name)).unroll(task, outer_of(inner_of(j.name))).vectorize(task, inner_of(inner_of(j.name)))
-    if int8_dot(body) and choose(f"{task}.tensorize", (None, "gemm_i8"), None):  # the cpu answers where VNNI is
+    if int8_dot(body) and choose(decision(task, "tensorize"), (None, "gemm_i8"), None):  # the cpu answers where VNNI is
         s.tensorize(task, inner_of(k.name), "gemm_i8")
     panel_loop = outer_of(k.name)
     packable = not stored and not flattened and panels[0] in {t.name for t in s.workload.task(task).inputs}
-    if packable and choose(f"{task}.pack_panel", (True, False), True):
+    if packable and choose(decision(task, "pack_panel"), (True, False), True):
         s.cache_read(task, panels[0], "local", loop=panel_loop)
     # a stored panel's next k block fetched while the row tiles re-read this one: the first row tile
     # would wait on it (BERT's layer: 1.17x, docs/performance.md and its git history)
-    if len(stored_in) == 1 and choose(f"{task}.prefetch_panel", (True, False), True):
+    if len(stored_in) == 1 and choose(decision(task, "prefetch_panel"), (True, False), True):
         s.prefetch_tensor(task, next(iter(stored_in)), panel_loop)
     return outer_of(i.name), panel_loop
 
@@ -142,7 +140,7 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     # the cpu answers so (VNNI): one vector of channels per call (so one channel block per tile), and
     # at most GEMM_I8_K of the reduction, which the micro-kernel unrolls
     tensorize = int8_dot(body) and _apart(body, order[-1], x.name) and \
-        choose(f"{task}.tensorize", (None, "gemm_i8"), None)
+        choose(decision(task, "tensorize"), (None, "gemm_i8"), None)
     counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap
               and not (tensorize and b > 1)]
     # the default tile: as many accumulators as the registers hold (cap), then the fewest loads per
@@ -152,11 +150,11 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     # (ResNet-18 on AVX-512: 17.24 -> 16.13 ms side by side; 28 accumulators spill)
     tiles = [(r, b) for r in fits for b in counts or [1] if r * b <= cap]
     best_rows, filled = max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]) / (t[0] * t[1]), t[0]))
-    several = choose(f"{task}.tile_blocks", counts or [1], filled)
-    rows = choose(f"{task}.tile_rows", fits, best_rows if several == filled else
+    several = choose(decision(task, "tile_blocks"), counts or [1], filled)
+    rows = choose(decision(task, "tile_rows"), fits, best_rows if several == filled else
                   max(d for d in fits if d * several <= cap or d == 1))
     unrolled = tensorize and order[-1] == widest.name and widest.extent > GEMM_I8_K
-    block = choose(f"{task}.reduce_block", (0, *blocks), max((b for b in blocks if b <= GEMM_I8_K), default=0)
+    block = choose(decision(task, "reduce_block"), (0, *blocks), max((b for b in blocks if b <= GEMM_I8_K), default=0)
                    if unrolled else 0)
     if block:
         s.split(task, widest.name, block)
