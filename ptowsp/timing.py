@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from ptowsp.runtime.trace import time_unit
+from ptowsp.runtime.report import time_unit
 
 SETTLE_SECONDS = 0.2  # idle time before each block: peers' spinning threads go back to sleep
 

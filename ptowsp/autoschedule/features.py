@@ -34,6 +34,7 @@ from ptowsp.lower import Allocate, Block, For, IfThen, Let, Program, Store
 from ptowsp.lower.kernel import Kernel
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, walk
+from ptowsp.te.affine import in_loops
 from ptowsp.te.expr import UNARY_FLOAT_OPS
 
 # A typical server core: private L1 data and L2, and a shared L3 (the model only needs the orders of magnitude).
@@ -110,28 +111,10 @@ def _log(x: float) -> float:
 
 
 def _linear(e: Expr) -> dict[str, int] | None:
-    """An index as {loop: coefficient} (constants dropped), or None when a loop enters non-linearly."""
-    if e.op is Op.CONST:
-        return {}
-    if e.op in (Op.VAR, Op.RVAR):
-        return {e.arg[0]: 1}
-    if e.op is Op.CAST:
-        return _linear(e.src[0])
-    if e.op is Op.NEG:
-        a = _linear(e.src[0])
-        return None if a is None else {v: -c for v, c in a.items()}
-    if e.op in (Op.ADD, Op.SUB):
-        a, b = _linear(e.src[0]), _linear(e.src[1])
-        if a is None or b is None:
-            return None
-        sign = 1 if e.op is Op.ADD else -1
-        return {v: a.get(v, 0) + sign * b.get(v, 0) for v in {**a, **b}}
-    if e.op is Op.MUL:
-        for x, y in (e.src, e.src[::-1]):
-            if y.op is Op.CONST and not isinstance(y.arg, bool):
-                a = _linear(x)
-                return None if a is None else {v: c * int(y.arg) for v, c in a.items()}
-    return None
+    """An index as {loop: coefficient} (constants dropped), or None when a loop enters non-linearly
+    or a part is neither a loop nor a constant (a gathered index, a symbolic size)."""
+    form = in_loops(e)
+    return None if form is None else form.coefs
 
 
 def _loop_names(e: Expr) -> tuple[str, ...]:

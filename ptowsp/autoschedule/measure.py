@@ -40,10 +40,11 @@ import cloudpickle
 import numpy as np
 
 from ptowsp.autoschedule.records import usable_seconds
+from ptowsp.backends import build
 from ptowsp.backends.buffers import aligned_copy
 from ptowsp.errors import BuildError
 from ptowsp.schedules import Schedule
-from ptowsp.workloads import OpaqueTask, Workload, matches, random_inputs
+from ptowsp.workloads import OpaqueTask, Workload, matches, random_inputs, reference
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,6 @@ def serve(read_fd: int, write_fd: int) -> None:
     """The worker process.  Requests: SETUP with a workload (answered None, or why it cannot be set
     up), MEASURE with a set-up workload's fingerprint and a schedule's JSON (answered (seconds,
     error)); until the pipe closes."""
-    import ptowsp as pw
-
     requests, conn = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     ready: dict[str, tuple] = {}  # fingerprint -> (workload, target, workers, timing, evaluate, inputs, expected)
     while True:
@@ -140,7 +139,7 @@ def serve(read_fd: int, write_fd: int) -> None:
                 # on a cache line, as a model's weights and intermediates are (a kernel measured on the
                 # misaligned arrays numpy allocates split every vector load of its weights: 1.1x slower)
                 inputs = {name: aligned_copy(a) for name, a in random_inputs(wl).items()}
-                setup = (wl, target, workers, timing, evaluate, inputs, pw.reference(wl, **inputs))
+                setup = (wl, target, workers, timing, evaluate, inputs, reference(wl, **inputs))
             except Exception as e:  # every trial would fail the same way: the parent raises instead
                 conn.send(f"{type(e).__name__}: {e}")
                 continue
@@ -152,7 +151,7 @@ def serve(read_fd: int, write_fd: int) -> None:
         fingerprint, text = pickle.loads(payload)  # noqa: S301 (the parent's pickle of two strings)
         wl, target, workers, timing, evaluate, inputs, expected = ready[fingerprint]
         try:
-            built = pw.build(Schedule.from_json(wl, text), target, workers=workers)
+            built = build(Schedule.from_json(wl, text), target, workers=workers)
             out = built.run(**inputs)
             wrong = [name for name, want in expected.items() if not matches(out[name], want)]
             if wrong:

@@ -11,7 +11,9 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, describe, import_nodes
+from ptowsp.frontend.onnx_graph import describe
+from ptowsp.frontend.onnx_importer import Importer, Value
+from ptowsp.frontend.onnx_walk import import_nodes
 from ptowsp.frontend.onnx_ops import op
 
 

@@ -33,9 +33,9 @@ import onnx
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
 from ptowsp.frontend.onnx_budget import check_size
-from ptowsp.frontend.onnx_import import (
-    ConstantNeeded, Importer, Value, ValueNeeded, attribute, broadcast_read, describe, element_dtype, import_nodes,
-)
+from ptowsp.frontend.onnx_graph import attribute, describe
+from ptowsp.frontend.onnx_importer import ConstantNeeded, Importer, Value, ValueNeeded, broadcast_read, element_dtype
+from ptowsp.frontend.onnx_walk import import_nodes
 from ptowsp.frontend.onnx_ops import op
 from ptowsp.frontend.onnx_shapes import regrouped
 from ptowsp.te import Expr, Op, const, dtypes, lift, substitute, walk

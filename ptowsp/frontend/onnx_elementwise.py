@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 
 import ptowsp as pw
-from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, element_dtype, text_attribute
+from ptowsp.frontend.onnx_graph import attribute, describe, text_attribute
+from ptowsp.frontend.onnx_importer import Importer, Value, element_dtype
 from ptowsp.frontend.onnx_ops import in_float32, op, refuse
 from ptowsp.frontend.onnx_sizes import broadcast
 from ptowsp.te import Expr

@@ -87,7 +87,20 @@ def one_producer_each(graph: onnx.GraphProto, source: str) -> None:
         raise InputError(f"{source}: graph output {twice[0]!r} is listed {listed[twice[0]]} times")
 
 
-__all__ = ["describe", "graph_reads", "node_reads", "one_producer_each", "schema_checked"]
+__all__ = ["attribute", "describe", "graph_reads", "node_reads", "one_producer_each", "schema_checked", "text_attribute"]
+
+
+def attribute(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def text_attribute(node: onnx.NodeProto, name: str, default: str) -> str:
+    """A string attribute as text (onnx gives bytes)."""
+    value = attribute(node, name, default)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def fold_batch_norms(nodes: list[onnx.NodeProto], arrays: dict[str, np.ndarray],
@@ -95,8 +108,6 @@ def fold_batch_norms(nodes: list[onnx.NodeProto], arrays: dict[str, np.ndarray],
     """Conv -> BatchNormalization (inference) pairs as one Conv with rescaled constant weights and a bias:
     W'[o] = W[o] * a[o], b' = (b - mean) * a + B with a = scale / sqrt(var + eps).  Only where the Conv's
     weights (and bias) and the norm's parameters are constants and the norm is the Conv's only reader."""
-    from ptowsp.frontend.onnx_import import attribute  # (the importer imports this module)
-
     readers: dict[str, int] = {}
     for node in nodes:
         for name in node.input:

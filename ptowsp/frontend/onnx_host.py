@@ -11,7 +11,8 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, element_dtype
+from ptowsp.frontend.onnx_graph import attribute, describe
+from ptowsp.frontend.onnx_importer import Importer, Value, element_dtype
 from ptowsp.frontend.onnx_ops import op
 
 

@@ -17,7 +17,8 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, attribute, describe, text_attribute
+from ptowsp.frontend.onnx_graph import attribute, describe, text_attribute
+from ptowsp.frontend.onnx_importer import Importer
 from ptowsp.frontend.onnx_ops import op, refuse
 
 

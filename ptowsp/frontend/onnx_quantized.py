@@ -26,7 +26,8 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe
+from ptowsp.frontend.onnx_graph import attribute, describe
+from ptowsp.frontend.onnx_importer import Importer, Value
 from ptowsp.frontend.onnx_ops import axis_of, conv, conv_of, matmul, matmul_of, op, refuse
 from ptowsp.te import Expr
 

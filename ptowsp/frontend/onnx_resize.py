@@ -26,7 +26,8 @@ from onnx import helper as oh
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, attribute, describe, text_attribute
+from ptowsp.frontend.onnx_graph import attribute, describe, text_attribute
+from ptowsp.frontend.onnx_importer import Importer
 from ptowsp.frontend.onnx_ops import op, refuse
 
 _AXIS_ATTRIBUTES = ("mode", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",

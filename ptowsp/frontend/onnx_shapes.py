@@ -12,7 +12,8 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, Value, attribute, describe, text_attribute
+from ptowsp.frontend.onnx_graph import attribute, describe, text_attribute
+from ptowsp.frontend.onnx_importer import Importer, Value
 from ptowsp.frontend.onnx_elementwise import known
 from ptowsp.frontend.onnx_ops import OPS, axis_of, op, refuse
 from ptowsp.frontend.onnx_sizes import Dim, broadcast, extents, quotient, same, shown, size_value

@@ -10,6 +10,8 @@ cannot carry over sizes is a WorkloadError naming the node and saying to bind th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import collections
 import math
 import re
@@ -19,9 +21,12 @@ import numpy as np
 import onnx
 
 from ptowsp.errors import WorkloadError
-from ptowsp.frontend.onnx_import import Importer, attribute, describe
+from ptowsp.frontend.onnx_graph import attribute, describe
 from ptowsp.te import Expr, Op
 from ptowsp.te import sizes as te_sizes
+
+if TYPE_CHECKING:
+    from ptowsp.frontend.onnx_importer import Importer  # the importer reads sizes through this module
 
 Dim = int | Expr
 

@@ -22,7 +22,7 @@ import onnx
 
 import ptowsp as pw
 from ptowsp.frontend.onnx_elementwise import elementwise
-from ptowsp.frontend.onnx_import import Importer
+from ptowsp.frontend.onnx_importer import Importer
 from ptowsp.frontend.onnx_ops import op
 from ptowsp.te import Expr
 

@@ -20,7 +20,8 @@ from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, wal
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, dtypes, substitute, walk
-from ptowsp.te.bounds import combine, conjuncts, interval
+from ptowsp.te.affine import affine
+from ptowsp.te.bounds import conjuncts, interval
 
 MIN_INTERIOR = 2  # iterations: a shorter interior is not worth a third copy of the body
 
@@ -139,30 +140,11 @@ def _through_opposite(clamp: Expr) -> tuple[Expr, Expr]:
 
 def _affine(e: Expr, v: str) -> tuple[int, Bounds] | None:
     """(c, bounds of rest) when e is `c * v + rest` with rest free of v; None when it is not."""
-    names = {m.arg[0] for m in walk(e) if m.op is Op.VAR}
-    if v not in names:
-        found = interval(e)
-        return None if found is None else (0, found)
-    if e.op is Op.VAR:
-        return 1, (0, 0)
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return _affine(e.src[0], v)
-    if e.op is Op.NEG:
-        inner = _affine(e.src[0], v)
-        return None if inner is None else (-inner[0], (-inner[1][1], -inner[1][0]))
-    if e.op in (Op.ADD, Op.SUB, Op.MUL):
-        a, b = _affine(e.src[0], v), _affine(e.src[1], v)
-        if a is None or b is None:
-            return None
-        if e.op is Op.MUL:  # one side must be a constant
-            (c, k), (d, x) = (a, b) if b[0] == 0 and b[1][0] == b[1][1] else (b, a)
-            if d != 0 or x[0] != x[1]:
-                return None
-            rest = combine(Op.MUL, k, x)
-            return None if rest is None else (c * x[0], rest)
-        rest = combine(e.op, a[1], b[1])
-        return None if rest is None else (a[0] + b[0] if e.op is Op.ADD else a[0] - b[0], rest)
-    return None
+    form = affine(e, lambda n: n.op is Op.VAR and n.arg[0] == v)
+    if form is None:
+        return None
+    bounds = (0, 0) if form.rest is None else interval(form.rest)
+    return None if bounds is None else (form.coef(v), (bounds[0] + form.offset, bounds[1] + form.offset))
 
 
 def _cut(loop: For, lo: int, hi: int) -> Stmt:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, dtypes, sizes, walk
+from ptowsp.te import Expr, Op, const, sizes, walk
+from ptowsp.te.affine import Affine, affine
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import binary
 
@@ -34,66 +35,26 @@ class Box:
     extents: tuple[sizes.Extent, ...]
 
 
-@dataclass(frozen=True)
-class _Affine:
-    base: Expr | None  # the part that only outer loops move (None: zero)
-    offset: int
-    coefs: tuple[tuple[str, int], ...]  # (inner loop, coefficient)
-
-
-def _plus(a: Expr | None, b: Expr | None, sign: int = 1) -> Expr | None:
-    if b is None:
-        return a
-    if a is None:
-        return b if sign > 0 else -b
-    return a + b if sign > 0 else a - b
-
-
-def _scaled(a: _Affine, k: int) -> _Affine:
-    base = None if a.base is None or k == 0 else (a.base if k == 1 else a.base * k)
-    return _Affine(base, a.offset * k, tuple((v, c * k) for v, c in a.coefs))
-
-
-def _merge(a: _Affine, b: _Affine, sign: int) -> _Affine:
-    coefs = dict(a.coefs)
-    for v, c in b.coefs:
-        coefs[v] = coefs.get(v, 0) + sign * c
-    return _Affine(_plus(a.base, b.base, sign), a.offset + sign * b.offset, tuple(sorted(coefs.items())))
-
-
-def _moves(n: Expr, inner: dict, varying: frozenset[str]) -> bool:
+def _moving(inner: dict, varying: frozenset[str]):
     """Whether a node changes while the anchor's body runs: an inner loop, or a read of a buffer
     filled inside it (a base must be known before the body runs, where the box is filled)."""
-    return (n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner) or (n.op is Op.LOAD and n.arg.name in varying)
+    return lambda n: (n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner) or (n.op is Op.LOAD and n.arg.name in varying)
 
 
-def _affine(e: Expr, inner: dict[str, int], varying: frozenset[str] = frozenset()) -> _Affine | None:
-    """e as base + offset + sum(coef * inner loop), or None when an inner loop enters non-linearly."""
-    if not any(_moves(n, inner, varying) for n in walk(e)):
-        if e.op is Op.CONST:
-            return _Affine(None, int(e.arg), ())
-        return _Affine(e, 0, ())
-    if e.op in (Op.VAR, Op.RVAR):
-        return _Affine(None, 0, ((e.arg[0], 1),))
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return _affine(e.src[0], inner, varying)
-    if e.op is Op.NEG:
-        a = _affine(e.src[0], inner, varying)
-        return None if a is None else _scaled(a, -1)
-    if e.op in (Op.ADD, Op.SUB):
-        a, b = _affine(e.src[0], inner, varying), _affine(e.src[1], inner, varying)
-        return None if a is None or b is None else _merge(a, b, 1 if e.op is Op.ADD else -1)
-    if e.op is Op.MUL:
-        for x, y in (e.src, e.src[::-1]):
-            if y.op is Op.CONST and not isinstance(y.arg, bool):
-                a = _affine(x, inner, varying)
-                return None if a is None else _scaled(a, int(y.arg))
-    if e.op in (Op.MIN, Op.MAX) and not any(_moves(n, inner, varying) for n in walk(e.src[1])):
-        return _clamped(e, inner, varying)
-    return None
+def _affine(e: Expr, inner: dict[str, int], varying: frozenset[str] = frozenset()) -> Affine | None:
+    """e as base (`rest`, what only outer loops move) + offset + sum(coef * inner loop), or None when
+    an inner loop enters non-linearly; a clamp against a fixed value reads as a span (_clamped)."""
+    moves = _moving(inner, varying)
+
+    def clamp(n: Expr) -> Affine | None:
+        if n.op in (Op.MIN, Op.MAX) and not any(moves(m) for m in walk(n.src[1])):
+            return _clamped(n, inner, varying)
+        return None
+
+    return affine(e, moves, clamp)
 
 
-def _clamped(e: Expr, inner: dict[str, int], varying: frozenset[str]) -> _Affine | None:
+def _clamped(e: Expr, inner: dict[str, int], varying: frozenset[str]) -> Affine | None:
     """`min(a, c)` or `max(a, c)` (c fixed while the body runs; a tile start shifted inwards, regions
     of a computed-at producer's own box) as the clamp of a's least value plus a span as wide as a's
     range: the clamp moves by at most as much as a does.  The span is a loop of its own, added to
@@ -104,11 +65,15 @@ def _clamped(e: Expr, inner: dict[str, int], varying: frozenset[str]) -> _Affine
     lo, hi = _bound(a, inner, _low), _bound(a, inner, _high)
     if not isinstance(lo, int) or not isinstance(hi, int):
         return None
-    low = const(lo, "int64") if a.base is None else a.base if lo == 0 else a.base + lo
+    low = const(lo, "int64") if a.rest is None else a.rest if lo == 0 else a.rest + lo
     least = binary(e.op, low, e.src[1])
     span = f"#span{len(inner)}"
     inner[span] = hi - lo + 1
-    return _Affine(least, 0, ((span, 1),))
+    return Affine(terms={span: (e, 1)}, rest=least)
+
+
+def _offset(base: Expr | None, lo: Expr) -> Expr:
+    return lo if base is None else base + lo
 
 
 def _key(base: Expr | None) -> str:
@@ -124,9 +89,9 @@ def _high(coef: int, extent: sizes.Extent) -> sizes.Extent:
     return 0 if coef <= 0 else sizes.mul(coef, sizes.sub(extent, 1))
 
 
-def _bound(form: _Affine, inner: dict, side) -> sizes.Extent:
+def _bound(form: Affine, inner: dict, side) -> sizes.Extent:
     total: sizes.Extent = form.offset
-    for v, c in form.coefs:
+    for v, c in sorted(form.coefs.items()):
         total = sizes.add(total, side(c, inner[v]))
     return total
 
@@ -146,13 +111,13 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
     quotient = None if clamped else _quotient(indices, inner, varying)
     if quotient is not None:
         lo, hi, base = quotient
-    elif all(f is not None for f in forms) and len({_key(f.base) for f in forms}) == 1:  # type: ignore[union-attr]
+    elif all(f is not None for f in forms) and len({_key(f.rest) for f in forms}) == 1:  # type: ignore[union-attr]
         lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
         highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
         lo, hi = lows[0], highs[0]
         for x, y in zip(lows[1:], highs[1:]):
             lo, hi = sizes.minimum(lo, x), sizes.maximum(hi, y)
-        base = forms[0].base  # type: ignore[union-attr]
+        base = forms[0].rest  # type: ignore[union-attr]
     else:  # numeric bounds over every loop, inner and outer
         bounds = [interval(i) for i in indices]
         found = [b for b in bounds if b is not None]
@@ -165,7 +130,7 @@ def _dimension(indices: list[Expr], inner: dict, size: sizes.Extent, shift: bool
         extent = sizes.minimum(extent, size)  # (capped there, a box starting at -1 would miss its last row)
     if isinstance(extent, int):
         extent = max(1, extent)
-    start = base if isinstance(lo, int) and lo == 0 else _plus(base, sizes.as_expr(lo))
+    start = base if isinstance(lo, int) and lo == 0 else _offset(base, sizes.as_expr(lo))
     start = start if start is not None else const(0, "int64")
     return (_shift_inwards(start, extent, size, known) if shift else start), extent
 
@@ -182,18 +147,18 @@ def _quotient(indices: list[Expr], inner: dict, varying: frozenset[str]) -> tupl
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         return None
     forms = [_affine(i.src[0], inner, varying) for i in indices]
-    if any(f is None for f in forms) or len({_key(f.base) for f in forms}) != 1:  # type: ignore[union-attr]
+    if any(f is None for f in forms) or len({_key(f.rest) for f in forms}) != 1:  # type: ignore[union-attr]
         return None
     lows = [_bound(f, inner, _low) for f in forms]  # type: ignore[arg-type]
     highs = [_bound(f, inner, _high) for f in forms]  # type: ignore[arg-type]
     if not all(isinstance(x, int) for x in (*lows, *highs)):
         return None
-    lo, hi, base = min(lows), max(highs), forms[0].base  # type: ignore[union-attr]
+    lo, hi, base = min(lows), max(highs), forms[0].rest  # type: ignore[union-attr]
     if base is None:
         return lo // d, hi // d, None
     if _multiple(base, d):
         return lo // d, hi // d, binary(Op.FLOORDIV, base, const(d, "int64"))
-    return 0, -(-(hi - lo) // d), binary(Op.FLOORDIV, _plus(base, const(lo, "int64")), const(d, "int64"))
+    return 0, -(-(hi - lo) // d), binary(Op.FLOORDIV, _offset(base, const(lo, "int64")), const(d, "int64"))
 
 
 def _multiple(e: Expr, d: int) -> bool:

@@ -31,7 +31,8 @@ from ptowsp.errors import ScheduleError
 from ptowsp.lower.ir import Buffer, For, Operand, Stmt, Store, Tensorized, walk_stmts
 from ptowsp.lower.simplify import simplify_expr
 from ptowsp.lower.tidy import tidy
-from ptowsp.te import Expr, Op, const, dtypes, substitute, walk
+from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te.affine import affine, loop_named
 from ptowsp.workloads.intrinsic import Intrinsic, lookup
 
 
@@ -152,28 +153,8 @@ def _update_value(s: Store) -> Expr | None:
 
 def _linear(e: Expr, names: dict[str, int]) -> dict[str, int] | None:
     """Coefficients of the loops `names` in e when e is affine in them (other parts free of them)."""
-    used = {n.arg[0] for n in walk(e) if n.op in (Op.VAR, Op.RVAR)} & names.keys()
-    if not used:
-        return {}
-    if e.op in (Op.VAR, Op.RVAR):
-        return {e.arg[0]: 1}
-    if e.op is Op.CAST and dtypes.is_int(e.dtype):
-        return _linear(e.src[0], names)
-    if e.op is Op.NEG:
-        inner = _linear(e.src[0], names)
-        return None if inner is None else {k: -v for k, v in inner.items()}
-    if e.op in (Op.ADD, Op.SUB):
-        a, b = _linear(e.src[0], names), _linear(e.src[1], names)
-        if a is None or b is None:
-            return None
-        sign = 1 if e.op is Op.ADD else -1
-        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in a.keys() | b.keys()}
-    if e.op is Op.MUL:
-        for x, k in (e.src, reversed(e.src)):
-            if k.op is Op.CONST and isinstance(k.arg, int):
-                inner = _linear(x, names)
-                return None if inner is None else {n: v * k.arg for n, v in inner.items()}
-    return None
+    form = affine(e, loop_named(*names))
+    return None if form is None else form.coefs
 
 
 def _axes(store: Store, value: Expr, names: dict[str, int], reduce_loops: set[str]) -> list[_Axis]:

@@ -17,7 +17,8 @@ shows it as one: compile time stays bounded and the results are the same.
 from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Prefetch, Stmt, Store, map_exprs, stmt_exprs
-from ptowsp.te import Expr, Op, const, substitute
+from ptowsp.te import Expr, Op, cast, const, substitute
+from ptowsp.te.affine import Affine, affine, atom, everything
 from ptowsp.te.bounds import interval
 from ptowsp.te.indices import collapsed
 
@@ -36,39 +37,25 @@ def simplify_index(e: Expr) -> Expr:
 def linear_terms(e: Expr) -> tuple[dict[str, tuple[Expr, int]], int]:
     """An int64 e as {term: (atom, coefficient)} and a constant (atoms: loop variables, loads, and
     whatever else is not a sum of constant multiples)."""
-    terms: dict[str, tuple[Expr, int]] = {}
-    offset = 0
+    def atom_of(x: Expr) -> Affine:
+        split = _divided(x)
+        if split is not None:
+            return affine(split, everything, atom_of)  # type: ignore[return-value]
+        kept = Expr(x.op, x.dtype, tuple(_inner(s) for s in x.src), x.arg)
+        return atom(str(kept), kept)
 
-    def collect(x: Expr, k: int) -> None:
-        nonlocal offset
-        if x.op is Op.CONST and not isinstance(x.arg, bool):
-            offset += k * int(x.arg)
-        elif x.op in (Op.ADD, Op.SUB):
-            collect(x.src[0], k)
-            collect(x.src[1], k if x.op is Op.ADD else -k)
-        elif x.op is Op.NEG:
-            collect(x.src[0], -k)
-        elif x.op is Op.MUL and x.src[1].op is Op.CONST and not isinstance(x.src[1].arg, bool):
-            collect(x.src[0], k * int(x.src[1].arg))
-        elif x.op is Op.MUL and x.src[0].op is Op.CONST and not isinstance(x.src[0].arg, bool):
-            collect(x.src[1], k * int(x.src[0].arg))
-        elif (split := _divided(x)) is not None:
-            collect(split, k)
-        else:
-            atom = x if x.op in (Op.VAR, Op.RVAR) else Expr(x.op, x.dtype, tuple(_inner(s) for s in x.src), x.arg)
-            key = str(atom)
-            terms[key] = (atom, terms.get(key, (atom, 0))[1] + k)
-
-    collect(e, 1)
-    return terms, offset
+    form = affine(e, everything, atom_of)
+    assert form is not None  # every node is read: none is left that makes the form fail
+    return form.terms, form.offset
 
 
 def _sum(terms: dict[str, tuple[Expr, int]], offset: int) -> Expr:
     result: Expr | None = None
-    for atom, coef in terms.values():
+    for part, coef in terms.values():
         if coef == 0:
             continue
-        term = atom if abs(coef) == 1 else atom * abs(coef)
+        part = part if part.dtype == "int64" else cast(part, "int64")  # read through an index cast
+        term = part if abs(coef) == 1 else part * abs(coef)
         result = (term if coef > 0 else -term) if result is None else (result + term if coef > 0 else result - term)
     if result is None:
         return const(offset, "int64")

@@ -28,6 +28,7 @@ import math
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.colors
@@ -36,7 +37,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ptowsp.errors import InputError
-from ptowsp.runtime.trace import Event, Trace, time_unit, writing
+from ptowsp.runtime.report import time_unit, writing
+
+if TYPE_CHECKING:
+    from ptowsp.runtime.trace import Event, Trace
 
 WAITING, STARTUP, WINDDOWN, STAGE = "waiting", "start-up", "wind-down", "load / store stage"
 _STAGED = re.compile(r"^(?P<task>.+?)(?:@\d+)?(?: (?P<stage>load|store))?$")

@@ -10,15 +10,13 @@ and `summary()` finds the critical path.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptowsp.errors import InputError
+from ptowsp.runtime.report import output_path, time_unit, writing
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, 0.97 us per event
@@ -115,14 +113,6 @@ class Summary:
             lines.append(f"intermediates   {self.memory['planned'] / 2**20:.2f} MiB planned, "
                          f"{self.memory['unshared'] / 2**20:.2f} MiB unshared")
         return "\n".join(lines)
-
-
-def time_unit(seconds: float, micro: str = "us") -> tuple[float, str]:
-    """The unit a person reads `seconds` in (s, ms, micro, ns: the largest not above it), and its scale."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, micro)):
-        if abs(seconds) >= scale:
-            return scale, unit
-    return 1e-9, "ns"
 
 
 def _time(seconds: float) -> str:
@@ -251,26 +241,6 @@ class Trace:
         from ptowsp.runtime.gantt import plot  # matplotlib loads only when a chart is drawn
 
         return plot(self, output_path(path, "plot"), **options)
-
-
-def output_path(path: object, method: str) -> Path:
-    """`path` as a Path; InputError unless it is a str or os.PathLike naming a file."""
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise InputError(f"trace.{method}: expected a file path (str or pathlib.Path), got {path!r}")
-    if Path(path).is_dir():
-        raise InputError(f"trace.{method}: cannot write {str(path)!r}: it is a folder; name a file in it")
-    return Path(path)
-
-
-@contextlib.contextmanager
-def writing(path: Path, method: str) -> Iterator[None]:
-    """Turn an OSError of writing `path` into an InputError that names the path and the reason."""
-    try:
-        yield
-    except OSError as e:
-        reason = e.strerror or str(e)
-        hint = " (its folder does not exist)" if isinstance(e, FileNotFoundError) else ""
-        raise InputError(f"trace.{method}: cannot write {str(path)!r}: {reason}{hint}") from e
 
 
 def chrome_events(trace: Trace) -> dict:

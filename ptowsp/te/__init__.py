@@ -4,7 +4,8 @@ from ptowsp.te import dtypes
 from ptowsp.te.bounds import check_bounds, loop_vars
 from ptowsp.te.evaluate import evaluate
 from ptowsp.te.reducer import Reducer, UserReducer, reducer
-from ptowsp.te.expr import Expr, Op, Tensor, cast, const, lift, outermost_reductions, substitute, walk, where
+from ptowsp.te.tensor import Tensor
+from ptowsp.te.expr import Expr, Op, cast, const, lift, outermost_reductions, substitute, walk, where
 from ptowsp.te.ops import (
     absolute, argmax, argmin, ceil, clamp, erf, exp, floor, log, maximum, minimum, power, reduce_axis, reduce_max,
     reduce_min, reduce_sum, round, rsqrt, saturating_cast, sigmoid, sqrt, tanh,

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ptowsp.errors import DTypeError, ShapeError
-from ptowsp.te.expr import Expr, Operand, Tensor, lift, where
+from ptowsp.te.expr import Expr, Operand, Unindexed, lift, where
 from ptowsp.te.ops import clamp, minimum
+
+if TYPE_CHECKING:
+    from ptowsp.te.tensor import Tensor
 
 KINDS = ("repeat_edge", "constant", "mirror")
 
@@ -65,7 +69,7 @@ def boundary(tensor: Tensor, kind: str, value: Operand | None = None) -> Boundar
         if value is None:
             raise ShapeError(f"{tensor.name}.boundary('constant', value): give the value read outside, "
                              "e.g. boundary('constant', 0)")
-        if isinstance(value, (Tensor, BoundaryView)):
+        if isinstance(value, (Unindexed, BoundaryView)):
             raise DTypeError(f"{tensor.name}.boundary('constant', value): the value is a scalar, got {value}")
         return BoundaryView(tensor, kind, lift(value, tensor.dtype))
     if value is not None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ptowsp.errors import BoundsError
 from ptowsp.te import dtypes, sizes
+from ptowsp.te.affine import Affine, affine
 from ptowsp.te.domain import ARITHMETIC, arithmetic, fits
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
 from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
@@ -83,19 +84,16 @@ def negated_conjuncts(cond: Expr) -> tuple[Expr, ...]:
 def shift_of(index: Expr, loop: str, through_clamps: bool = False) -> int | None:
     """d when `index` is `loop + d` for a constant d (None otherwise); with `through_clamps`, also
     inside a boundary view's clamp against constants (`min(max(loop - 1, 0), 95)`)."""
-    if index.op is Op.VAR:
-        return 0 if index.arg[0] == loop else None
-    if through_clamps and index.op in (Op.MIN, Op.MAX) and index.src[1].op is Op.CONST:
-        return shift_of(index.src[0], loop, through_clamps)
-    if index.op in (Op.ADD, Op.SUB):
-        a, b = index.src
-        if b.op is Op.CONST and isinstance(b.arg, int) and not isinstance(b.arg, bool):
-            inner = shift_of(a, loop, through_clamps)
-            return None if inner is None else inner + (b.arg if index.op is Op.ADD else -b.arg)
-        if index.op is Op.ADD and a.op is Op.CONST and isinstance(a.arg, int) and not isinstance(a.arg, bool):
-            inner = shift_of(b, loop, through_clamps)
-            return None if inner is None else inner + a.arg
-    return None
+    def moves(n: Expr) -> bool:
+        return n.op is Op.VAR and n.arg[0] == loop
+
+    def clamp(n: Expr) -> Affine | None:
+        if through_clamps and n.op in (Op.MIN, Op.MAX) and n.src[1].op is Op.CONST:
+            return affine(n.src[0], moves, clamp)
+        return None
+
+    form = affine(index, moves, clamp)
+    return form.offset if form is not None and form.rest is None and form.coefs == {loop: 1} else None
 
 
 def loop_vars(e: Expr) -> dict[str, int | Expr]:

@@ -10,8 +10,7 @@ never have to re-derive promotion rules.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
 
@@ -19,68 +18,11 @@ import numpy as np
 
 from ptowsp.errors import DTypeError, ShapeError
 from ptowsp.te import dtypes
+from ptowsp.te.opcodes import (  # noqa: F401 - re-exported: passes read them from here
+    ARG_KINDS, ARITH_OPS, BINARY_OPS, COMPARE_OPS, LOGIC_OPS, REDUCE_KINDS, UNARY_FLOAT_OPS, Op,
+)
+from ptowsp.te.printer import to_text
 
-
-class Op(enum.Enum):
-    # leaves: CONST arg=value; VAR/RVAR arg=(name, extent) (spatial / reduce loop variable, the extent
-    # an int or an expression over sizes); SIZE arg=name (a symbolic size, bound at run time: te/sizes.py)
-    CONST = enum.auto()
-    VAR = enum.auto()
-    RVAR = enum.auto()
-    SIZE = enum.auto()
-    # memory: LOAD arg=Tensor, src=indices
-    LOAD = enum.auto()
-    # unary math (operand dtype == result dtype)
-    NEG = enum.auto()
-    ABS = enum.auto()
-    EXP = enum.auto()
-    LOG = enum.auto()
-    SQRT = enum.auto()
-    RSQRT = enum.auto()
-    TANH = enum.auto()
-    SIGMOID = enum.auto()
-    ERF = enum.auto()
-    FLOOR = enum.auto()
-    CEIL = enum.auto()
-    ROUND = enum.auto()  # to the nearest whole number, ties to even (IEEE roundeven, numpy's rint, ONNX Round)
-    NOT = enum.auto()
-    # binary arithmetic (both operands and result share one dtype)
-    ADD = enum.auto()
-    SUB = enum.auto()
-    MUL = enum.auto()
-    DIV = enum.auto()
-    FLOORDIV = enum.auto()
-    MOD = enum.auto()
-    POW = enum.auto()
-    MAX = enum.auto()
-    MIN = enum.auto()
-    AND = enum.auto()
-    OR = enum.auto()
-    # comparisons (operands share one dtype, result bool)
-    LT = enum.auto()
-    LE = enum.auto()
-    GT = enum.auto()
-    GE = enum.auto()
-    EQ = enum.auto()
-    NE = enum.auto()
-    # selection and conversion: WHERE src=(cond, then, else); CAST arg=dtype
-    WHERE = enum.auto()
-    CAST = enum.auto()
-    # reduction: REDUCE arg="sum"|"max"|"min"|"argmax"|"argmin"|UserReducer|Component, src=(body, *RVAR
-    # axes); the arg kinds have dtype int64 (the flat row-major index over the axes of the first extreme),
-    # a Component (one value of a several-value reducer, te/reducer.py) its value's, the others body's
-    REDUCE = enum.auto()
-    # TUPLE src=values: only as the body of a several-value REDUCE; its dtype is its first value's
-    TUPLE = enum.auto()
-
-
-UNARY_FLOAT_OPS = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF})
-ARITH_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.POW, Op.MAX, Op.MIN})
-LOGIC_OPS = frozenset({Op.AND, Op.OR})
-COMPARE_OPS = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE})
-BINARY_OPS = ARITH_OPS | LOGIC_OPS | COMPARE_OPS
-REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")
-ARG_KINDS = ("argmax", "argmin")
 
 Operand = Union["Expr", bool, int, float, np.generic]
 
@@ -141,8 +83,6 @@ class Expr:
         return self.arg[1]
 
     def __str__(self) -> str:
-        from ptowsp.te.printer import to_text
-
         return to_text(self)
 
     def __repr__(self) -> str:
@@ -179,78 +119,11 @@ class Expr:
     def __invert__(self) -> Expr: return unary(Op.NOT, self)
 
 
-@dataclass(frozen=True)
-class Tensor:
-    """A named array of a workload: an input or the result of a task.
+class Unindexed:
+    """An operand that names a whole array (a workload's tensor): a read of it needs indices."""
 
-    Index it with one integer expression per dimension to read it:
-    `A[i, k]`, `A[i + 1, 2 * j]`.
-    """
-
-    name: str
-    shape: tuple[int | Expr, ...]  # an Expr for a symbolic dimension (te/sizes.py)
-    dtype: str
-    owner: int = field(default=0, repr=False)  # id of the workload that declared it
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        if not all(isinstance(d, int) for d in self.shape):
-            raise ShapeError(f"tensor {self.name} has symbolic shape {self.shape_text}; its size is known only "
-                             "once the sizes are bound (Workload.bind)")
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def shape_text(self) -> str:
-        return shape_text(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
-
-    def __getitem__(self, index: object) -> Expr:
-        items = index if isinstance(index, tuple) else (index,)
-        if len(items) != self.ndim:
-            raise ShapeError(
-                f"tensor {self.name} has {self.ndim} dimension(s) {self.shape_text} "
-                f"but was indexed with {len(items)} index expression(s)"
-            )
-        indices = []
-        for pos, item in enumerate(items):
-            if isinstance(item, (slice, type(Ellipsis))) or item is None:
-                raise ShapeError(
-                    f"tensor {self.name}, index {pos}: slices are not supported; "
-                    "index every dimension with an integer expression such as A[i, j]"
-                )
-            expr = lift(item)
-            if not dtypes.is_int(expr.dtype):
-                raise DTypeError(
-                    f"tensor {self.name}, index {pos} ({expr}) has dtype {expr.dtype}; "
-                    "indices must be integer expressions of loop variables, constants and integer tensor reads"
-                )
-            indices.append(expr)
-        return Expr(Op.LOAD, self.dtype, tuple(indices), self)
-
-    def boundary(self, kind: str, value: Operand | None = None):
-        """A view that any integer index reads: "repeat_edge", ("constant", value) or "mirror"
-        (Halide's BoundaryConditions; te/boundary.py gives the exact index maps)."""
-        from ptowsp.te.boundary import boundary  # boundary builds on ops, which build on this module
-
-        return boundary(self, kind, value)
-
-    def _unindexed(self, *_: object) -> Expr:
-        """Arithmetic on a whole tensor is a mistake: say how to read an element instead."""
-        return lift(self)
-
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unindexed
-    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _unindexed
-    __lt__ = __le__ = __gt__ = __ge__ = __and__ = __rand__ = __or__ = __ror__ = __invert__ = _unindexed
-
-    def __str__(self) -> str:
-        return self.name
+    def unindexed_error(self) -> ShapeError:
+        raise NotImplementedError
 
 
 # -- construction ---------------------------------------------------------------
@@ -278,11 +151,8 @@ def lift(value: Operand, partner: str | None = None) -> Expr:
         if partner is None:
             return const(value, dtypes.scalar_dtype(value))
         return const(value, dtypes.weak_scalar_dtype(value, partner))
-    if isinstance(value, Tensor):
-        raise ShapeError(
-            f"tensor {value.name} was used without indices; read an element with "
-            f"{value.name}[{', '.join('i' + str(d) for d in range(value.ndim))}]"
-        )
+    if isinstance(value, Unindexed):
+        raise value.unindexed_error()
     raise DTypeError(f"cannot use {value!r} ({type(value).__name__}) in a tensor expression")
 
 

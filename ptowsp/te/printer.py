@@ -7,7 +7,12 @@ comparisons, as in Python) and the tree's real shape, so
 
 from __future__ import annotations
 
-from ptowsp.te.expr import Expr, Op
+from typing import TYPE_CHECKING
+
+from ptowsp.te.opcodes import Op
+
+if TYPE_CHECKING:
+    from ptowsp.te.expr import Expr
 
 _INFIX = {
     Op.LT: ("<", 1), Op.LE: ("<=", 1), Op.GT: (">", 1), Op.GE: (">=", 1), Op.EQ: ("==", 1), Op.NE: ("!=", 1),

@@ -35,7 +35,8 @@ from ptowsp.backends.cpu.intrinsics import declare
 from ptowsp.lower.ir import Buffer, walk_stmts, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.tidy import linear_terms
-from ptowsp.te import Expr, Op, const, dtypes, sizes, walk
+from ptowsp.te import Expr, Op, const, sizes, walk
+from ptowsp.te.affine import Affine, affine, atom, integer, loop_named
 from ptowsp.te.indices import collapsed
 
 STREAM_OUT_BYTES = 8 << 20  # more than a core's L2 and a good part of the LLC: it leaves the cache anyway
@@ -52,31 +53,22 @@ def _coefficient(e: Expr, var: str, lanes: int | None = None) -> int | None:
     x that moves by one per lane from a multiple of `lanes`, m a multiple of `lanes`, stay in one
     period of m across the vector: 0 and 1 (a flattened index unflattened again, as an imported
     model's Reshape reads it)."""
-    if e.op is Op.CONST:
-        return 0
-    if e.op in (Op.VAR, Op.RVAR):
-        return 1 if e.arg[0] == var else 0
-    parts = [_coefficient(s, var, lanes) for s in e.src]
-    if None in parts:
-        return None
-    if lanes and e.op in (Op.FLOORDIV, Op.MOD) and parts == [1, 0] and _lane_aligned(e.src[0], var, lanes) and \
-            e.src[1].op is Op.CONST and isinstance(e.src[1].arg, int) and e.src[1].arg > 0 and e.src[1].arg % lanes == 0:
-        return 0 if e.op is Op.FLOORDIV else 1
-    if e.op is Op.ADD:
-        return parts[0] + parts[1]
-    if e.op is Op.SUB:
-        return parts[0] - parts[1]
-    if e.op is Op.NEG:
-        return -parts[0]
-    if e.op is Op.MUL and (parts[0] == 0 or parts[1] == 0):
-        other = e.src[1] if parts[0] == 0 else e.src[0]
-        scale = e.src[0] if parts[0] == 0 else e.src[1]
-        if parts[0] == parts[1] == 0:
-            return 0
-        return _coefficient(other, var) * scale.arg if scale.op is Op.CONST else None
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return parts[0]
-    return 0 if all(p == 0 for p in parts) else None
+    moves = loop_named(var)
+
+    def lane_period(n: Expr) -> Affine | None:
+        parts = [affine(x, moves, lane_period) for x in n.src]
+        if None in parts:
+            return None
+        if all(p.coef(var) == 0 for p in parts):  # what every lane reads alike (`x // 64 % 13` above)
+            return Affine(rest=n)
+        m = integer(n.src[1]) if n.op in (Op.FLOORDIV, Op.MOD) else None
+        if not lanes or m is None or m <= 0 or m % lanes or parts[0].coef(var) != 1 or \
+                not _lane_aligned(n.src[0], var, lanes):
+            return None
+        return Affine(rest=n) if n.op is Op.FLOORDIV else atom(var, n)
+
+    form = affine(e, moves, lane_period)
+    return None if form is None else form.coef(var)
 
 
 def _lane_aligned(x: Expr, var: str, lanes: int) -> bool:

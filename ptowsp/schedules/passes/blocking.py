@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ptowsp.te import Expr, Op, cast, const, substitute, walk
+from ptowsp.te.affine import in_loops
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
@@ -107,35 +108,12 @@ def _pointwise(wl: Workload, task: ComputeTask, conv: Convolution, lanes: int) -
 def _plus_unit(index: Expr, var: str, ones: set[str]) -> bool:
     """`index` is the loop variable `var`, plus multiples of reduce axes of extent 1 (a 1x1 kernel's
     taps, always 0) and of 0: `y * 1 + r * 1 - 0` as a user writes a general stride and padding."""
-    found = affine(index)
+    found = in_loops(index)
     if found is None:
         return False
-    terms, constant = found
+    terms, constant = found.coefs, found.offset
     return constant == 0 and all(c == 0 or n == var or n in ones for n, c in terms.items()) and \
         {n: c for n, c in terms.items() if c and n not in ones} == {var: 1}
-
-
-def affine(index: Expr) -> tuple[dict[str, int], int] | None:
-    """An integer index as {loop variable or reduce axis: coefficient} and a constant, when it is a
-    sum of constant multiples of them (`y * 1 + r - 1`: {y: 1, r: 1}, -1); None otherwise."""
-    terms: dict[str, int] = {}
-    constant = 0
-
-    def collect(e: Expr, k: int) -> bool:
-        nonlocal constant
-        if e.op is Op.CONST and isinstance(e.arg, int) and not isinstance(e.arg, bool):
-            constant += k * e.arg
-            return True
-        if e.op in (Op.VAR, Op.RVAR):
-            terms[e.arg[0]] = terms.get(e.arg[0], 0) + k
-            return True
-        if e.op in (Op.ADD, Op.SUB):
-            return collect(e.src[0], k) and collect(e.src[1], k if e.op is Op.ADD else -k)
-        if e.op is Op.MUL and e.src[1].op is Op.CONST and isinstance(e.src[1].arg, int):
-            return collect(e.src[0], k * e.src[1].arg)
-        return False
-
-    return (terms, constant) if collect(index, 1) else None
 
 
 def _over_pixels(out: Workload, task: ComputeTask, conv: Convolution) -> None:

@@ -283,13 +283,11 @@ def rewrite(s: Schedule, fusions: list[Fusion], dropped: list[tuple[str, str]],
             only: set[str] | None = None) -> Schedule:
     """The schedule with the fusions carried out as compute_inline / compute_at steps (`only`: replaying
     just the steps of these tasks and those of no task, to check a fusion's legality cheaply)."""
-    from ptowsp.schedules.schedule import Schedule
-
     wl = s.workload
     folded = {f.folded for f in fusions}
     anchors = {f.producer: f for f in fusions if f.kind == "epilogue"}
     inlined = {f.producer for f in fusions if f.kind == "inline"}  # computed where read: never in memory
-    out = Schedule(wl)
+    out = type(s)(wl)  # an empty schedule of the workload (this module sits below schedule.py)
     for step in s.steps:
         task = getattr(step, "task", None)
         if step.kind in ("fuse_tasks", "fuse_by_category") or only is not None and task is not None and task not in only:

@@ -47,8 +47,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from ptowsp.schedules.passes.blocking import Convolution, affine, convolution
+from ptowsp.schedules.passes.blocking import Convolution, convolution
 from ptowsp.te import Op, const, reduce_axis, reduce_sum
+from ptowsp.te.affine import in_loops
 from ptowsp.te.expr import where
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import compute_as, fresh_name, names_in, plain, rebuild
@@ -104,10 +105,10 @@ def _eligible(wl: Workload, task: ComputeTask, lanes: int) -> tuple[Convolution,
         return None  # the weight is not read at [o, c, r, s] with the input's channel c
     offsets = []
     for index, var, tap in ((act.src[2], y, taps[1]), (act.src[3], x, taps[2])):
-        found = affine(index)
-        if found is None or {k: v for k, v in found[0].items() if v} != {var: 1, tap: 1}:
+        found = in_loops(index)
+        if found is None or {k: v for k, v in found.coefs.items() if v} != {var: 1, tap: 1}:
             return None  # strided, dilated, or the taps read otherwise
-        offsets.append(found[1])
+        offsets.append(found.offset)
     return conv, (offsets[0], offsets[1]), tile
 
 
