@@ -8,7 +8,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.schedules.passes.default import default_schedule
-from ptowsp.schedules.passes.inlining import distinct_reads, keep_stored, operations
+from ptowsp.schedules.passes.inlining import distinct_reads, evaluations, keep_stored, operations
 from ptowsp.workloads import random_inputs
 from tests.conformance.edge_cases import image_pipeline
 
@@ -62,3 +62,27 @@ def test_counting_helpers(fn, reads, ops):
     wl.compute("Y", (8,), lambda i: fn(x, i))
     assert distinct_reads(wl.task("Y").body, "X") == reads
     assert operations(wl.task("Y").body) == ops  # index arithmetic (i + 2) is not counted
+
+
+def _pooled(activation):
+    """X -> activation -> a 3x3 max pool of stride 2 (a reduction whose windows overlap)."""
+    wl = pw.Workload("pool")
+    x = wl.input("X", (1, 8, 16, 16))
+    act = wl.compute("act", (1, 8, 16, 16), lambda n, c, y, z: activation(x[n, c, y, z]))
+    r, s = pw.reduce_axis(3, "r"), pw.reduce_axis(3, "s")
+    wl.output(wl.compute("pool", (1, 8, 7, 7), lambda n, c, y, z: pw.max(act[n, c, y * 2 + r, z * 2 + s], axis=(r, s))))
+    return wl
+
+
+def test_a_reduction_over_overlapping_windows_counts_each_tap():
+    """A 3x3 max pool of stride 2 evaluates an inlined producer 9 times per output: 9 x 49 / 256 = 1.72 times per input
+    element here: a requantization (7 operations, as an int8 model's QuantizeLinear -> DequantizeLinear)
+    stays stored; a ReLU is still inlined."""
+    requantized = _pooled(lambda v: (pw.cast(pw.round(v / 0.02 + 3.0), "float32") - 3.0) * 0.02 + v * 0.0)
+    kept = keep_stored(requantized, {"act"})
+    assert list(kept) == ["act"] and "would be computed 1.72266 times per element" in kept["act"]
+    assert keep_stored(_pooled(lambda v: pw.maximum(v, 0.0)), {"act"}) == {}
+    assert evaluations(requantized.task("pool").body, "act") == 9
+    inputs = random_inputs(requantized)
+    prog = pw.build(requantized, "cpu")
+    np.testing.assert_allclose(prog.run(**inputs)["pool"], pw.reference(requantized, **inputs)["pool"], rtol=1e-5)

@@ -7,7 +7,8 @@ stages of an image pipeline up to 3^k times (camera_pipe and unsharp ran 5x slow
 fusion off).  So, consumers first, each producer the category plan would inline is weighed
 with everything else inlined as decided so far: where its root (the task its value ends up
 in) would evaluate each of its elements several times (reads at several distinct indices per
-point, or a broadcast: the root has more points than the producer) and the repeated
+point, a broadcast: the root has more points than the producer, or a reduction over a window
+that overlaps its neighbour's: a 3x3 max pool of stride 2 reads each element 2.25 times) and the repeated
 arithmetic exceeds `MAX_REPEATED_OPS` per element, it stays stored.  The default schedule then computes it per block
 of the root's rows with a halo (default.py's grouping), or on its own: every element once.
 """
@@ -44,6 +45,32 @@ def distinct_reads(body: Expr, tensor: str) -> int:
     return len({tuple(map(str, n.src)) for n in walk(body) if n.op is Op.LOAD and n.arg.name == tensor})
 
 
+def evaluations(body: Expr, tensor: str) -> int:
+    """How often one point of `body` evaluates its reads of `tensor`: each distinct read once, times
+    the iterations of the reductions around it (a 3x3 max pool's one read of its input: 9 times)."""
+    weights: dict[tuple[str, ...], int] = {}
+    seen: set[tuple[int, int]] = set()
+
+    def visit(n: Expr, times: int) -> None:
+        if (id(n), times) in seen:
+            return
+        seen.add((id(n), times))
+        if n.op is Op.LOAD:
+            if n.arg.name == tensor:
+                key = tuple(map(str, n.src))
+                weights[key] = max(weights.get(key, 0), times)
+            return
+        if n.op is Op.REDUCE:
+            iterations = math.prod(a.arg[1] if isinstance(a.arg[1], int) else 1 for a in n.src[1:])
+            visit(n.src[0], times * iterations)
+            return
+        for x in n.src:
+            visit(x, times)
+
+    visit(body, 1)
+    return sum(weights.values())
+
+
 def keep_stored(wl: Workload, inlined: Collection[str]) -> dict[str, str]:
     """{producer: why it stays stored} among the `inlined` ones (the category plan's inlines)."""
     order = {t: n for n, t in enumerate(wl.tasks)}
@@ -54,9 +81,11 @@ def keep_stored(wl: Workload, inlined: Collection[str]) -> dict[str, str]:
         if root is None:
             continue
         others = left - {producer}
-        distinct = distinct_reads(inline_producers(wl.task(root).value, wl, others), producer)
+        body = inline_producers(wl.task(root).value, wl, others)
         spread = math.prod(wl.task(root).tensor.shape) / math.prod(wl.task(producer).tensor.shape)
-        reads = distinct * max(1.0, spread)  # evaluations per element of the producer (a broadcast repeats it)
+        # evaluations per element of the producer: each distinct read, more where the root has more points
+        # (a broadcast repeats it), and each iteration of a reduction over a window (a max pool's taps)
+        reads = max(distinct_reads(body, producer) * max(1.0, spread), evaluations(body, producer) * spread)
         cost = operations(inline_producers(wl.task(producer).value, wl, others))
         if reads > 1 and cost * (reads - 1) > MAX_REPEATED_OPS:
             left.discard(producer)
