@@ -23,7 +23,8 @@ demo: $(STAMP)
 # The whole suite for the host CPU, then the conformance catalogue, lowering, schedule and
 # AutoScheduler tests again for the other x86-64 level (PTOWSP_CPU: x86-64-v3 on an AVX-512 host,
 # x86-64-v4 on an AVX2 one, where its code is built and read but not run; docs/testing.md).
-# The run ends on pytest's own summary line, which CI reads.
+# The run ends on pytest's own summary line, which CI reads.  PTOWSP_VERIFY=1: the loop IR is checked
+# after every lowering pass (ptowsp/lower/verify.py).
 # (not what no CPU decides: the numpy, aicore and emulated cuda targets, the reference, the dask cluster's
 # plumbing, and the whole-model search's, whose per-kernel spaces test_search covers)
 # The search's own mechanics (test_search, test_result: crashes, seeds, resuming) are the host pass's;
@@ -33,9 +34,9 @@ ISA_TESTS := tests/conformance tests/lower tests/schedules tests/autoschedule/te
 	-k "not numpy and not aicore and not cuda and not dask and not model_search"
 
 test: $(STAMP)
-	$(VPY) -m pytest -n auto --dist worksteal
+	PTOWSP_VERIFY=1 $(VPY) -m pytest -n auto --dist worksteal
 	level=$$($(VPY) -m tests.isa_levels); \
-	if [ -n "$$level" ]; then PTOWSP_CPU=$$level PTOWSP_RANDOM_SCHEDULES=1 $(VPY) -m pytest -n auto --dist worksteal $(ISA_TESTS); fi
+	if [ -n "$$level" ]; then PTOWSP_VERIFY=1 PTOWSP_CPU=$$level PTOWSP_RANDOM_SCHEDULES=1 $(VPY) -m pytest -n auto --dist worksteal $(ISA_TESTS); fi
 
 # the ONNX standard's backend suite in full: every case the reference passes on cpu, the light
 # model-zoo models, a larger aicore sample (`make test` runs the reference and a sample: tests/onnx_backend)

@@ -106,9 +106,10 @@ class Graph:
         return None, label
 
     def kernel_kinds(self, wl: pw.Workload, kernels: set[str]) -> dict[str, str]:
-        """Each ptowsp kernel's kind: "layout" for one that only moves values (a layout change a pass
-        added: padding, channel blocking and unblocking, transposes, panels), else the heaviest of its
-        own node and the producers computed inside it (nodes with no kernel of their own, transitively).
+        """Each ptowsp kernel's kind: the heaviest of its own node and the producers computed inside it
+        (nodes with no kernel of their own, transitively); "layout" for one that only moves values (a
+        layout change a pass added: padding, channel blocking and unblocking, transposes, panels) and
+        computes no node inside it (a convolution's padding that holds its producer is that producer's).
         `wl`: the workload the kernels compute (the program's, after the cpu's passes)."""
         owners = {label: self.owner(label) for label in kernels}
         layout = {label for label in kernels
@@ -117,11 +118,8 @@ class Graph:
         stored = {node for label, (node, _) in owners.items() if label not in layout}
         kinds = {}
         for label, (node, _) in owners.items():
-            if label in layout:
-                kinds[label] = "layout"
-                continue
             if node is None:
-                kinds[label] = "other"
+                kinds[label] = "layout" if label in layout else "other"
                 continue
             held, todo = {node}, [node]
             while todo:
@@ -129,7 +127,10 @@ class Graph:
                     if producer not in held and producer not in stored:
                         held.add(producer)
                         todo.append(producer)
-            kinds[label] = min((self.kinds[n] for n in held), key=WEIGHT.index)
+            if label in layout:  # a padding kernel holds its reader's node only by name: what it computes
+                held.discard(node)  # inside (a convolution computed at it, a requantization) is its kind
+                held = {n for n in held if self.kinds[n] not in ("layout", "other")}
+            kinds[label] = min((self.kinds[n] for n in held), key=WEIGHT.index) if held else "layout"
         return kinds
 
 
