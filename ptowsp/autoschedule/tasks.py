@@ -39,7 +39,7 @@ from ptowsp.te import dtypes
 from ptowsp.lower.program import task_key
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
-from ptowsp.schedules.passes.decisions import decision, decision_parts
+from ptowsp.schedules.passes.decisions import Decision, decision
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import copy_task
@@ -66,9 +66,9 @@ class TuningTask:
         out: dict[str, object] = {}
         for names in self.occurrences:
             for knob, value in point.items():
-                task, kind = decision_parts(knob)
-                if task is not None and task in names:
-                    out[decision(names[task], kind)] = value
+                found = Decision.parse(knob)
+                if found.task is not None and found.task in names:
+                    out[decision(names[found.task], found.kind)] = value
         return out
 
 

@@ -26,7 +26,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute_device
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes.decisions import decision_parts
+from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Category, Workload
 
@@ -178,7 +178,7 @@ class AicoreBackend:
         cores = len(d.core_classes())
 
         def choose(name: str, candidates: Sequence[Any], default: Any) -> Any:
-            kind = decision_parts(name)[1]
+            kind = Decision.parse(name).kind
             if kind == "k_block":
                 return max((c for c in candidates if c <= largest), default=min(candidates))
             if kind == "tasks" and cores in candidates:

@@ -31,7 +31,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes.decisions import decision_parts
+from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Workload
 from ptowsp.workloads.reference import run_opaque
@@ -213,7 +213,7 @@ class CudaBackend:
         default binding spreads it over blocks and threads)."""
 
         def choose(name: str, candidates: Any, default: Any) -> Any:
-            kind = decision_parts(name)[1]
+            kind = Decision.parse(name).kind
             if kind == "at":
                 return "root"
             if kind == "tasks":

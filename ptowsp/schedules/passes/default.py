@@ -123,10 +123,10 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         return s
     s = Schedule(wl)
     folded = fold.foldable(wl)
-    fuse = choose("fuse", (True, False), fuse)
+    fuse = choose(decision(None, "fuse"), (True, False), fuse)
     keep: dict[str, str] = {}
     plan = Schedule(wl).fuse_by_category().fusion_plan() if fuse else fusion.FusionPlan()
-    if fuse and choose("inline", ("bounded", "all"), "bounded") == "bounded":  # inlining.py
+    if fuse and choose(decision(None, "inline"), ("bounded", "all"), "bounded") == "bounded":  # inlining.py
         keep = inlining.keep_stored(wl, {f.producer for f in plan.fusions if f.kind == "inline"})
         if keep:  # the plan again, without those inlines
             plan = Schedule(wl).fuse_by_category().fusion_plan(keep)
@@ -174,10 +174,10 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
             _grid(s, x, _tasks(x, _work(wl, x), workers, choose), len(wl.task(x).loop_names), workers)
         else:
             s.compute_at(x, group.root, loop)
-    policy = choose("dispatch", DISPATCH, DISPATCH[0])
+    policy = choose(decision(None, "dispatch"), DISPATCH, DISPATCH[0])
     if policy != DISPATCH[0]:  # the runtime's default: no step
         s.dispatch(policy)
-    depth = choose("prefetch", (0, 1, 2), 0)
+    depth = choose(decision(None, "prefetch"), (0, 1, 2), 0)
     return s.prefetch(depth) if depth else s
 
 
