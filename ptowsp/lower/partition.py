@@ -20,7 +20,7 @@ from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, wal
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.te import Expr, Op, dtypes, substitute, walk
-from ptowsp.te.affine import affine
+from ptowsp.te.affine import affine, loops_named
 from ptowsp.te.bounds import conjuncts, interval
 
 MIN_INTERIOR = 2  # iterations: a shorter interior is not worth a third copy of the body
@@ -140,7 +140,7 @@ def _through_opposite(clamp: Expr) -> tuple[Expr, Expr]:
 
 def _affine(e: Expr, v: str) -> tuple[int, Bounds] | None:
     """(c, bounds of rest) when e is `c * v + rest` with rest free of v; None when it is not."""
-    form = affine(e, lambda n: n.op is Op.VAR and n.arg[0] == v)
+    form = affine(e, loops_named(v))
     if form is None:
         return None
     bounds = (0, 0) if form.rest is None else interval(form.rest)

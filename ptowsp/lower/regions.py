@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptowsp.te import Expr, Op, const, sizes, walk
-from ptowsp.te.affine import Affine, affine
+from ptowsp.te import Expr, Op, const, sizes
+from ptowsp.te.affine import Affine, Moving, affine
 from ptowsp.te.bounds import interval
 from ptowsp.te.expr import binary
 
@@ -35,23 +35,19 @@ class Box:
     extents: tuple[sizes.Extent, ...]
 
 
-def _moving(inner: dict, varying: frozenset[str]):
-    """Whether a node changes while the anchor's body runs: an inner loop, or a read of a buffer
-    filled inside it (a base must be known before the body runs, where the box is filled)."""
-    return lambda n: (n.op in (Op.VAR, Op.RVAR) and n.arg[0] in inner) or (n.op is Op.LOAD and n.arg.name in varying)
-
-
 def _affine(e: Expr, inner: dict[str, int], varying: frozenset[str] = frozenset()) -> Affine | None:
     """e as base (`rest`, what only outer loops move) + offset + sum(coef * inner loop), or None when
     an inner loop enters non-linearly; a clamp against a fixed value reads as a span (_clamped)."""
-    moves = _moving(inner, varying)
+    # what changes while the anchor's body runs: an inner loop, or a read of a buffer filled inside
+    # it (a base must be known before the body runs, where the box is filled)
+    moving = Moving(loops=frozenset(inner), reads=varying)
 
     def clamp(n: Expr) -> Affine | None:
-        if n.op in (Op.MIN, Op.MAX) and not any(moves(m) for m in walk(n.src[1])):
+        if n.op in (Op.MIN, Op.MAX) and moving.still(n.src[1]):
             return _clamped(n, inner, varying)
         return None
 
-    return affine(e, moves, clamp)
+    return affine(e, moving, clamp)
 
 
 def _clamped(e: Expr, inner: dict[str, int], varying: frozenset[str]) -> Affine | None:

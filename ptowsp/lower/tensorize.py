@@ -32,7 +32,7 @@ from ptowsp.lower.ir import Buffer, For, Operand, Stmt, Store, Tensorized, walk_
 from ptowsp.lower.simplify import simplify_expr
 from ptowsp.lower.tidy import tidy
 from ptowsp.te import Expr, Op, const, substitute, walk
-from ptowsp.te.affine import affine, loop_named
+from ptowsp.te.affine import affine, loops_named
 from ptowsp.workloads.intrinsic import Intrinsic, lookup
 
 
@@ -153,7 +153,7 @@ def _update_value(s: Store) -> Expr | None:
 
 def _linear(e: Expr, names: dict[str, int]) -> dict[str, int] | None:
     """Coefficients of the loops `names` in e when e is affine in them (other parts free of them)."""
-    form = affine(e, loop_named(*names))
+    form = affine(e, loops_named(*names))
     return None if form is None else form.coefs
 
 

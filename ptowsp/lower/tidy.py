@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Prefetch, Stmt, Store, map_exprs, stmt_exprs
 from ptowsp.te import Expr, Op, cast, const, substitute
-from ptowsp.te.affine import Affine, affine, atom, everything
+from ptowsp.te.affine import EVERYTHING, Affine, affine, atom
 from ptowsp.te.bounds import interval
 from ptowsp.te.indices import collapsed
 
@@ -40,11 +40,11 @@ def linear_terms(e: Expr) -> tuple[dict[str, tuple[Expr, int]], int]:
     def atom_of(x: Expr) -> Affine:
         split = _divided(x)
         if split is not None:
-            return affine(split, everything, atom_of)  # type: ignore[return-value]
+            return affine(split, EVERYTHING, atom_of)  # type: ignore[return-value]
         kept = Expr(x.op, x.dtype, tuple(_inner(s) for s in x.src), x.arg)
         return atom(str(kept), kept)
 
-    form = affine(e, everything, atom_of)
+    form = affine(e, EVERYTHING, atom_of)
     assert form is not None  # every node is read: none is left that makes the form fail
     return form.terms, form.offset
 

@@ -18,18 +18,23 @@ layout's blocks, a node a simplifier keeps as an atom).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ptowsp.te import dtypes
-from ptowsp.te.expr import Expr, Op, walk
+from ptowsp.te.expr import Expr, Op
 
 
-@dataclass(frozen=True)
-class Affine:
-    """`sum(coef * atom) + rest + offset`; terms keep the order in which their atoms first appear."""
-    terms: dict[str, tuple[Expr, int]] = field(default_factory=dict)  # key -> (atom, coefficient)
+_NO_TERMS: dict[str, tuple[Expr, int]] = {}  # shared by the forms without terms: never changed in place
+
+
+class Affine(NamedTuple):
+    """`sum(coef * atom) + rest + offset`; terms keep the order in which their atoms first appear.
+    (A tuple: passes build one per index node, and a frozen dataclass is several times slower to make.)"""
+    terms: dict[str, tuple[Expr, int]] = _NO_TERMS  # key -> (atom, coefficient)
     rest: Expr | None = None
     offset: int = 0
 
@@ -38,27 +43,35 @@ class Affine:
         return {key: coef for key, (_, coef) in self.terms.items()}
 
     def coef(self, key: str) -> int:
-        return self.terms[key][1] if key in self.terms else 0
+        found = self.terms.get(key)
+        return 0 if found is None else found[1]
 
 
 def constant(k: int) -> Affine:
-    return Affine(offset=k)
+    return Affine(_NO_TERMS, None, k)
 
 
 def atom(key: str, e: Expr) -> Affine:
-    return Affine(terms={key: (e, 1)})
+    return Affine({key: (e, 1)})
 
 
 def plus(a: Affine, b: Affine, sign: int = 1) -> Affine:
-    terms = dict(a.terms)
-    for key, (e, c) in b.terms.items():
-        terms[key] = (terms[key][0] if key in terms else e, terms.get(key, (e, 0))[1] + sign * c)
+    if not b.terms:
+        terms = a.terms
+    else:
+        terms = dict(a.terms)
+        for key, (e, c) in b.terms.items():
+            old = terms.get(key)
+            terms[key] = (e, sign * c) if old is None else (old[0], old[1] + sign * c)
     return Affine(terms, _plus(a.rest, b.rest, sign), a.offset + sign * b.offset)
 
 
 def scaled(a: Affine, k: int) -> Affine:
+    if k == 1:
+        return a
     rest = None if a.rest is None or k == 0 else (a.rest if k == 1 else a.rest * k)
-    return Affine({key: (e, c * k) for key, (e, c) in a.terms.items()}, rest, a.offset * k)
+    terms = {key: (e, c * k) for key, (e, c) in a.terms.items()} if a.terms else a.terms
+    return Affine(terms, rest, a.offset * k)
 
 
 def _plus(a: Expr | None, b: Expr | None, sign: int) -> Expr | None:
@@ -69,25 +82,44 @@ def _plus(a: Expr | None, b: Expr | None, sign: int) -> Expr | None:
     return a + b if sign > 0 else a - b
 
 
-def is_loop(n: Expr) -> bool:
-    return n.op in (Op.VAR, Op.RVAR)
+@dataclass(frozen=True)
+class Moving:
+    """What moves in a reading: loop variables (`loops`: these names, or None for every loop) and the
+    loads of tensors `reads` (a buffer filled inside a region's anchor); `everything` keeps nothing
+    whole (every node is decomposed or made an atom)."""
+
+    loops: frozenset[str] | None = None
+    reads: frozenset[str] = frozenset()
+    everything: bool = False
+
+    def still(self, n: Expr) -> bool:
+        """Whether nothing in n moves (names cached on the nodes: Expr.loops_read, tensors_read)."""
+        if self.everything:
+            return False
+        if self.reads and not self.reads.isdisjoint(n.tensors_read):
+            return False
+        return not n.loops_read if self.loops is None else self.loops.isdisjoint(n.loops_read)
 
 
-def loop_named(*names: str) -> Callable[[Expr], bool]:
-    """`moves` for the loop variables of these names only (the rest of the index is `rest`)."""
-    wanted = frozenset(names)
-    return lambda n: n.op in (Op.VAR, Op.RVAR) and n.arg[0] in wanted
+LOOPS = Moving()  # every loop variable moves
 
 
-def everything(n: Expr) -> bool:
-    """`moves` that keeps nothing whole: every node is decomposed or becomes an atom."""
-    return True
+@functools.lru_cache(maxsize=1024)
+def loops_named(*names: str) -> Moving:
+    """Only the loop variables of these names move (the rest of the index is `rest`)."""
+    return Moving(loops=frozenset(names))
+
+
+EVERYTHING = Moving(everything=True)
 
 
 def integer(e: Expr) -> int | None:
     """The value of an integer constant (not a bool), else None."""
-    if e.op is Op.CONST and isinstance(e.arg, (int, np.integer)) and not isinstance(e.arg, (bool, np.bool_)):
-        return int(e.arg)
+    if e.op is not Op.CONST:
+        return None
+    value = e.arg
+    if type(value) is int or (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))):
+        return int(value)
     return None
 
 
@@ -98,30 +130,35 @@ def in_loops(e: Expr) -> Affine | None:
     return None if form is None or form.rest is not None else form
 
 
-def affine(e: Expr, moves: Callable[[Expr], bool] = is_loop,
-           other: Callable[[Expr], Affine | None] | None = None) -> Affine | None:
-    """e as an Affine form in its moving loops (module docstring), or None when one enters it
-    non-linearly.  `other` reads a node the rules here do not; it may call `affine` on its parts."""
-    k = integer(e)
-    if k is not None:
-        return constant(k)
-    if not any(moves(n) for n in walk(e)):
-        return Affine(rest=e)
-    if e.op in (Op.VAR, Op.RVAR):
-        return atom(e.arg[0], e)
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return affine(e.src[0], moves, other)
-    if e.op is Op.NEG:
-        a = affine(e.src[0], moves, other)
-        return None if a is None else scaled(a, -1)
-    if e.op in (Op.ADD, Op.SUB):
-        a = affine(e.src[0], moves, other)
-        b = None if a is None else affine(e.src[1], moves, other)
-        return None if a is None or b is None else plus(a, b, 1 if e.op is Op.ADD else -1)
-    if e.op is Op.MUL:
-        for x, y in (e.src, e.src[::-1]):
+def affine(e: Expr, moving: Moving = LOOPS, other: Callable[[Expr], Affine | None] | None = None) -> Affine | None:
+    """e as an Affine form in what is `moving` (module docstring), or None when a moving loop enters
+    it non-linearly.  `other` reads a node the rules here do not; it may call `affine` on its parts."""
+    return _read(e, moving, other)
+
+
+def _read(n: Expr, moving: Moving, other: Callable[[Expr], Affine | None] | None) -> Affine | None:
+    op = n.op
+    if op is Op.CONST:
+        k = integer(n)
+        if k is not None:
+            return Affine(_NO_TERMS, None, k)
+    if moving.still(n):
+        return Affine(_NO_TERMS, n, 0)
+    if op is Op.VAR or op is Op.RVAR:  # a loop that does not move is still, above
+        return Affine({n.arg[0]: (n, 1)})
+    if op is Op.ADD or op is Op.SUB:
+        a = _read(n.src[0], moving, other)
+        b = None if a is None else _read(n.src[1], moving, other)
+        return None if a is None or b is None else plus(a, b, 1 if op is Op.ADD else -1)
+    if op is Op.MUL:
+        for x, y in (n.src, n.src[::-1]):
             k = integer(y)
             if k is not None:
-                a = affine(x, moves, other)
+                a = _read(x, moving, other)
                 return None if a is None else scaled(a, k)
-    return None if other is None else other(e)
+    if op is Op.CAST and dtypes.keeps_index(n.src[0].dtype, n.dtype):
+        return _read(n.src[0], moving, other)
+    if op is Op.NEG:
+        a = _read(n.src[0], moving, other)
+        return None if a is None else scaled(a, -1)
+    return None if other is None else other(n)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ptowsp.errors import BoundsError
 from ptowsp.te import dtypes, sizes
-from ptowsp.te.affine import Affine, affine
+from ptowsp.te.affine import Affine, affine, loops_named
 from ptowsp.te.domain import ARITHMETIC, arithmetic, fits
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
 from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
@@ -84,8 +84,7 @@ def negated_conjuncts(cond: Expr) -> tuple[Expr, ...]:
 def shift_of(index: Expr, loop: str, through_clamps: bool = False) -> int | None:
     """d when `index` is `loop + d` for a constant d (None otherwise); with `through_clamps`, also
     inside a boundary view's clamp against constants (`min(max(loop - 1, 0), 95)`)."""
-    def moves(n: Expr) -> bool:
-        return n.op is Op.VAR and n.arg[0] == loop
+    moves = loops_named(loop)
 
     def clamp(n: Expr) -> Affine | None:
         if through_clamps and n.op in (Op.MIN, Op.MAX) and n.src[1].op is Op.CONST:

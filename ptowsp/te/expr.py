@@ -44,6 +44,20 @@ class Expr:
     def __hash__(self) -> int:
         return self._hash
 
+    @cached_property
+    def loops_read(self) -> frozenset[str]:
+        """The loop variables (VAR and RVAR) in this expression, by name: made once per node, so
+        an analysis that asks of every node of an index what moves in it pays once (te/affine.py)."""
+        if self.op in (Op.VAR, Op.RVAR):
+            return frozenset((self.arg[0],))
+        return frozenset().union(*(x.loops_read for x in self.src)) if self.src else frozenset()
+
+    @cached_property
+    def tensors_read(self) -> frozenset[str]:
+        """The tensors and buffers this expression loads from, by name (made once per node)."""
+        found = frozenset().union(*(x.tensors_read for x in self.src)) if self.src else frozenset()
+        return found | {self.arg.name} if self.op is Op.LOAD else found
+
     def same_as(self, other: object) -> bool:
         """Structural equality (`==` builds a comparison expression instead)."""
         if self is other:

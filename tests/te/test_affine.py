@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptowsp.te import Expr, Op, cast, const, substitute
-from ptowsp.te.affine import Affine, affine, atom, everything, in_loops, loop_named
+from ptowsp.te.affine import EVERYTHING, LOOPS, Affine, affine, atom, in_loops, loops_named
 from ptowsp.te.bounds import shift_of
 from tests.te.scalar_eval import scalar_eval
 
@@ -43,7 +43,7 @@ def test_one_cast_rule_index_casts_are_read_through_others_stop():
 
 
 def test_only_the_moving_loops_are_terms():
-    form = affine(I * 2 + J * 3, loop_named("j"))
+    form = affine(I * 2 + J * 3, loops_named("j"))
     assert form.coefs == {"j": 3} and str(form.rest) == str(I * 2)
 
 
@@ -99,9 +99,9 @@ def test_every_form_has_the_value_of_its_expression(e, i, j, n):
     def value(x: Expr) -> int:  # the scalar evaluator knows loops, not sizes: n is bound here
         return int(scalar_eval(substitute(x, lambda m: const(n, "int64") if m.op is Op.SIZE else None), point, {}))
 
-    for moves in (None, loop_named("i"), everything):
+    for moving in (LOOPS, loops_named("i"), EVERYTHING):
         def whole(x: Expr) -> Affine:  # what the rules leave becomes an atom of its own
             return atom(str(x), x)
-        form = affine(e, moves or (lambda m: m.op in (Op.VAR, Op.RVAR)), whole)
+        form = affine(e, moving, whole)
         assert form is not None
         assert value(_rebuilt(form)) == value(e)

@@ -36,7 +36,7 @@ from ptowsp.lower.ir import Buffer, walk_stmts, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.tidy import linear_terms
 from ptowsp.te import Expr, Op, const, sizes, walk
-from ptowsp.te.affine import Affine, affine, atom, integer, loop_named
+from ptowsp.te.affine import Affine, affine, atom, integer, loops_named
 from ptowsp.te.indices import collapsed
 
 STREAM_OUT_BYTES = 8 << 20  # more than a core's L2 and a good part of the LLC: it leaves the cache anyway
@@ -53,7 +53,9 @@ def _coefficient(e: Expr, var: str, lanes: int | None = None) -> int | None:
     x that moves by one per lane from a multiple of `lanes`, m a multiple of `lanes`, stay in one
     period of m across the vector: 0 and 1 (a flattened index unflattened again, as an imported
     model's Reshape reads it)."""
-    moves = loop_named(var)
+    if var not in e.loops_read:  # most dimensions of an index do not read the lane at all
+        return 0
+    moves = loops_named(var)
 
     def lane_period(n: Expr) -> Affine | None:
         parts = [affine(x, moves, lane_period) for x in n.src]
