@@ -137,12 +137,12 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
     blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
     # int8 products summed in int32 call gemm_i8 over (rows, the vector, the innermost reduction) where
-    # the cpu answers so (VNNI): one vector of channels per call (so one channel block per tile), and
+    # the cpu answers so (VNNI): one vector of channels per call, a call per channel block of the tile
+    # side by side inside the other reductions (the blocks are not at one stride from each other), and
     # at most GEMM_I8_K of the reduction, which the micro-kernel unrolls
     tensorize = int8_dot(body) and _apart(body, order[-1], x.name) and \
         choose(decision(task, "tensorize"), (None, "gemm_i8"), None)
-    counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap
-              and not (tensorize and b > 1)]
+    counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap]
     # the default tile: as many accumulators as the registers hold (cap), then the fewest loads per
     # multiply-add, (rows + blocks) / (rows x blocks): each step broadcasts one input per row and
     # loads one weight vector per block.  A short row (ResNet's 7x7 stage) fills the registers with
@@ -171,7 +171,10 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
         s.split(task, blocked.name, several)
         leading[leading.index(blocked.name)] = outer_of(blocked.name)
         blocks = [inner_of(blocked.name)]
-    s.reorder(task, *leading, *inner, *order, *blocks, outer, spatial[-1].name)
+    if tensorize:  # a call per channel block, inside the other reductions: the blocks share each broadcast
+        s.reorder(task, *leading, *inner, *order[:-1], *blocks, order[-1], outer, spatial[-1].name)
+    else:
+        s.reorder(task, *leading, *inner, *order, *blocks, outer, spatial[-1].name)
     for loop in blocks:
         s.unroll(task, loop)
     s.unroll(task, outer).vectorize(task, spatial[-1].name)
