@@ -293,6 +293,6 @@ def test_an_int8_convolution_tile_holds_two_channel_blocks_each_with_its_own_gem
     xs = rng.integers(-128, 128, (1, 64, 14, 14), dtype=np.int8)
     ws = rng.integers(-128, 128, (64, 64, 1, 1), dtype=np.int8)
     np.testing.assert_array_equal(prog.run(X=xs, W=ws)["Y"], pw.reference(wl, X=xs, W=ws)["Y"])
-    if target_cpu("host").vnni:
+    if target_cpu().vnni:  # the CPU the kernels are built for (PTOWSP_CPU), not the host
         code = next(prog.source(t, "loops") for t in prog.program.order if "gemm_i8" in prog.source(t, "loops"))
         assert re.search(r"unrolled for o_block\.inner in 0\.\.2:\n\s*gemm_i8<7x16x64>", code)  # a call per block
