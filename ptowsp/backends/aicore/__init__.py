@@ -24,7 +24,8 @@ from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
 from ptowsp.lower import lower_program
-from ptowsp.runtime import Options, TaskTable, Trace, execute_device
+from ptowsp.runtime import Options, TaskTable, Trace
+from ptowsp.runtime.clocks import DeviceClock
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
@@ -109,17 +110,13 @@ class AicoreExecutable:
         return self.cpu.source(task, kind)
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
-        statistics = {}
-
-        def on_device(table: TaskTable, launcher, opts: Options) -> Trace:
+        def on_cores(table: TaskTable) -> tuple[TaskTable, ModelCosts]:
             table = self._on_cores(table)  # the run's table: domains may have left tiles out
-            costs = ModelCosts(self.device, table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
-            trace = execute_device(table, launcher, opts, costs)
-            statistics.update(costs.statistics())
-            return trace
+            return table, ModelCosts(self.device, table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
 
-        outputs, trace = self.cpu.run(inputs, options, execute_table=on_device)
-        trace.statistics["memory"] = statistics
+        clock = DeviceClock(on_cores)
+        outputs, trace = self.cpu.run(inputs, options, clock)
+        trace.statistics["memory"] = {} if clock.costs is None else clock.costs.statistics()
         return outputs, trace
 
 

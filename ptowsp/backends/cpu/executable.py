@@ -17,7 +17,7 @@ import ctypes
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from llvmlite import ir
@@ -32,7 +32,8 @@ from ptowsp.backends.cpu.jit import cache_key, optimised_module
 from ptowsp.backends.buffers import Recycler, aligned_copy
 from ptowsp.backends.host import domain_outputs, run_table
 from ptowsp.lower import Program, lower_program
-from ptowsp.runtime import Launcher, Options, TaskTable, Trace, execute, rouse
+from ptowsp.runtime import Options, TaskTable, Trace, rouse
+from ptowsp.runtime.clocks import HOST_CLOCK, Clock
 from ptowsp.runtime.native import NativeTasks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
@@ -216,13 +217,12 @@ class CpuExecutable:
         return found
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options,
-            execute_table: Callable[[TaskTable, Launcher, Options], Trace] | None = None
-            ) -> tuple[dict[str, np.ndarray], Trace]:
-        """Run on the real clock, or through `execute_table(table, launcher, options)` (the aicore
-        target's device clock).  The inputs were validated (pw.build's run checks them, sizes too)."""
+            clock: Clock = HOST_CLOCK) -> tuple[dict[str, np.ndarray], Trace]:
+        """Run on the host's clock, or on a device model's (the aicore target's: runtime/clocks.py).
+        The inputs were validated (pw.build's run checks them, sizes too)."""
         if self.unrunnable:
             raise HostCannotRun(f"workload {self.schedule.workload.name!r}: {self.unrunnable}")
-        if execute_table is None:
+        if clock.real:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
         wl = self.schedule.workload
         sizes = input_sizes(wl, inputs) if wl.size_sources else {}
@@ -236,12 +236,12 @@ class CpuExecutable:
             table = self.table_for(sizes, arrays)
             native = self.native_tasks(table, setup.key)
         # the native loop runs on the real clock only (the aicore target's device clock calls kernels one by one)
-        python = options.debug or execute_table is not None or native is None
+        python = options.debug or not clock.real or native is None
         launch = Launch(self, table, setup.bound, setup.key,
                          lambda: arrays or setup.arrays(placed, inputs, self.constants),
                          None if python else (native, lambda table, filled: setup.fill_pointers(
                              table, filled, placed, inputs)), options.debug)
-        trace = (execute_table or execute)(table, launch, options)
+        trace = clock.execute(table, launch, options)
         launch.release()  # a pool thread may still be returning from its last call, holding the launcher
         trace.memory = dict(setup.memory)
         # an output is a task's: stored in a buffer of its own, or folded at build time and shared by
