@@ -69,7 +69,7 @@ def plus(a: Affine, b: Affine, sign: int = 1) -> Affine:
 def scaled(a: Affine, k: int) -> Affine:
     if k == 1:
         return a
-    rest = None if a.rest is None or k == 0 else (a.rest if k == 1 else a.rest * k)
+    rest = None if a.rest is None or k == 0 else a.rest * k
     terms = {key: (e, c * k) for key, (e, c) in a.terms.items()} if a.terms else a.terms
     return Affine(terms, rest, a.offset * k)
 
@@ -141,11 +141,11 @@ def _read(n: Expr, moving: Moving, other: Callable[[Expr], Affine | None] | None
     if op is Op.CONST:
         k = integer(n)
         if k is not None:
-            return Affine(_NO_TERMS, None, k)
+            return constant(k)
     if moving.still(n):
         return Affine(_NO_TERMS, n, 0)
     if op is Op.VAR or op is Op.RVAR:  # a loop that does not move is still, above
-        return Affine({n.arg[0]: (n, 1)})
+        return atom(n.arg[0], n)
     if op is Op.ADD or op is Op.SUB:
         a = _read(n.src[0], moving, other)
         b = None if a is None else _read(n.src[1], moving, other)

@@ -137,7 +137,8 @@ class Unindexed:
     """An operand that names a whole array (a workload's tensor): a read of it needs indices."""
 
     def unindexed_error(self) -> ShapeError:
-        raise NotImplementedError
+        """The error a read of it without indices raises (a tensor's names it and shows the indices)."""
+        return ShapeError(f"{self} was used without indices; index it to read an element")
 
 
 # -- construction ---------------------------------------------------------------
