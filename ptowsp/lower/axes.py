@@ -7,7 +7,7 @@ from __future__ import annotations
 from ptowsp.lower.ir import Buffer, var
 from ptowsp.schedules import LoopNest
 from ptowsp.schedules.loopnest import FuseRelation, SplitRelation
-from ptowsp.te import Expr, Op, substitute, walk
+from ptowsp.te import Expr, Op, rewrite, rules, walk
 
 
 def buffer_of(tensor) -> Buffer:
@@ -18,12 +18,10 @@ def buffer_of(tensor) -> Buffer:
 def to_buffers(body: Expr) -> Expr:
     """Reads of workload tensors become reads of global buffers (in gather indices too; a tensor
     stored in another layout is read at its stored position once the kernel is made: layouts.py)."""
-    def read(n: Expr) -> Expr | None:
-        if n.op is not Op.LOAD:
-            return None
-        return Expr(Op.LOAD, n.dtype, tuple(to_buffers(i) for i in n.src), buffer_of(n.arg))
+    return rewrite(body, _READS, fixpoint=False)
 
-    return substitute(body, read)
+
+_READS = rules(lambda n: Expr(Op.LOAD, n.dtype, n.src, buffer_of(n.arg)), Op.LOAD)  # indices already read
 
 
 def axis_values(nest: LoopNest) -> tuple[dict[str, Expr], list[Expr]]:

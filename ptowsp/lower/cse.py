@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ptowsp.lower.ir import Let, Stmt, Store, let_var
 from ptowsp.te import Expr, Op, substitute
-from ptowsp.te.share import Sharing
+from ptowsp.te.expr import postorder
 
 _LEAVES = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD})  # a repeated load is LLVM's to merge
 
@@ -46,9 +46,8 @@ def _value_children(e: Expr) -> tuple[Expr, ...]:
 
 
 def _bind_store(store: Store, counter: list[int]) -> Stmt:
-    sharing = Sharing()
-    root = sharing(store.value)  # equal parts are one object from here on
-    order = list(sharing.table.values())  # operands before their users
+    root = store.value  # equal parts are one object (te/expr.py hash-conses)
+    order = postorder(root)
     # occurrences in the tree, and whether some occurrence is evaluated unconditionally
     uses: dict[int, int] = {id(root): 1}
     always: set[int] = {id(root)}

@@ -16,7 +16,7 @@ import numpy as np
 from ptowsp.errors import TaskError
 from ptowsp.lower.ir import Tensorized, Allocate, Barrier, Block, For, IfThen, Let, Prefetch, Stmt, Store
 from ptowsp.lower.program import Program
-from ptowsp.te import Expr, Op, const, substitute
+from ptowsp.te import Expr, Op, const, substitute_vars
 from ptowsp.te.evaluate import Domain, Evaluator
 from ptowsp.workloads.inputs import validate_inputs
 from ptowsp.workloads.reference import run_opaque
@@ -45,7 +45,7 @@ class Interpreter:
 
     def value(self, e: Expr, env: Mapping[str, int]):
         if self.lets:
-            e = substitute(e, lambda n: self.lets.get(n.arg[0]) if n.op is Op.VAR and n.arg[1] is None else None)
+            e = substitute_vars(e, self.lets, (Op.VAR,))  # a let's name (%k) is no loop's
         dom = Domain(tuple(env), tuple((v, v + 1) for v in env.values()))
         with np.errstate(all="ignore"):
             return np.asarray(self.evaluator.run(e, dom)).reshape(-1)[0]

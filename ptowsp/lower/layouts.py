@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ptowsp.lower.ir import GLOBAL, Buffer, Stmt, Store, map_exprs
 from ptowsp.schedules.layouts import Layout
-from ptowsp.te import Expr, Op, substitute
+from ptowsp.te import Expr, Op, rewrite, rules
 
 
 def stored_buffer(buffer: Buffer, layouts: Mapping[str, Layout]) -> Buffer:
@@ -27,17 +27,11 @@ def in_stored_layouts(stmt: Stmt, layouts: Mapping[str, Layout]) -> Stmt:
     if not layouts:
         return stmt
 
-    def expr(e: Expr) -> Expr:
-        def read(n: Expr) -> Expr | None:
-            if n.op is not Op.LOAD:
-                return None
-            indices = tuple(expr(i) for i in n.src)
-            buffer = stored_buffer(n.arg, layouts)
-            if buffer is n.arg:
-                return Expr(Op.LOAD, n.dtype, indices, n.arg)
-            return Expr(Op.LOAD, n.dtype, layouts[buffer.name].read(indices), buffer)
+    def read(n: Expr) -> Expr | None:  # its indices already read at their stored positions
+        buffer = stored_buffer(n.arg, layouts)
+        return None if buffer is n.arg else Expr(Op.LOAD, n.dtype, layouts[buffer.name].read(n.src), buffer)
 
-        return substitute(e, read)
+    reads = rules(read, Op.LOAD)
 
     def writes(s: Stmt) -> Stmt:
         if isinstance(s, Store):
@@ -46,4 +40,4 @@ def in_stored_layouts(stmt: Stmt, layouts: Mapping[str, Layout]) -> Stmt:
         children = [writes(c) for c in s.children()]
         return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
 
-    return writes(map_exprs(stmt, expr))
+    return writes(map_exprs(stmt, lambda e: rewrite(e, reads, fixpoint=False)))

@@ -37,7 +37,7 @@ from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
 from ptowsp.schedules.schedule import schedulable_reduce_axes
-from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, walk
+from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, substitute_vars, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import unary, where
 from ptowsp.te.reducer import is_several
@@ -109,13 +109,13 @@ class TaskLowering:
     def at_axes(self, e: Expr) -> Expr:
         """Rewrite original loop variables (spatial and scheduled reduce) as the final loops."""
 
-        def value(n: Expr) -> Expr | None:
-            if n.op not in (Op.VAR, Op.RVAR) or n.arg[0] not in self.values:
-                return None
-            local = self.values[n.arg[0]]
-            return local + self.origin[n.arg[0]] if n.arg[0] in self.origin else local
+        return substitute_vars(e, self.at_values)
 
-        return substitute(e, value)
+    @property
+    def at_values(self) -> dict[str, Expr]:
+        """Each original loop variable's value in the final loops (from its part's origin: scan.py)."""
+        return {name: local + self.origin[name] if name in self.origin else local
+                for name, local in self.values.items()}
 
     def nest_over(self, loops, stmt: Stmt, outer=()) -> Stmt:
         """`stmt` inside `loops`, guarded where they make a split overrun; guards that the

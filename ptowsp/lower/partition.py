@@ -19,7 +19,7 @@ import math
 from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, walk_stmts
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
-from ptowsp.te import Expr, Op, dtypes, substitute, walk
+from ptowsp.te import Expr, Op, dtypes, substitute_vars, walk
 from ptowsp.te.affine import affine, loops_named
 from ptowsp.te.bounds import conjuncts, interval
 
@@ -157,13 +157,8 @@ def _cut(loop: For, lo: int, hi: int) -> Stmt:
         count = stop - start
 
         def shifted(e: Expr, start: int = start, count: int = count) -> Expr:
-            def move(n: Expr) -> Expr | None:
-                if n.op is not Op.VAR or n.arg[0] != loop.var:
-                    return None
-                moved = Expr(Op.VAR, n.dtype, (), (loop.var, count))
-                return moved + start if start else moved
-
-            return substitute(e, move)
+            moved = Expr(Op.VAR, "int64", (), (loop.var, count))
+            return substitute_vars(e, {loop.var: moved + start if start else moved}, (Op.VAR,))
 
         body = simplify(map_exprs(loop.body, shifted))
         pieces.append(For(loop.var, count, loop.kind, body))

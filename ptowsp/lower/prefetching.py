@@ -42,7 +42,7 @@ from ptowsp.lower.ir import (Allocate, Block, Buffer, For, IfThen, Let, Prefetch
 from ptowsp.lower.placement import global_reads
 from ptowsp.lower.regions import read_box
 from ptowsp.schedules.schedule import Schedule
-from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te import Expr, Op, const, substitute_vars, walk
 
 LINE_BYTES = 64  # a cache line on every cpu this targets
 
@@ -101,8 +101,7 @@ def _with_prefetches(anchor: For, task: str, tensor: Buffer, ahead: int) -> Stmt
         raise BuildError(f"task {task!r}: prefetch_tensor of {tensor.name!r} at loop {anchor.var}: the part read "
                          "there depends on the values of another tensor (a gather), so it is not known ahead")
     at = var(anchor.var, anchor.extent)
-    starts = [substitute(s, lambda n: at + ahead if n.op is Op.VAR and n.arg[0] == anchor.var else None)
-              for s in box.starts]
+    starts = [substitute_vars(s, {anchor.var: at + ahead}, (Op.VAR,)) for s in box.starts]
     whole = len(shape) - 1  # the run: the first dimension the box does not span whole, and all after it
     while whole > 0 and isinstance(shape[whole], int) and box.extents[whole] == shape[whole]:
         whole -= 1

@@ -17,7 +17,7 @@ from ptowsp.lower.loops import TaskLowering
 from ptowsp.lower.tensorize import tensorize
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.loopnest import SERIAL
-from ptowsp.te import Op, sizes, substitute
+from ptowsp.te import Op, sizes, substitute_vars
 from ptowsp.workloads import ComputeTask, Workload
 
 def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: Buffer) -> Stmt:
@@ -39,7 +39,7 @@ def lower_region(wl: Workload, schedule: Schedule, name: str, box: Box, buffer: 
     stmt = tensorize(placed, name, schedule.tensorized.get(name), set(schedule.reduce_loops(name)))
     stmt = rename_loops(stmt, f"{name}.")
     starts = {h.arg[0]: start for h, start in zip(holders.values(), box.starts, strict=True)}
-    return map_exprs(stmt, lambda e: substitute(e, lambda n: starts.get(n.arg[0]) if n.op is Op.VAR else None))
+    return map_exprs(stmt, lambda e: substitute_vars(e, starts, (Op.VAR,)))
 
 
 def _copy_from(tensor: Buffer):

@@ -32,6 +32,7 @@ from ptowsp.lower.ir import Stmt, map_exprs
 from ptowsp.te import Expr, Op, const, dtypes
 from ptowsp.te.bounds import interval
 from ptowsp.te.evaluate import Domain, Evaluator
+from ptowsp.te.rewrite import ANY, Pat, Rules, rewrite
 
 _FOLDED = frozenset({Op.NEG, Op.ABS, Op.NOT, Op.FLOOR, Op.CEIL, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV,
                      Op.MOD, Op.MAX, Op.MIN, Op.AND, Op.OR, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.CAST})
@@ -50,18 +51,8 @@ def simplify(s: Stmt) -> Stmt:
 
 
 def simplify_expr(e: Expr) -> Expr:
-    """The expression with constants folded and exact identities applied, bottom-up."""
-    memo: dict[int, Expr] = {}
-
-    def visit(n: Expr) -> Expr:
-        found = memo.get(id(n))
-        if found is None:
-            src = tuple(visit(s) for s in n.src)
-            rebuilt = n if all(a is b for a, b in zip(src, n.src, strict=True)) else Expr(n.op, n.dtype, src, n.arg)
-            found = memo[id(n)] = _rewrite(rebuilt)
-        return found
-
-    return visit(e)
+    """The expression with constants folded and exact identities applied, bottom-up (SIMPLIFY)."""
+    return rewrite(e, SIMPLIFY)
 
 
 def _foldable(dtype: str) -> bool:
@@ -74,27 +65,38 @@ def _is(e: Expr, value: float) -> bool:
         e.arg == 0 and dtypes.is_float(e.dtype) and np.signbit(e.arg) != np.signbit(value))
 
 
-def _rewrite(e: Expr) -> Expr:
-    """One node over already simplified operands."""
-    op, src = e.op, e.src
-    if op is Op.WHERE:
-        cond, yes, no = src
-        if cond.op is Op.CONST:
-            return yes if cond.arg else no
-        return yes if yes.same_as(no) else e
-    if op in _FOLDED and src and all(s.op is Op.CONST for s in src) and all(
-            _foldable(d) for d in (e.dtype, *(s.dtype for s in src))):
-        with np.errstate(all="ignore"):
-            value = _CONSTANTS.run(e, _NOWHERE)
-        return const(value.item(), e.dtype)
-    if len(src) == 2:  # (Expr has no truth value: no `or` chain)
-        found = _identity(e)
-        found = _decided(e) if found is None else found
-        found = _bound_decided(e) if found is None else found
-        return e if found is None else found
-    if op in (Op.NEG, Op.NOT) and src[0].op is op and not (op is Op.NOT and dtypes.is_float(e.dtype)):
-        return src[0].src[0]
-    return e
+def _select(e: Expr) -> Expr | None:
+    """where with a constant condition is the side it chooses; with equal sides, that side."""
+    cond, yes, no = e.src
+    if cond.op is Op.CONST:
+        return yes if cond.arg else no
+    return yes if yes is no else None
+
+
+def _fold(e: Expr) -> Expr | None:
+    """An exact operation on constants, evaluated as the reference evaluator does."""
+    if not all(s.op is Op.CONST for s in e.src) or not all(_foldable(d) for d in (e.dtype, *(s.dtype for s in e.src))):
+        return None
+    with np.errstate(all="ignore"):
+        value = _CONSTANTS.run(e, _NOWHERE)
+    return const(value.item(), e.dtype)
+
+
+def _binary(e: Expr) -> Expr | None:
+    """An identity, or a comparison or max / min the operands' bounds decide."""
+    if len(e.src) != 2:
+        return None
+    found = _identity(e)
+    found = _decided(e) if found is None else found
+    return _bound_decided(e) if found is None else found
+
+
+def _twice(e: Expr) -> Expr | None:
+    """--x and ~~x (an integer or bool NOT) are x."""
+    inner = e.src[0]
+    if inner.op is e.op and not (e.op is Op.NOT and dtypes.is_float(e.dtype)):
+        return inner.src[0]
+    return None
 
 
 def _identity(e: Expr) -> Expr | None:
@@ -151,3 +153,8 @@ def _bound_decided(e: Expr) -> Expr | None:
     if e.op is Op.MAX:
         return a if x[0] >= y[1] else b if y[0] >= x[1] else None
     return a if x[1] <= y[0] else b if y[1] <= x[0] else None
+
+
+# in order: the first rule that answers for a node rewrites it (te/rewrite.py)
+SIMPLIFY = Rules([(Pat.of(Op.WHERE), _select), (Pat.of(*_FOLDED), _fold), (ANY, _binary),
+                  (Pat.of(Op.NEG, Op.NOT), _twice)])

@@ -31,7 +31,7 @@ from ptowsp.errors import ScheduleError
 from ptowsp.lower.ir import Buffer, For, Operand, Stmt, Store, Tensorized, walk_stmts
 from ptowsp.lower.simplify import simplify_expr
 from ptowsp.lower.tidy import tidy
-from ptowsp.te import Expr, Op, const, substitute, walk
+from ptowsp.te import Expr, Op, const, substitute_vars, walk
 from ptowsp.te.affine import affine, loops_named
 from ptowsp.workloads.intrinsic import Intrinsic, lookup
 
@@ -258,8 +258,7 @@ def _window(buffer: Buffer, indices: tuple[Expr, ...], p_indices: tuple[Expr, ..
             if c % weight or by_axis.setdefault(p_name, c // weight) != c // weight:
                 raise NoMatch(f"the index {index} of {buffer.name} is strided along {p_name}")
         moves.append(by_axis)
-        base.append(simplify_expr(substitute(index, lambda n: const(0, "int64") if n.op in (Op.VAR, Op.RVAR)
-                                             and n.arg[0] in loops else None)))
+        base.append(simplify_expr(substitute_vars(index, dict.fromkeys(loops, const(0, "int64")))))
     p_loops = {name: 1 for name, _ in mapping.values()}
     dims: list[int] = []
     steps: list[int] = []

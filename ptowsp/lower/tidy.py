@@ -17,7 +17,7 @@ shows it as one: compile time stays bounded and the results are the same.
 from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Prefetch, Stmt, Store, map_exprs, stmt_exprs
-from ptowsp.te import Expr, Op, cast, const, substitute
+from ptowsp.te import Expr, Op, cast, const, rewrite, rules, substitute_vars
 from ptowsp.te.affine import EVERYTHING, Affine, affine, atom
 from ptowsp.te.bounds import interval
 from ptowsp.te.indices import collapsed
@@ -88,13 +88,16 @@ _COMPARISONS = (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE)
 
 def _loads(e: Expr) -> Expr:
     """Fold the indices of every load, and integer comparisons (the guards)."""
+    return rewrite(e, _FOLD_INDICES, fixpoint=False)
 
-    def fold(n: Expr) -> Expr | None:
-        if n.op is Op.LOAD or (n.op in _COMPARISONS and n.src[0].dtype == "int64"):
-            return Expr(n.op, n.dtype, tuple(simplify_index(_loads(i)) for i in n.src), n.arg)  # gathers too
-        return None
 
-    return substitute(e, fold)
+def _fold_indices(n: Expr) -> Expr | None:  # a gather's own indices folded already
+    if n.op is Op.LOAD or n.src[0].dtype == "int64":
+        return Expr(n.op, n.dtype, tuple(simplify_index(i) for i in n.src), n.arg)
+    return None
+
+
+_FOLD_INDICES = rules(_fold_indices, Op.LOAD, *_COMPARISONS)
 
 
 def bound_unrolling(s: Stmt) -> Stmt:
@@ -147,7 +150,4 @@ def tidy(s: Stmt) -> Stmt:
 
 
 def _with_value(s: Stmt, name: str, value: Expr) -> Stmt:
-    def at(n: Expr) -> Expr | None:
-        return value if n.op in (Op.VAR, Op.RVAR) and n.arg[0] == name else None
-
-    return map_exprs(s, lambda e: substitute(e, at))
+    return map_exprs(s, lambda e: substitute_vars(e, {name: value}))

@@ -63,17 +63,14 @@ def combine(op: Op, a: tuple[int, int] | None, b: tuple[int, int] | None) -> tup
     return None if a is None or b is None or op not in ARITHMETIC else arithmetic(op, a, b)
 
 
-def conjuncts(cond: Expr) -> tuple[Expr, ...]:
-    """Split `a & b & c` into the conditions that must all hold."""
-    if cond.op is Op.AND and cond.dtype == "bool":
-        return conjuncts(cond.src[0]) + conjuncts(cond.src[1])
-    return (cond,)
-
-
-def negated_conjuncts(cond: Expr) -> tuple[Expr, ...]:
-    """Conditions that hold where `cond` does not (De Morgan over |)."""
-    if cond.op is Op.OR and cond.dtype == "bool":
-        return negated_conjuncts(cond.src[0]) + negated_conjuncts(cond.src[1])
+def conjuncts(cond: Expr, negated: bool = False) -> tuple[Expr, ...]:
+    """Split `a & b & c` into the conditions that must all hold; `negated`: those that hold where
+    `cond` does not (De Morgan over |)."""
+    joined = Op.OR if negated else Op.AND
+    if cond.op is joined and cond.dtype == "bool":
+        return conjuncts(cond.src[0], negated) + conjuncts(cond.src[1], negated)
+    if not negated:
+        return (cond,)
     if cond.op is Op.NOT:
         return conjuncts(cond.src[0])
     if cond.op in COMPARE_OPS:
@@ -138,7 +135,7 @@ def _check_bound(body: Expr) -> None:
                 _check_index(e, dim, index, conds)
         if e.op is Op.WHERE:
             cond, then, other = e.src
-            stack += [(other, conds + negated_conjuncts(cond)), (then, conds + conjuncts(cond)), (cond, conds)]
+            stack += [(other, conds + conjuncts(cond, negated=True)), (then, conds + conjuncts(cond)), (cond, conds)]
         else:
             stack += [(s, conds) for s in reversed(e.src)]
 

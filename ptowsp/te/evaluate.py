@@ -28,7 +28,7 @@ import numpy as np
 
 from ptowsp.errors import BoundsError
 from ptowsp.te.dtypes import cast_array, is_bfloat16
-from ptowsp.te.expr import Expr, Op, walk
+from ptowsp.te.expr import Expr, Op, outermost_reductions, walk
 from ptowsp.te.reducer import Component, TupleReducer, UserReducer, same_reduction
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
@@ -333,7 +333,7 @@ def evaluate(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...],
     """Evaluate `body` over the full domain `shape` (one loop name per dim) into a new array."""
     out = np.empty(shape, dtype=body.dtype)
     evaluator = Evaluator(arrays, budget)
-    per_point = max((_reduce_work(n) for n in _reduce_nodes(body)), default=1)
+    per_point = _work_per_point(body)
     with np.errstate(all="ignore"):
         for box in iter_boxes(shape, max(1, budget // per_point)):
             dom = Domain(loop_names, box)
@@ -349,7 +349,7 @@ def evaluate_scan(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...
     evaluator = Evaluator({**arrays, name: out}, budget)
     k = loop_names.index(axis)
     rest = shape[:k] + shape[k + 1:]
-    per_point = max((_reduce_work(n) for n in _reduce_nodes(body)), default=1)
+    per_point = _work_per_point(body)
     first = min(steps, shape[k])
     with np.errstate(all="ignore"):
         for lo, hi in [(0, first), *((t, t + 1) for t in range(first, shape[k]))]:
@@ -359,18 +359,14 @@ def evaluate_scan(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...
     return out
 
 
-def _reduce_nodes(e: Expr) -> Iterator[Expr]:
-    if e.op is Op.REDUCE:
-        yield e
-        return
-    for s in e.src:
-        yield from _reduce_nodes(s)
-
-
 def _reduce_work(e: Expr) -> int:
     """Temporary elements per output element this reduction needs (1 for a contraction)."""
     if e.arg == "sum" and is_contraction(e.src[0]):
         return 1
     own = math.prod(a.arg[1] for a in e.src[1:])
-    inner = max((_reduce_work(n) for n in _reduce_nodes(e.src[0])), default=1)
-    return own * inner
+    return own * _work_per_point(e.src[0])
+
+
+def _work_per_point(e: Expr) -> int:
+    """Temporary elements per element of e that its reductions need (1 without one)."""
+    return max((_reduce_work(n) for n, _ in outermost_reductions(e)), default=1)

@@ -1,8 +1,10 @@
 """The expression IR: one immutable node type, `Expr(op, dtype, src, arg)`.
 
 Every expression a user writes in a `compute` lambda becomes a tree of
-`Expr` nodes.  Nodes are frozen and structurally hashed, so passes are pure
-functions and results can be cached by node.  Construction canonicalises
+`Expr` nodes.  Nodes are frozen and hash-consed: building a node equal in
+structure to a live one returns that one, so structural equality is identity,
+an expression costs what its distinct parts cost (an inlined producer read
+at equal indices is one object), and passes memoize by node.  Construction canonicalises
 types: the two operands of a binary node always share one dtype (explicit
 `CAST` nodes are inserted on promotion), so evaluators and code generators
 never have to re-derive promotion rules.
@@ -10,6 +12,8 @@ never have to re-derive promotion rules.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
@@ -27,8 +31,27 @@ from ptowsp.te.printer import to_text
 Operand = Union["Expr", bool, int, float, np.generic]
 
 
+class _HashConsed(type):
+    """Expr's constructor: a node equal to a live one is that one.
+
+    The table holds nodes weakly and keys them by their operands' identities (operands are
+    hash-consed already), their op, dtype and arg; a constant's value by its repr, which keeps
+    -0.0 apart from 0.0 and a NaN equal to itself."""
+
+    _table: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+    _lock = threading.RLock()  # an arg's equality may build an expression (a symbolic extent)
+
+    def __call__(cls, op: Op, dtype: str, src: tuple = (), arg: Any = None) -> Any:
+        key = (op, dtype, tuple(map(id, src)), repr(arg) if op is Op.CONST else arg)
+        with cls._lock:
+            node = cls._table.get(key)
+            if node is None:
+                node = cls._table[key] = super().__call__(op, dtype, src, arg)
+        return node
+
+
 @dataclass(frozen=True, eq=False)
-class Expr:
+class Expr(metaclass=_HashConsed):
     """One node of a tensor expression.  Build with operators and `pw.*` functions."""
 
     op: Op
@@ -43,6 +66,9 @@ class Expr:
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Expr, (self.op, self.dtype, self.src, self.arg)  # unpickled through the table
 
     @cached_property
     def loops_read(self) -> frozenset[str]:
@@ -59,18 +85,9 @@ class Expr:
         return found | {self.arg.name} if self.op is Op.LOAD else found
 
     def same_as(self, other: object) -> bool:
-        """Structural equality (`==` builds a comparison expression instead)."""
-        if self is other:
-            return True
-        if not isinstance(other, Expr) or hash(self) != hash(other):
-            return False
-        return (
-            self.op is other.op
-            and self.dtype == other.dtype
-            and self.arg == other.arg
-            and len(self.src) == len(other.src)
-            and all(a.same_as(b) for a, b in zip(self.src, other.src))
-        )
+        """Structural equality (`==` builds a comparison expression instead): identity, nodes being
+        hash-consed."""
+        return self is other
 
     def __bool__(self) -> bool:
         # Lets `==` serve both as a comparison builder and in dict/set lookups, as in TVM.
@@ -252,24 +269,20 @@ def walk(expr: Expr):
         stack.extend(reversed(node.src))
 
 
-def substitute(expr: Expr, replace_node) -> Expr:
-    """Rebuild expr bottom-up, replacing each node n for which replace_node(n) is not None.
-
-    Replacements are not visited again.  Shared subtrees are rebuilt once.
-    """
-    memo: dict[int, Expr] = {}
-
-    def visit(e: Expr) -> Expr:
-        key = id(e)
-        if key not in memo:
-            new = replace_node(e)
-            if new is None:
-                src = tuple(visit(s) for s in e.src)
-                new = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
-            memo[key] = new
-        return memo[key]
-
-    return visit(expr)
+def postorder(expr: Expr) -> list[Expr]:
+    """Every distinct node of the tree, operands before their users."""
+    order: list[Expr] = []
+    seen: set[int] = set()
+    stack = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if ready:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(node.src) if id(c) not in seen)
+    return order
 
 
 def outermost_reductions(body: Expr) -> list[tuple[Expr, Expr | None]]:

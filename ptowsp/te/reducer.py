@@ -25,7 +25,8 @@ import numpy as np
 
 from ptowsp.errors import DTypeError, ShapeError, WorkloadError
 from ptowsp.te import dtypes
-from ptowsp.te.expr import Expr, Op, Operand, cast, const, lift, substitute, walk
+from ptowsp.te.expr import Expr, Op, Operand, cast, const, lift, walk
+from ptowsp.te.rewrite import substitute_vars
 
 LEFT, RIGHT = "@acc", "@value"  # the placeholders' names: no loop or axis can be named with "@"
 
@@ -64,7 +65,7 @@ class UserReducer:
     def apply(self, acc: Expr, value: Expr) -> Expr:
         """combine(acc, value) with the placeholders replaced."""
         parts = {LEFT: acc, RIGHT: cast(value, acc.dtype)}
-        return substitute(self.combine, lambda n: parts.get(n.arg[0]) if n.op is Op.VAR else None)
+        return substitute_vars(self.combine, parts, (Op.VAR,))
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,8 +102,7 @@ class TupleReducer:
     def apply(self, accs: tuple[Expr, ...], values: tuple[Expr, ...]) -> tuple[Expr, ...]:
         """Every value's combine with the placeholders replaced: all read the accumulators before the update."""
         parts = self.operands(accs, tuple(cast(v, d) for v, d in zip(values, self.dtypes, strict=True)))
-        return tuple(substitute(c, lambda n: parts.get(n.arg[0]) if n.op is Op.VAR else None)
-                     for c in self.combines)
+        return tuple(substitute_vars(c, parts, (Op.VAR,)) for c in self.combines)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import math
 from collections.abc import Iterable, Mapping
 
 from ptowsp.errors import ShapeError
-from ptowsp.te.expr import Expr, Op, binary, const, substitute, walk
+from ptowsp.te.expr import Expr, Op, binary, const, walk
+from ptowsp.te.rewrite import rewrite, rules
 from ptowsp.te.names import check_name
 
 Extent = int | Expr
@@ -197,14 +198,13 @@ def bind(e: Expr, sizes: Mapping[str, int]) -> Expr:
     if not sizes or not _names(e):
         return e
 
-    def bound(n: Expr) -> Expr | None:
+    def bound(n: Expr) -> Expr | None:  # a load's indices bound already
         if n.op is Op.SIZE:
             return const(sizes[n.arg], "int64")
         if n.op in (Op.VAR, Op.RVAR) and isinstance(n.arg[1], Expr):
             return Expr(n.op, n.dtype, (), (n.arg[0], value(n.arg[1], sizes)))
         if n.op is Op.LOAD and names_in(n.arg.shape):
-            tensor = dataclasses.replace(n.arg, shape=bind_shape(n.arg.shape, sizes))
-            return Expr(Op.LOAD, n.dtype, tuple(bind(i, sizes) for i in n.src), tensor)
+            return Expr(Op.LOAD, n.dtype, n.src, dataclasses.replace(n.arg, shape=bind_shape(n.arg.shape, sizes)))
         return None
 
-    return substitute(e, bound)
+    return rewrite(e, rules(bound, Op.SIZE, Op.VAR, Op.RVAR, Op.LOAD), fixpoint=False)

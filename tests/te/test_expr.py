@@ -68,17 +68,33 @@ def test_binary_operands_share_one_dtype(env):
     assert str(e) == "float64(N[i]) * float64(A[i, 0])"
 
 
-def test_expressions_are_hashable_and_structurally_equal(env):
+def test_expressions_are_hash_consed(env):
     _, a, b, _, _, i, j = env
     k = pw.reduce_axis(5, "k")
     e1 = pw.sum(a[i, k] * b[k, j], k)
     e2 = pw.sum(a[i, k] * b[k, j], k)
-    assert e1 is not e2 and e1.same_as(e2) and hash(e1) == hash(e2)
+    assert e1 is e2 and e1.same_as(e2) and hash(e1) == hash(e2)  # structural equality is identity
     assert {e1: "x"}[e2] == "x"
     assert not e1.same_as(pw.sum(a[i, k] * b[k, j] + 0.0, k))
     assert isinstance(e1 == e2, Expr) and (e1 == e2).op is Op.EQ
     with pytest.raises(AttributeError):
         e1.op = Op.ADD  # frozen
+
+
+def test_hash_consing_keeps_constants_apart_survives_pickling_and_lets_nodes_go():
+    import gc
+    import pickle
+    import weakref
+
+    from ptowsp.te.expr import const
+    assert const(-0.0, "float32") is not const(0.0, "float32")  # different bits, different values
+    assert const(float("nan"), "float32") is const(float("nan"), "float32")
+    assert const(1, "int32") is not const(1, "int64") and const(1, "int32") is const(1.0, "int32")
+    x = pw.reduce_axis(8, "x") * 2 + 1
+    assert pickle.loads(pickle.dumps(x)) is x  # an unpickled node is the live one
+    probe = weakref.ref(pw.reduce_axis(3, "only_here") + 7)
+    gc.collect()
+    assert probe() is None  # the table holds nodes weakly
 
 
 def test_expression_has_no_truth_value(env):

@@ -1,0 +1,140 @@
+"""The one expression rewriter: a list of rules, each a pattern and what a node it matches becomes.
+
+tinygrad's PatternMatcher in small.  A `Pat` matches a node by its op (one or a set), dtype and
+operands' patterns, binding named parts; a rule's function gets the node and those parts and returns
+the replacement, or None to leave the node to the next rule.  `rewrite` runs a rule list over an
+expression in one of two orders:
+
+- "up" (the default): operands first, then the rules on the rebuilt node, each rule seeing its
+  operands already rewritten (a load's indices included, so no rule recurses into them by hand):
+  a simplifier, inlining, reads of buffers, of tensors in another layout, a gather's clamp.  With
+  `fixpoint` the rules apply again to what they return until none does; without, once per node (a
+  map that is not idempotent: a layout's index map, a clamp);
+- "down": the rules on a node before its operands, and a replacement is final, not visited again:
+  simultaneous substitution (`x -> x + 1` must not apply to its own result; a let-bound subtree
+  replaced whole).
+
+Expressions are hash-consed (te/expr.py), so each distinct node is rewritten once per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ptowsp.te.expr import Expr
+from ptowsp.te.opcodes import Op
+
+Order = Literal["up", "down"]
+
+
+@dataclass(frozen=True)
+class Pat:
+    """A pattern: `ops` (None: any op), `dtype` (None: any), `src` the operands' patterns (None:
+    any operands), `name` binds the matched node for the rule's function."""
+
+    ops: frozenset[Op] | None = None
+    dtype: str | None = None
+    src: tuple[Pat, ...] | None = None
+    name: str | None = None
+
+    @classmethod
+    def of(cls, *ops: Op, dtype: str | None = None, src: Iterable[Pat] | None = None,
+           name: str | None = None) -> Pat:
+        return cls(frozenset(ops) or None, dtype, None if src is None else tuple(src), name)
+
+    def match(self, e: Expr, bound: dict[str, Expr]) -> bool:
+        if (self.ops is not None and e.op not in self.ops) or (self.dtype is not None and e.dtype != self.dtype):
+            return False
+        if self.src is not None and (len(self.src) != len(e.src) or
+                                     not all(p.match(s, bound) for p, s in zip(self.src, e.src))):
+            return False
+        if self.name is not None:
+            bound[self.name] = e
+        return True
+
+
+ANY = Pat()
+Rule = tuple[Pat, Callable[..., "Expr | None"]]
+
+
+class Rules:
+    """An ordered list of rules; calling it on a node gives the first rule's replacement (None: no
+    rule applies).  Rules are indexed by the ops their patterns name, so a node tries only those."""
+
+    def __init__(self, rules: Iterable[Rule]):
+        self.rules = list(rules)
+        # per op: (pattern, function, whether the op alone decides the match: no operands, dtype or names)
+        self._by_op: dict[Op, list[tuple[Pat, Callable[..., Expr | None], bool]]] = {
+            op: [(p, fn, p.src is None and p.name is None and p.dtype is None)
+                 for p, fn in self.rules if p.ops is None or op in p.ops] for op in Op}
+
+    def __add__(self, other: Rules) -> Rules:
+        return Rules([*self.rules, *other.rules])
+
+    def __call__(self, e: Expr) -> Expr | None:
+        for pat, fn, by_op in self._by_op[e.op]:
+            if by_op:
+                found = fn(e)
+            else:
+                bound: dict[str, Expr] = {}
+                found = fn(e, **bound) if pat.match(e, bound) else None
+            if found is not None:
+                return found
+        return None
+
+
+def rules(fn: Callable[[Expr], Expr | None], *ops: Op) -> Rules:
+    """One rule over nodes of `ops` (any node when none are given) whose function takes the node."""
+    return Rules([(Pat.of(*ops), fn)])
+
+
+def rewrite(expr: Expr, rule_list: Rules, order: Order = "up", fixpoint: bool = True) -> Expr:
+    """`expr` with the rules applied in `order` (module docstring); shared nodes rewritten once."""
+    memo: dict[int, Expr] = {}
+    keep: list[Expr] = []  # the nodes memo's ids name stay alive while it lives
+
+    def up(e: Expr) -> Expr:
+        key = id(e)
+        found = memo.get(key)
+        if found is None:
+            src = tuple(up(s) for s in e.src)
+            node = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
+            new = rule_list(node)
+            if not fixpoint:
+                found = node if new is None else new
+            else:
+                found = node if new is None or new is node else up(new)
+                memo[id(found)] = found  # what the rules left is left as it is
+            memo[key] = found
+            keep.extend((e, found))
+        return found
+
+    def down(e: Expr) -> Expr:
+        key = id(e)
+        found = memo.get(key)
+        if found is None:
+            found = rule_list(e)
+            if found is None:
+                src = tuple(down(s) for s in e.src)
+                found = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
+            memo[key] = found
+            keep.append(e)
+        return found
+
+    return up(expr) if order == "up" else down(expr)
+
+
+def substitute_vars(expr: Expr, values: Mapping[str, Expr], kinds: Collection[Op] = (Op.VAR, Op.RVAR)) -> Expr:
+    """expr with each variable of `kinds` named in `values` replaced by its value, all at once (a
+    value that reads its own variable is not substituted again)."""
+    if not values:
+        return expr
+    return rewrite(expr, rules(lambda n: values.get(n.arg[0]), *kinds), "down")
+
+
+def substitute(expr: Expr, replace_node: Callable[[Expr], Expr | None]) -> Expr:
+    """expr with each node n for which replace_node(n) is not None replaced, top-down: a replacement
+    is not visited again (the "down" order of `rewrite` with one rule over every node)."""
+    return rewrite(expr, rules(replace_node), "down")
