@@ -36,7 +36,7 @@ from ptowsp.lower.simplify import simplify_expr
 from ptowsp.lower.tuplereduce import SeveralValues
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
-from ptowsp.schedules.schedule import schedulable_reduce_axes
+from ptowsp.schedules.state import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, substitute_vars, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import unary, where

@@ -10,7 +10,7 @@ built unconditionally), read their accumulators; the axes are walked once.
 An update reads every accumulator before any is written: value k's new
 value goes to a temporary when a later combine reads accumulator k.
 
-These reductions are never scheduled (schedules.schedule.schedulable_reduce_axes
+These reductions are never scheduled (schedules.state.schedulable_reduce_axes
 leaves their axes out of the nest), so they are not vectorized yet.
 """
 

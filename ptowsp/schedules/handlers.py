@@ -1,8 +1,8 @@
-"""What each schedule step does: one function per step kind, `kind(schedule, step)`.
+"""What each schedule step does: one function per step kind, `kind(schedule, step) -> ScheduleState`.
 
-Each handler validates completely before it changes anything, raising
-StepError with the reason; `Schedule.apply` adds the step as written.  They are the only code that
-changes a schedule's `ScheduleState`.
+Each handler reads the schedule's frozen state (state.py), validates the step against it, raising
+StepError with the reason, and returns the state after the step; `Schedule.apply` keeps it and adds
+the step as written.  They are the only code that makes a schedule's next `ScheduleState`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ptowsp.schedules.layouts import layout_of
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.fusion import check_pair
 from ptowsp.schedules.scan_rules import check_scan_nest
+from ptowsp.schedules.state import ScheduleState
 from ptowsp.te import Expr, Op, walk
 from ptowsp.workloads import Category, OpaqueTask
 from ptowsp.workloads.intrinsic import lookup
@@ -71,26 +72,26 @@ def _keep_anchors(s: Schedule, task: str, removed: list[str]) -> None:
                        "transform the loops first", task)
 
 
-def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> None:
-    """Replace the task's nest by change(nest), naming the task in any error."""
+def _set_nest(s: Schedule, task: str, change: Callable[[LoopNest], LoopNest]) -> ScheduleState:
+    """The state with the task's nest replaced by change(nest), naming the task in any error."""
     nest = _compute(s, task)
     found = s.workload.task(task)
     try:
         changed = change(nest)
         if found.scan is not None:
             check_scan_nest(found, changed)
-        s.state.nests[task] = changed
     except StepError as e:
         raise _on_task(str(e), task) from None
+    return s.state.with_nest(task, changed)
 
 
-def split(s: Schedule, step: st.Split) -> None:
+def split(s: Schedule, step: st.Split) -> ScheduleState:
     _compute(s, step.task)
     _keep_anchors(s, step.task, [step.loop])
-    _set_nest(s, step.task, lambda nest: nest.split(step.loop, step.factor))
+    return _set_nest(s, step.task, lambda nest: nest.split(step.loop, step.factor))
 
 
-def tile(s: Schedule, step: st.Tile) -> None:
+def tile(s: Schedule, step: st.Tile) -> ScheduleState:
     if not step.factors:
         raise StepError("tile needs at least one loop=factor")
     _keep_anchors(s, step.task, list(step.factors))
@@ -104,17 +105,17 @@ def tile(s: Schedule, step: st.Tile) -> None:
         tiled = set(outers + inners)
         return nest.reorder([next(slots) if name in tiled else name for name in nest.names])
 
-    _set_nest(s, step.task, change)
+    return _set_nest(s, step.task, change)
 
 
-def reorder(s: Schedule, step: st.Reorder) -> None:
-    _set_nest(s, step.task, lambda nest: nest.reorder(step.loops))
+def reorder(s: Schedule, step: st.Reorder) -> ScheduleState:
+    return _set_nest(s, step.task, lambda nest: nest.reorder(step.loops))
 
 
-def fuse(s: Schedule, step: st.Fuse) -> None:
+def fuse(s: Schedule, step: st.Fuse) -> ScheduleState:
     _compute(s, step.task)
     _keep_anchors(s, step.task, [step.outer, step.inner])
-    _set_nest(s, step.task, lambda nest: nest.fuse(step.outer, step.inner))
+    return _set_nest(s, step.task, lambda nest: nest.fuse(step.outer, step.inner))
 
 
 def _keep_serial(s: Schedule, task: str, loops: list[str], annotation: str) -> None:
@@ -125,30 +126,30 @@ def _keep_serial(s: Schedule, task: str, loops: list[str], annotation: str) -> N
                            f"iterations in order; it cannot be {annotation}", task)
 
 
-def vectorize(s: Schedule, step: st.Vectorize) -> None:
+def vectorize(s: Schedule, step: st.Vectorize) -> ScheduleState:
     _keep_serial(s, step.task, [step.loop], VECTORIZED)
-    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], VECTORIZED))
+    return _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], VECTORIZED))
 
 
-def unroll(s: Schedule, step: st.Unroll) -> None:
-    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], UNROLLED))
+def unroll(s: Schedule, step: st.Unroll) -> ScheduleState:
+    return _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], UNROLLED))
 
 
-def parallel(s: Schedule, step: st.Parallel) -> None:
+def parallel(s: Schedule, step: st.Parallel) -> ScheduleState:
     if not step.loops:
         raise StepError("parallel needs at least one loop")
     if step.task in s.state.compute_at:
         raise _on_task(f"it is computed inside {s.state.compute_at[step.task][0]!r} (compute_at), so its loops cannot "
                        "form a task grid", step.task)
     _keep_serial(s, step.task, step.loops, PARALLEL)
-    _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
+    return _set_nest(s, step.task, lambda nest: nest.annotate(step.loops, PARALLEL))
 
 
 def _consumers(s: Schedule, task: str) -> list[str]:
     return list(s.workload.graph.successors(task))
 
 
-def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
+def compute_inline(s: Schedule, step: st.ComputeInline) -> ScheduleState:
     task = step.task
     _compute(s, task)
     wl = s.workload
@@ -169,7 +170,7 @@ def compute_inline(s: Schedule, step: st.ComputeInline) -> None:
     anchored = [p for p, (c, _) in s.state.compute_at.items() if c == task]
     if anchored:
         raise _on_task(f"{anchored[0]!r} is computed at one of its loops", task)
-    s.state.inlined.add(task)
+    return s.state.with_(inlined=s.state.inlined | {task})
 
 
 def _not_a_scan(s: Schedule, task: str, step: str) -> None:
@@ -179,7 +180,7 @@ def _not_a_scan(s: Schedule, task: str, step: str) -> None:
                        "their own stored results)", task)
 
 
-def compute_at(s: Schedule, step: st.ComputeAt) -> None:
+def compute_at(s: Schedule, step: st.ComputeAt) -> ScheduleState:
     task, consumer = step.task, step.consumer
     _compute(s, task)
     nest = _compute(s, consumer)
@@ -204,7 +205,7 @@ def compute_at(s: Schedule, step: st.ComputeAt) -> None:
     if grid:
         raise _on_task(f"its loops {', '.join(grid)} are parallel (a task grid); a task computed inside another "
                        "has no grid of its own", task)
-    s.state.compute_at[task] = (consumer, step.loop)
+    return s.state.with_entry("compute_at", task, (consumer, step.loop))
 
 
 def _scope(scope: str) -> None:
@@ -224,7 +225,7 @@ def _reads_in_place(s: Schedule, task: str, tensor: str, step: str) -> None:
         raise _on_task(f"it does not read {tensor!r}; it reads {', '.join(read) or 'nothing'}", task)
 
 
-def cache_read(s: Schedule, step: st.CacheRead) -> None:
+def cache_read(s: Schedule, step: st.CacheRead) -> ScheduleState:
     _reads_in_place(s, step.task, step.tensor, "cache_read")
     _scope(step.scope)
     if any(t == step.task and n == step.tensor for t, n, _, _ in s.state.cache_reads):
@@ -232,10 +233,10 @@ def cache_read(s: Schedule, step: st.CacheRead) -> None:
     loops = s.state.nests[step.task].names
     if step.loop is not None and step.loop not in loops:
         raise _on_task(f"has no loop {step.loop!r}; its loops are {', '.join(loops)}", step.task)
-    s.state.cache_reads.append((step.task, step.tensor, step.scope, step.loop))
+    return s.state.with_(cache_reads=(*s.state.cache_reads, (step.task, step.tensor, step.scope, step.loop)))
 
 
-def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
+def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> ScheduleState:
     _reads_in_place(s, step.task, step.tensor, "prefetch_tensor")
     gathered = [str(n) for n in walk(s.workload.task(step.task).body) if n.op is Op.LOAD and n.arg.name == step.tensor
                 and any(x.op is Op.LOAD for i in n.src for x in walk(i))]
@@ -253,19 +254,19 @@ def prefetch_tensor(s: Schedule, step: st.PrefetchTensor) -> None:
                        "iteration comes after this one", step.task)
     if any(t == step.task and n == step.tensor for t, n, _, _ in s.state.prefetched):
         raise _on_task(f"{step.tensor!r} is already prefetched", step.task)
-    s.state.prefetched.append((step.task, step.tensor, step.loop, step.ahead))
+    return s.state.with_(prefetched=(*s.state.prefetched, (step.task, step.tensor, step.loop, step.ahead)))
 
 
-def cache_write(s: Schedule, step: st.CacheWrite) -> None:
+def cache_write(s: Schedule, step: st.CacheWrite) -> ScheduleState:
     _compute(s, step.task)
     _not_a_scan(s, step.task, "cache_write")
     _scope(step.scope)
     if step.task in s.state.cache_writes:
         raise _on_task(f"its result is already cached in {s.state.cache_writes[step.task]!r}", step.task)
-    s.state.cache_writes[step.task] = step.scope
+    return s.state.with_entry("cache_writes", step.task, step.scope)
 
 
-def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
+def fuse_tasks(s: Schedule, step: st.FuseTasks) -> ScheduleState:
     wl = s.workload
     for name in (step.producer, step.consumer):
         if name not in wl.tasks:
@@ -275,47 +276,44 @@ def fuse_tasks(s: Schedule, step: st.FuseTasks) -> None:
         raise StepError(reason)
     if (step.producer, step.consumer) in s.state.fused_tasks:
         raise StepError("these tasks are already fused")
-    s.state.fused_tasks.append((step.producer, step.consumer))
+    return s.state.with_(fused_tasks=(*s.state.fused_tasks, (step.producer, step.consumer)))
 
 
-def fuse_by_category(s: Schedule, step: st.FuseByCategory) -> None:
-    s.state.fuse_by_category = True
+def fuse_by_category(s: Schedule, step: st.FuseByCategory) -> ScheduleState:
+    return s.state.with_(fuse_by_category=True)
 
 
-def dispatch(s: Schedule, step: st.Dispatch) -> None:
+def dispatch(s: Schedule, step: st.Dispatch) -> ScheduleState:
     if step.policy not in st.DISPATCH_POLICIES:
         raise StepError(f"unknown dispatch policy {step.policy!r}; policies are {', '.join(st.DISPATCH_POLICIES)}")
     if (step.policy == "affinity") != (step.key is not None):
         raise StepError("affinity needs key=[grid loop names], and only affinity takes a key")
-    s.state.dispatch = step
+    return s.state.with_(dispatch=step)
 
 
-def prefetch(s: Schedule, step: st.Prefetch) -> None:
+def prefetch(s: Schedule, step: st.Prefetch) -> ScheduleState:
     if step.depth < 0:
         raise StepError(f"prefetch depth must be >= 0, got {step.depth}")
-    s.state.prefetch = step.depth
+    return s.state.with_(prefetch=step.depth)
 
 
-def bind(s: Schedule, step: st.Bind) -> None:
+def bind(s: Schedule, step: st.Bind) -> ScheduleState:
     forms = [step.thread is not None, step.core is not None, step.kernel is not None]
     if sum(forms) != 1 or (step.loop is not None and step.core is not None):
         raise StepError("bind takes one of: (loop, thread), core=..., (loop, kernel=...)")
     if step.kernel is not None:
-        _tensorize(s, step)
-        return
+        return _tensorize(s, step)
     if step.core is not None:
         _compute(s, step.task)
         if step.core not in st.CORE_CLASSES:
             raise StepError(f"unknown core class {step.core!r}; classes are {', '.join(st.CORE_CLASSES)}")
-        s.state.cores[step.task] = step.core
-        return
+        return s.state.with_entry("cores", step.task, step.core)
     if step.loop is None or step.thread not in st.THREAD_AXES:
         raise StepError(f"bind needs a loop and a thread axis among {', '.join(st.THREAD_AXES)}")
-    _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], step.thread))
+    return _set_nest(s, step.task, lambda nest: nest.annotate([step.loop], step.thread))
 
 
-
-def _tensorize(s: Schedule, step: st.Bind) -> None:
+def _tensorize(s: Schedule, step: st.Bind) -> ScheduleState:
     """bind(task, loop, kernel=name): the nest under `loop` becomes a call of intrinsic `name`;
     whether the nest computes the intrinsic's pattern is checked where it is lowered."""
     nest = _compute(s, step.task)
@@ -334,10 +332,10 @@ def _tensorize(s: Schedule, step: st.Bind) -> None:
         lookup(step.kernel)
     except WorkloadError as e:
         raise _on_task(str(e), step.task) from None
-    s.state.tensorized[step.task] = (step.loop, step.kernel)
+    return s.state.with_entry("tensorized", step.task, (step.loop, step.kernel))
 
 
-def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
+def transform_layout(s: Schedule, step: st.TransformLayout) -> ScheduleState:
     """A constant (packed at build time) or an intermediate (written and read through the map)
     stored in another layout (layouts.py); inputs and outputs keep the user's."""
     wl = s.workload
@@ -357,7 +355,7 @@ def transform_layout(s: Schedule, step: st.TransformLayout) -> None:
     cached = [t for t, n, _, _ in s.state.cache_reads if n == step.tensor]
     if cached:
         raise StepError(f"task {cached[0]!r} reads {step.tensor!r} through cache_read; transform the layout first")
-    s.state.layouts[step.tensor] = layout_of(tensor, step.axes, step.index)
+    return s.state.with_entry("layouts", step.tensor, layout_of(tensor, step.axes, step.index))
 
 
 def _intermediate(s: Schedule, tensor: str) -> None:
@@ -373,7 +371,7 @@ def _intermediate(s: Schedule, tensor: str) -> None:
         raise StepError(f"{tensor!r} is made by {why}; its layout cannot change (not supported)")
 
 
-def specialize(s: Schedule, step: st.Specialize) -> None:
+def specialize(s: Schedule, step: st.Specialize) -> ScheduleState:
     """A variant nest of the task: its loops now, with the variant's loop steps on top."""
     _compute(s, step.task)
     if step.task in s.state.compute_at:
@@ -394,7 +392,8 @@ def specialize(s: Schedule, step: st.Specialize) -> None:
             twin.apply(sub)
         except ScheduleError as e:
             raise StepError(f"in the variant: {e}") from None
-    s.state.variants.setdefault(step.task, []).append((condition, twin.state.nests[step.task]))
+    return s.state.with_entry("variants", step.task,
+                              (*s.state.variants.get(step.task, ()), (condition, twin.state.nests[step.task])))
 
 
 def _condition(s: Schedule, task: str, when: str) -> Expr:

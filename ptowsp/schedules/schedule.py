@@ -15,8 +15,6 @@ carry them out read them back through the properties at the end.
 from __future__ import annotations
 
 import numbers
-import weakref
-from dataclasses import dataclass, field
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -28,88 +26,10 @@ from ptowsp.schedules import steps as st
 from ptowsp.schedules.layouts import Layout
 from ptowsp.schedules.loopnest import PARALLEL, LoopNest, StepError, outer_of
 from ptowsp.schedules.passes import fusion
-from ptowsp.te import Expr, Op, lift, outermost_reductions
-from ptowsp.te.reducer import is_several
-from ptowsp.workloads import ComputeTask, Workload
+from ptowsp.schedules.state import ScheduleState, original_loops
+from ptowsp.te import Expr, Op, lift
+from ptowsp.workloads import Workload
 from ptowsp.workloads.checks import loop_names_of
-
-
-def schedulable_reduce_axes(body: Expr) -> list[tuple[str, int]]:
-    """The reduce loops a task's nest exposes: those of its one outermost reduction.
-
-    Reductions nested inside it, or several side by side, stay inner serial
-    loops of the lowered code and are not scheduled (docs/schedules.md); so
-    does a value of a several-value reducer, whose values fold together.
-    """
-    found = outermost_reductions(body)
-    if len(found) != 1 or is_several(found[0][0]):
-        return []
-    return [(a.arg[0], a.arg[1]) for a in found[0][0].src[1:]]
-
-
-def _original(wl: Workload, name: str) -> tuple[list[tuple[str, int]], list]:
-    task = wl.task(name)
-    # a scan's reductions stay inside its update (lower/scan.py): they run once per step
-    reduce_axes = schedulable_reduce_axes(task.body) if task.scan is None else []
-    return list(zip(task.loop_names, task.tensor.shape, strict=True)), reduce_axes
-
-
-_COMPUTE_TASKS: weakref.WeakKeyDictionary[Workload, tuple[int, frozenset[str]]] = weakref.WeakKeyDictionary()
-
-
-def _compute_tasks(workload: Workload) -> frozenset[str]:
-    """The workload's compute tasks, found again only when it has gained tasks (tasks are only added)."""
-    tasks = workload.tasks
-    count, found = _COMPUTE_TASKS.get(workload, (-1, frozenset()))
-    if count != len(tasks):
-        found = frozenset(n for n in tasks if isinstance(workload.task(n), ComputeTask))
-        _COMPUTE_TASKS[workload] = (len(tasks), found)
-    return found
-
-
-class _Nests(dict):
-    """Each compute task's loop nest, made from the workload when first asked for: a step touches one
-    task's loops, and a model's fusion plan replays hundreds of schedules (passes/fusion.py)."""
-
-    def __init__(self, workload: Workload):
-        super().__init__()
-        self._workload = workload
-        self._compute = _compute_tasks(workload)
-
-    def __missing__(self, name: str) -> LoopNest:
-        if name not in self._compute:
-            raise KeyError(name)
-        nest = self[name] = LoopNest.of(*_original(self._workload, name))
-        return nest
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._compute
-
-    def items(self) -> list[tuple[str, LoopNest]]:  # every compute task's, in task order
-        return [(name, self[name]) for name in self._workload.tasks if name in self._compute]
-
-
-@dataclass
-class ScheduleState:
-    """What a schedule's steps have made so far: each compute task's loop nest and every placement,
-    fusion request and runtime choice.  The step handlers (handlers.py) are the only code that changes
-    it, each after validating its step completely; everything else reads it through Schedule's
-    properties, which hand out copies."""
-
-    nests: _Nests
-    inlined: set[str] = field(default_factory=set)
-    compute_at: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (consumer, loop)
-    cache_reads: list[tuple[str, str, str, str | None]] = field(default_factory=list)  # task, tensor, scope, loop
-    cache_writes: dict[str, str] = field(default_factory=dict)
-    prefetched: list[tuple[str, str, str, int]] = field(default_factory=list)  # task, tensor, loop, ahead
-    fused_tasks: list[tuple[str, str]] = field(default_factory=list)
-    fuse_by_category: bool = False
-    dispatch: st.Dispatch | None = None
-    prefetch: int = 0
-    cores: dict[str, str] = field(default_factory=dict)
-    tensorized: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (loop, intrinsic)
-    layouts: dict[str, Layout] = field(default_factory=dict)  # tensor -> its stored layout (transform_layout)
-    variants: dict[str, list[tuple[Expr, LoopNest]]] = field(default_factory=dict)  # task -> (when, loops)
 
 
 class Schedule:
@@ -118,7 +38,7 @@ class Schedule:
     def __init__(self, workload: Workload):
         self.workload = workload
         self._steps: list[st._Step] = []
-        self.state = ScheduleState(_Nests(workload))
+        self.state = ScheduleState.of(workload)  # frozen: each step makes the next (state.py)
 
     # -- loop steps -------------------------------------------------------------------
     def split(self, task: str, loop: str, factor: int) -> Schedule:
@@ -161,7 +81,7 @@ class Schedule:
         for name, nest in list(self.state.nests.items()):
             if name in self.state.inlined or name in self.state.compute_at or any(lp.annotation == PARALLEL for lp in nest.loops):
                 continue
-            if nest.names != LoopNest.of(*_original(self.workload, name)).names:
+            if nest.names != LoopNest.of(*original_loops(self.workload, name)).names:
                 continue
             spatial = [lp for lp in nest.loops if not lp.reduce]
             if not spatial:
@@ -198,7 +118,7 @@ class Schedule:
     def with_loops(self, task: str, nest: LoopNest) -> Schedule:
         """A copy in which `task` has these loops (one of its variants, for lowering)."""
         twin = self.copy()
-        twin.state.nests[task] = nest
+        twin.state = twin.state.with_nest(task, nest)
         return twin
 
     @property
@@ -397,10 +317,9 @@ class Schedule:
         return schedule
 
     def copy(self) -> Schedule:
-        """An independent schedule with the same steps (replayed, so nothing can be missed)."""
+        """An independent schedule with the same steps and state (a frozen state is shared)."""
         twin = Schedule(self.workload)
-        for step in self._steps:
-            twin._apply(step)
+        twin._steps, twin.state = list(self._steps), self.state
         return twin
 
     def without_compute_at(self, task: str) -> Schedule:
@@ -457,9 +376,10 @@ class Schedule:
 
     def _apply(self, step: st._Step) -> Schedule:
         try:
-            getattr(handlers, step.kind)(self, step)  # type: ignore[attr-defined]
+            state = getattr(handlers, step.kind)(self, step)  # type: ignore[attr-defined]
         except StepError as e:
             raise ScheduleError(f"{step.call()}: {e}") from None
+        self.state = state
         self._steps.append(step)
         return self
 

@@ -65,16 +65,21 @@ class Rules:
 
     def __init__(self, rules: Iterable[Rule]):
         self.rules = list(rules)
-        # per op: (pattern, function, whether the op alone decides the match: no operands, dtype or names)
-        self._by_op: dict[Op, list[tuple[Pat, Callable[..., Expr | None], bool]]] = {
-            op: [(p, fn, p.src is None and p.name is None and p.dtype is None)
-                 for p, fn in self.rules if p.ops is None or op in p.ops] for op in Op}
+        # per op, filled when a node of it is first met: (pattern, function, whether the op alone
+        # decides the match: no operands, dtype or names to check)
+        self._by_op: dict[Op, list[tuple[Pat, Callable[..., Expr | None], bool]]] = {}
+
+    def _for(self, op: Op) -> list[tuple[Pat, Callable[..., Expr | None], bool]]:
+        found = self._by_op[op] = [(p, fn, p.src is None and p.name is None and p.dtype is None)
+                                   for p, fn in self.rules if p.ops is None or op in p.ops]
+        return found
 
     def __add__(self, other: Rules) -> Rules:
         return Rules([*self.rules, *other.rules])
 
     def __call__(self, e: Expr) -> Expr | None:
-        for pat, fn, by_op in self._by_op[e.op]:
+        candidates = self._by_op.get(e.op)
+        for pat, fn, by_op in self._for(e.op) if candidates is None else candidates:
             if by_op:
                 found = fn(e)
             else:

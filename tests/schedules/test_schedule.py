@@ -135,6 +135,23 @@ def test_a_failed_step_leaves_the_schedule_unchanged():
     assert (s.loops("C"), s.steps) == before
 
 
+def test_each_step_makes_a_new_frozen_state_and_a_copy_shares_it():
+    import dataclasses
+    s = design_workload().schedule().split("C", "i", 8)
+    first = s.state
+    with pytest.raises(pw.ScheduleError):
+        s.compute_inline("D")  # an output: refused
+    assert s.state is first  # nothing half done
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.inlined = frozenset({"C"})
+    t = s.copy()
+    assert t.state is first  # shared, not replayed
+    t.unroll("C", "i.inner")
+    assert s.state is first and t.state is not first and s.nest("C") is first.nests["C"]
+    with pytest.raises(TypeError):
+        first.compute_at["C"] = ("D", "i")  # the mappings are read-only too
+
+
 def test_copy_is_independent():
     s = design_workload().schedule().split("C", "i", 8)
     t = s.copy().split("C", "j", 8)

@@ -17,7 +17,7 @@ import math
 from ptowsp.backends.aicore.cost import BufferOverflow, TooManyBlocks
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.loopnest import PARALLEL, SERIAL, outer_of
-from ptowsp.schedules.schedule import schedulable_reduce_axes
+from ptowsp.schedules.state import schedulable_reduce_axes
 from ptowsp.te import Op, walk
 
 
