@@ -27,7 +27,7 @@ from ptowsp.te import dtypes, sizes
 from ptowsp.te.affine import Affine, affine, loops_named
 from ptowsp.te.domain import ARITHMETIC, arithmetic, fits
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
-from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, unary, walk
+from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, guarded, unary, walk
 
 ENUMERATION_LIMIT = 1 << 24  # loop points one index may be enumerated over
 
@@ -122,22 +122,12 @@ def check_bounds(body: Expr) -> None:
 
 
 def _check_bound(body: Expr) -> None:
-    seen: set[tuple[int, tuple[int, ...]]] = set()
-    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(body, ())]
-    while stack:  # depth first, left to right: the first bad access in reading order is reported
-        e, conds = stack.pop()
-        key = (id(e), tuple(id(c) for c in conds))
-        if key in seen:
-            continue
-        seen.add(key)
+    for e, conds in guarded(body):  # in reading order: the first bad access is reported
         if e.op is Op.LOAD:
+            split = tuple(part for c in conds for part in (conjuncts(c.src[0], negated=True) if c.op is Op.NOT
+                                                            else conjuncts(c)))
             for dim, index in enumerate(e.src):
-                _check_index(e, dim, index, conds)
-        if e.op is Op.WHERE:
-            cond, then, other = e.src
-            stack += [(other, conds + conjuncts(cond, negated=True)), (then, conds + conjuncts(cond)), (cond, conds)]
-        else:
-            stack += [(s, conds) for s in reversed(e.src)]
+                _check_index(e, dim, index, split)
 
 
 def _check_index(load: Expr, dim: int, index: Expr, conds: tuple[Expr, ...]) -> None:
@@ -190,21 +180,8 @@ def _first_bad(index: Expr, size: int, guards: list[Expr], variables: dict[str, 
 
 def gather_indices(body: Expr) -> list[tuple[Expr, int, Expr, tuple[Expr, ...]]]:
     """(load, dimension, index, where-conditions on its path) of every index that reads a tensor."""
-    found, seen = [], set()
-    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(body, ())]
-    while stack:
-        e, conds = stack.pop()
-        if (id(e), conds) in seen:
-            continue
-        seen.add((id(e), conds))
-        if e.op is Op.LOAD:
-            found += [(e, d, i, conds) for d, i in enumerate(e.src) if reads_tensors(i)]
-        if e.op is Op.WHERE:
-            cond, then, other = e.src
-            stack += [(other, conds + (unary(Op.NOT, cond),)), (then, conds + (cond,)), (cond, conds)]
-        else:
-            stack += [(s, conds) for s in e.src]
-    return found
+    return [(e, d, i, conds) for e, conds in guarded(body) if e.op is Op.LOAD
+            for d, i in enumerate(e.src) if reads_tensors(i)]
 
 
 def check_gathers(body: Expr, tile: dict[str, tuple[int, int]], arrays) -> None:

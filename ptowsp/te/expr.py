@@ -12,8 +12,10 @@ never have to re-derive promotion rules.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
@@ -285,26 +287,36 @@ def postorder(expr: Expr) -> list[Expr]:
     return order
 
 
+def guarded(expr: Expr, once: bool = True, stop: Callable[[Expr], bool] | None = None
+            ) -> Iterator[tuple[Expr, tuple[Expr, ...]]]:
+    """Every node with the conditions of the `where`s around it, each condition as it holds there (`c` on
+    the chosen side, `~c` on the other), depth first in reading order (a condition before its
+    sides).  `once`: a node met again under the same conditions is not yielded again; `stop(node)`:
+    its operands are not visited."""
+    seen: set[tuple[Expr, tuple[Expr, ...]]] = set()
+    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(expr, ())]
+    while stack:
+        e, conds = stack.pop()
+        if once:
+            if (e, conds) in seen:
+                continue
+            seen.add((e, conds))
+        yield e, conds
+        if stop is not None and stop(e):
+            continue
+        if e.op is Op.WHERE:
+            c, then, other = e.src
+            stack += [(other, (*conds, unary(Op.NOT, c))), (then, (*conds, c)), (c, conds)]
+        else:
+            stack += [(s, conds) for s in reversed(e.src)]
+
+
 def outermost_reductions(body: Expr) -> list[tuple[Expr, Expr | None]]:
-    """Each REDUCE not nested in another, with the where-condition that guards it (None: always).
+    """Each REDUCE not nested in another, with the where-condition that guards it (None: always), once
+    per path to it.
 
     The schedule exposes the loops of a task's reduction only when there is
     exactly one; lowering builds its nests from the same answer.
     """
-    found: list[tuple[Expr, Expr | None]] = []
-
-    def visit(e: Expr, path: Expr | None) -> None:
-        if e.op is Op.REDUCE:
-            found.append((e, path))
-        elif e.op is Op.WHERE:
-            c = e.src[0]
-            visit(c, path)
-            visit(e.src[1], c if path is None else binary(Op.AND, path, c))
-            negated = unary(Op.NOT, c)
-            visit(e.src[2], negated if path is None else binary(Op.AND, path, negated))
-        else:
-            for s in e.src:
-                visit(s, path)
-
-    visit(body, None)
-    return found
+    return [(e, functools.reduce(lambda a, b: binary(Op.AND, a, b), conds) if conds else None)
+            for e, conds in guarded(body, once=False, stop=lambda e: e.op is Op.REDUCE) if e.op is Op.REDUCE]
