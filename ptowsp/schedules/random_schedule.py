@@ -149,7 +149,12 @@ def _prefetch(s: Schedule, task: str, rng: random.Random) -> None:
                n.op is Op.LOAD}
     serial = [lp.name for lp in s.nest(task).loops if lp.annotation == SERIAL and (not lp.reduce or tensor in reduced)]
     if serial:
-        s.prefetch_tensor(task, tensor, rng.choice(serial), ahead=rng.choice((1, 1, 2)))
+        loop, ahead = rng.choice(serial), rng.choice((1, 1, 2))
+        # a task computed inside another runs where that one's indices say, which may be values read
+        # from a tensor (bilateral_grid's blur at the grid cell of a pixel): the build refuses a
+        # prefetch whose region is not known ahead (lower/prefetching.py), so none is drawn there
+        if task not in s.compute_at_locations:
+            s.prefetch_tensor(task, tensor, loop, ahead=ahead)
 
 
 def random_schedule(wl: Workload, seed: int, steps_per_task: int = 4, compute_at: bool = True,

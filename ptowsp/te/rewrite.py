@@ -19,6 +19,7 @@ Expressions are hash-consed (te/expr.py), so each distinct node is rewritten onc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -74,6 +75,13 @@ class Rules:
                                    for p, fn in self.rules if p.ops is None or op in p.ops]
         return found
 
+    def matcher(self) -> Callable[[Expr], Expr | None]:
+        """The function a rewrite calls per node: the rule's own where one rule over every node is all
+        there is (substitute's case, the hot one), else this list."""
+        if len(self.rules) == 1 and self.rules[0][0] == ANY:
+            return self.rules[0][1]
+        return self
+
     def __add__(self, other: Rules) -> Rules:
         return Rules([*self.rules, *other.rules])
 
@@ -92,40 +100,50 @@ class Rules:
 
 def rules(fn: Callable[[Expr], Expr | None], *ops: Op) -> Rules:
     """One rule over nodes of `ops` (any node when none are given) whose function takes the node."""
-    return Rules([(Pat.of(*ops), fn)])
+    return Rules([(_over(ops), fn)])
+
+
+@functools.cache
+def _over(ops: tuple[Op, ...]) -> Pat:
+    """The pattern of nodes of `ops` (any node when empty), made once per set of ops."""
+    return Pat.of(*ops)
 
 
 def rewrite(expr: Expr, rule_list: Rules, order: Order = "up", fixpoint: bool = True) -> Expr:
     """`expr` with the rules applied in `order` (module docstring); shared nodes rewritten once."""
-    memo: dict[int, Expr] = {}
-    keep: list[Expr] = []  # the nodes memo's ids name stay alive while it lives
+    memo: dict[int, Expr] = {}  # by the id of a node of expr (alive while expr is) or one a rule made
+    keep: list[Expr] = []  # the nodes rules made that memo's ids name: alive while it lives
+    match = rule_list.matcher()
 
     def up(e: Expr) -> Expr:
-        key = id(e)
-        found = memo.get(key)
+        found = memo.get(id(e))
         if found is None:
-            src = tuple(up(s) for s in e.src)
-            node = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
-            new = rule_list(node)
+            node = e
+            if e.src:
+                src = tuple(up(s) for s in e.src)
+                if not all(a is b for a, b in zip(src, e.src, strict=True)):
+                    node = Expr(e.op, e.dtype, src, e.arg)
+            new = match(node)
             if not fixpoint:
                 found = node if new is None else new
             else:
                 found = node if new is None or new is node else up(new)
                 memo[id(found)] = found  # what the rules left is left as it is
-            memo[key] = found
-            keep.extend((e, found))
+                keep.extend((e, found))
+            memo[id(e)] = found
         return found
 
     def down(e: Expr) -> Expr:
-        key = id(e)
-        found = memo.get(key)
+        found = memo.get(id(e))
         if found is None:
-            found = rule_list(e)
+            found = match(e)
             if found is None:
-                src = tuple(down(s) for s in e.src)
-                found = e if all(a is b for a, b in zip(src, e.src, strict=True)) else Expr(e.op, e.dtype, src, e.arg)
-            memo[key] = found
-            keep.append(e)
+                found = e
+                if e.src:
+                    src = tuple(down(s) for s in e.src)
+                    if not all(a is b for a, b in zip(src, e.src, strict=True)):
+                        found = Expr(e.op, e.dtype, src, e.arg)
+            memo[id(e)] = found
         return found
 
     return up(expr) if order == "up" else down(expr)

@@ -18,7 +18,7 @@ import networkx as nx
 import numpy as np
 
 from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
-from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, sizes, substitute, walk
+from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, rewrite, rules, sizes, walk
 from ptowsp.te.names import check_name
 from ptowsp.workloads.arrays import frozen_constant, normalize_shape
 from ptowsp.workloads.category import infer_category
@@ -484,10 +484,10 @@ def bind_workload(wl: Workload, binding: dict[str, int]) -> Workload:
             tensors[t.name] = Tensor(t.name, sizes.bind_shape(t.shape, binding), t.dtype, out._id)
         return tensors[t.name]
 
+    reads = rules(lambda n: Expr(Op.LOAD, n.dtype, n.src, bound_tensor(n.arg)), Op.LOAD)  # indices bound already
+
     def bound_expr(e: Expr) -> Expr:
-        e = sizes.bind(e, binding)
-        return substitute(e, lambda n: Expr(Op.LOAD, n.dtype, tuple(map(bound_expr, n.src)), bound_tensor(n.arg))
-                          if n.op is Op.LOAD else None)
+        return rewrite(sizes.bind(e, binding), reads, fixpoint=False)
 
     for name in wl.inputs:
         t = bound_tensor(wl.tensor(name))
