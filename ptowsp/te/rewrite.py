@@ -76,10 +76,15 @@ class Rules:
         return found
 
     def matcher(self) -> Callable[[Expr], Expr | None]:
-        """The function a rewrite calls per node: the rule's own where one rule over every node is all
-        there is (substitute's case, the hot one), else this list."""
-        if len(self.rules) == 1 and self.rules[0][0] == ANY:
-            return self.rules[0][1]
+        """The function a rewrite calls per node: where the list is one rule over nodes of some ops (or
+        of any), that rule with the op test in front (substitute's case, the hot one), else the list."""
+        if len(self.rules) == 1:
+            pat, fn = self.rules[0]
+            if pat == ANY:
+                return fn
+            if pat.src is None and pat.name is None and pat.dtype is None:
+                ops = pat.ops
+                return lambda e: fn(e) if e.op in ops else None
         return self
 
     def __add__(self, other: Rules) -> Rules:
@@ -111,9 +116,12 @@ def _over(ops: tuple[Op, ...]) -> Pat:
 
 def rewrite(expr: Expr, rule_list: Rules, order: Order = "up", fixpoint: bool = True) -> Expr:
     """`expr` with the rules applied in `order` (module docstring); shared nodes rewritten once."""
+    return _rewrite(expr, rule_list.matcher(), order, fixpoint)
+
+
+def _rewrite(expr: Expr, match: Callable[[Expr], Expr | None], order: Order, fixpoint: bool) -> Expr:
     memo: dict[int, Expr] = {}  # by the id of a node of expr (alive while expr is) or one a rule made
     keep: list[Expr] = []  # the nodes rules made that memo's ids name: alive while it lives
-    match = rule_list.matcher()
 
     def up(e: Expr) -> Expr:
         found = memo.get(id(e))
@@ -151,13 +159,21 @@ def rewrite(expr: Expr, rule_list: Rules, order: Order = "up", fixpoint: bool = 
 
 def substitute_vars(expr: Expr, values: Mapping[str, Expr], kinds: Collection[Op] = (Op.VAR, Op.RVAR)) -> Expr:
     """expr with each variable of `kinds` named in `values` replaced by its value, all at once (a
-    value that reads its own variable is not substituted again)."""
-    if not values:
+    value that reads its own variable is not substituted again); a part that reads none of them is
+    left as it is without a visit."""
+    if not values or values.keys().isdisjoint(expr.loops_read):
         return expr
-    return rewrite(expr, rules(lambda n: values.get(n.arg[0]), *kinds), "down")
+    kinds = frozenset(kinds)
+
+    def value(n: Expr) -> Expr | None:
+        if n.op in kinds:
+            return values.get(n.arg[0])
+        return n if values.keys().isdisjoint(n.loops_read) else None
+
+    return _rewrite(expr, value, "down", False)
 
 
 def substitute(expr: Expr, replace_node: Callable[[Expr], Expr | None]) -> Expr:
     """expr with each node n for which replace_node(n) is not None replaced, top-down: a replacement
     is not visited again (the "down" order of `rewrite` with one rule over every node)."""
-    return rewrite(expr, rules(replace_node), "down")
+    return _rewrite(expr, replace_node, "down", False)
