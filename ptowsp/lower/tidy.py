@@ -17,7 +17,7 @@ shows it as one: compile time stays bounded and the results are the same.
 from __future__ import annotations
 
 from ptowsp.lower.ir import Allocate, Block, For, IfThen, Prefetch, Stmt, Store, map_exprs, stmt_exprs
-from ptowsp.te import Expr, Op, cast, const, rewrite, rules, substitute_vars
+from ptowsp.te import Expr, Op, cast, const, rewrite, rules, substitute_vars, walk
 from ptowsp.te.affine import EVERYTHING, Affine, affine, atom
 from ptowsp.te.bounds import interval
 from ptowsp.te.indices import collapsed
@@ -123,14 +123,7 @@ def _bound_unrolling(s: Stmt) -> tuple[Stmt, int]:
 def _size(e: Expr) -> int:
     """Expression nodes (shared ones once), an unflattened index pair `e // m, e % m` counted as the
     one index it addresses (te/indices.py: the code computes e once)."""
-    seen: set[int] = set()
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            stack.extend(collapsed(node.arg.shape, node.src)[1] if node.op is Op.LOAD else node.src)
-    return len(seen)
+    return sum(1 for _ in walk(e, lambda n: collapsed(n.arg.shape, n.src)[1] if n.op is Op.LOAD else n.src))
 
 
 def tidy(s: Stmt) -> Stmt:

@@ -277,17 +277,16 @@ class _Operands:
         return self.arrays[name]
 
 
-def _factors(e: Expr) -> list[Expr]:
-    if e.op is Op.MUL:
-        return _factors(e.src[0]) + _factors(e.src[1])
-    return [e]
+def _factors(product: Expr) -> list[Expr]:
+    """The operands of a product of two (a longer product has a product among them: no contraction)."""
+    return list(product.src) if product.op is Op.MUL else [product]
 
 
 def is_contraction(body: Expr) -> bool:
     """A product of one or two loads, each indexed by distinct plain loop variables (not for float16
     or bfloat16, whose products round before they are summed: einsum cannot do that)."""
     factors = _factors(body)
-    if len(factors) > 2 or (len(factors) == 2 and body.dtype in ("float16", "bfloat16")):
+    if len(factors) == 2 and body.dtype in ("float16", "bfloat16"):
         return False
     for f in factors:
         if f.op is not Op.LOAD or any(i.op not in (Op.VAR, Op.RVAR) for i in f.src):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
@@ -258,17 +258,18 @@ def where(cond: Operand, a: Operand, b: Operand) -> Expr:
     return Expr(Op.WHERE, x.dtype, (c, x, y))
 
 
-def walk(expr: Expr):
-    """Yield every node of the tree, parents before children (shared nodes once)."""
-    seen: set[int] = set()
+def walk(expr: Expr, operands: Callable[[Expr], Iterable[Expr]] | None = None) -> Iterator[Expr]:
+    """Yield every node of the tree, parents before children (shared nodes once); `operands(node)`:
+    the nodes to go on to from it, instead of its `src` (a load's collapsed indices)."""
+    seen: dict[int, Expr] = {}  # the node too: one `operands` made stays alive, so its id stays its own
     stack = [expr]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         yield node
-        stack.extend(reversed(node.src))
+        stack.extend(reversed(node.src if operands is None else tuple(operands(node))))
 
 
 def postorder(expr: Expr) -> list[Expr]:
