@@ -74,3 +74,26 @@ def test_an_unrolled_int8_gather_is_compiled_right():
     inputs = {"T": rng.integers(-128, 128, (13, 6), dtype=np.int8),
               "idx": np.array([-52, -73, -128, -57, -51, 71, 91, 80, 48], dtype=np.int8)}
     np.testing.assert_array_equal(pw.build(s, target="cpu").run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"])
+
+
+def test_a_build_spares_existing_objects_from_the_collector_and_leaves_it_as_it_was(monkeypatch):
+    import gc
+    frozen_during = []
+    original = base.backend("numpy").compile
+
+    def compile_and_look(*args, **kwargs):
+        frozen_during.append(gc.get_freeze_count())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(base.backend("numpy"), "compile", compile_and_look)
+    wl = pw.zoo.mlp(8, 6, 10, 4)
+    assert gc.get_freeze_count() == 0
+    pw.build(wl.schedule(), target="numpy")
+    assert frozen_during[-1] > 0 and gc.get_freeze_count() == 0  # frozen while it ran, not after
+    gc.freeze()  # the process's own freeze (a server before it forks) is not undone
+    try:
+        held = gc.get_freeze_count()
+        pw.build(wl.schedule(), target="numpy")
+        assert gc.get_freeze_count() >= held
+    finally:
+        gc.unfreeze()
