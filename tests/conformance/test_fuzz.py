@@ -4,6 +4,7 @@ no problem."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ptowsp as pw
@@ -37,3 +38,16 @@ def test_tiles_too_small_for_the_device_are_a_refusal_too():
          .reorder("C", "i.outer", "j.outer", "k.outer", "i.inner", "k.inner", "j.inner"))
     inputs = pw.workloads.random_inputs(wl)
     assert problem(s, "aicore", inputs, pw.reference(wl, **inputs), 1e-2) is REFUSED
+
+
+def test_an_output_that_is_empty_or_holds_inf_is_compared_not_a_crash():
+    wl = pw.Workload("edges")
+    x = wl.input("X", (4,))
+    wl.output(wl.compute("Y", (4,), lambda i: x[i] / 0.0))  # inf where x > 0, -inf below, nan at 0
+    wl.output(wl.compute("E", (0,), lambda i: x[i] * 2.0))
+    inputs = {"X": np.array([1.0, -2.0, 3.0, 0.5], np.float32)}
+    expected = pw.reference(wl, **inputs)
+    assert expected["E"].size == 0 and np.isinf(expected["Y"]).all()
+    assert problem(wl.schedule(), "cpu", inputs, expected, 1e-5) is None
+    flipped = {**expected, "Y": -expected["Y"]}
+    assert problem(wl.schedule(), "cpu", inputs, flipped, 1e-5).startswith("mismatch in Y")
