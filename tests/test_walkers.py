@@ -21,7 +21,9 @@ PACKAGES = ("te", "lower")
 
 
 def _called(fn: ast.FunctionDef) -> set[str]:
-    """The names fn calls as plain functions or as methods of `self`."""
+    """The names fn calls as plain functions or as methods of `self`, or maps over something.  A
+    function handed to another engine as its rule (a caller's hook into te/affine.py) is that
+    engine's rule, not a walker of its own."""
     found = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
@@ -30,6 +32,8 @@ def _called(fn: ast.FunctionDef) -> set[str]:
                 found.add(f.id)
             elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
                 found.add(f.attr)
+            if isinstance(f, ast.Name) and f.id in ("map", "filter") and isinstance(node.args[0], ast.Name):
+                found.add(node.args[0].id)  # map(visit, e.src) calls visit
     return found
 
 

@@ -136,39 +136,41 @@ def _extreme(a: Extent, b: Extent, op: Op, pick) -> Extent:
 
 def most(x: Extent | Expr) -> int | None:
     """A number an extent never exceeds at any binding (minimum(512, n) -> 512), or None."""
-    if isinstance(x, int):
-        return x
-    if x.op is Op.CONST and isinstance(x.arg, int):
-        return x.arg
-    if x.op is Op.MIN:
-        bounds = [b for b in map(most, x.src) if b is not None]
-        return min(bounds) if bounds else None
-    return None
+    return _bounds(x)[1]
 
 
 def least(x: Extent | Expr) -> float:
     """A lower bound of an extent or index over every binding (sizes are at least 1, loop variables at
     least 0); -inf where none is known."""
+    return _bounds(x)[0]
+
+
+def _bounds(x: Extent | Expr) -> tuple[float, int | None]:
+    """(least, most) of an extent or index: what `least` and `most` say, from one walk."""
     if isinstance(x, int):
-        return x
+        return x, x
     if x.op is Op.SIZE:
-        return 1
+        return 1, None
     if x.op in (Op.VAR, Op.RVAR):
-        return 0
+        return 0, None
     if x.op is Op.CONST:
-        return x.arg if isinstance(x.arg, int) else -math.inf
+        return (x.arg, x.arg) if isinstance(x.arg, int) else (-math.inf, None)
     if x.op is Op.CAST:
-        return least(x.src[0]) if x.src[0].dtype in ("int32", "int64") else -math.inf
-    low = [least(s) for s in x.src]
+        return (_bounds(x.src[0])[0] if x.src[0].dtype in ("int32", "int64") else -math.inf), None
+    parts = [_bounds(s) for s in x.src]
+    low = [lo for lo, _ in parts]
     if x.op is Op.ADD:
-        return low[0] + low[1]
+        return low[0] + low[1], None
     if x.op is Op.MUL and min(low) >= 0:
-        return low[0] * low[1]
+        return low[0] * low[1], None
     if x.op is Op.FLOORDIV and x.src[1].op is Op.CONST and x.src[1].arg > 0 and low[0] > -math.inf:
-        return low[0] // x.src[1].arg
-    if x.op in (Op.MIN, Op.MAX):
-        return min(low) if x.op is Op.MIN else max(low)
-    return -math.inf
+        return low[0] // x.src[1].arg, None
+    if x.op is Op.MIN:
+        high = [hi for _, hi in parts if hi is not None]
+        return min(low), (min(high) if high else None)
+    if x.op is Op.MAX:
+        return max(low), None
+    return -math.inf, None
 
 
 def value(x: Extent | Expr, sizes: Mapping[str, int]) -> int:
