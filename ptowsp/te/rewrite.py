@@ -70,7 +70,7 @@ class Rules:
         # decides the match: no operands, dtype or names to check)
         self._by_op: dict[Op, list[tuple[Pat, Callable[..., Expr | None], bool]]] = {}
 
-    def _for(self, op: Op) -> list[tuple[Pat, Callable[..., Expr | None], bool]]:
+    def _indexed(self, op: Op) -> list[tuple[Pat, Callable[..., Expr | None], bool]]:
         found = self._by_op[op] = [(p, fn, p.src is None and p.name is None and p.dtype is None)
                                    for p, fn in self.rules if p.ops is None or op in p.ops]
         return found
@@ -87,12 +87,9 @@ class Rules:
                 return lambda e: fn(e) if e.op in ops else None
         return self
 
-    def __add__(self, other: Rules) -> Rules:
-        return Rules([*self.rules, *other.rules])
-
     def __call__(self, e: Expr) -> Expr | None:
         candidates = self._by_op.get(e.op)
-        for pat, fn, by_op in self._for(e.op) if candidates is None else candidates:
+        for pat, fn, by_op in self._indexed(e.op) if candidates is None else candidates:
             if by_op:
                 found = fn(e)
             else:
