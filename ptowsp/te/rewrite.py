@@ -123,11 +123,8 @@ def _rewrite(expr: Expr, match: Callable[[Expr], Expr | None], order: Order, fix
     def up(e: Expr) -> Expr:
         found = memo.get(id(e))
         if found is None:
-            node = e
-            if e.src:
-                src = tuple(up(s) for s in e.src)
-                if not all(a is b for a, b in zip(src, e.src, strict=True)):
-                    node = Expr(e.op, e.dtype, src, e.arg)
+            # hash-consed: the same operands give e itself back
+            node = Expr(e.op, e.dtype, tuple(up(s) for s in e.src), e.arg) if e.src else e
             new = match(node)
             if not fixpoint:
                 found = node if new is None else new
@@ -143,11 +140,7 @@ def _rewrite(expr: Expr, match: Callable[[Expr], Expr | None], order: Order, fix
         if found is None:
             found = match(e)
             if found is None:
-                found = e
-                if e.src:
-                    src = tuple(down(s) for s in e.src)
-                    if not all(a is b for a, b in zip(src, e.src, strict=True)):
-                        found = Expr(e.op, e.dtype, src, e.arg)
+                found = Expr(e.op, e.dtype, tuple(down(s) for s in e.src), e.arg) if e.src else e
             memo[id(e)] = found
         return found
 
