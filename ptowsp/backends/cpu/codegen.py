@@ -66,6 +66,18 @@ def _straight_line(s: Stmt) -> bool:
 _LEAVES = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD})
 
 
+def _number(value: ir.Value) -> float | None:
+    """The float a constant (or a splat of one) holds, unless it is NaN; None for anything else."""
+    if not isinstance(value, ir.Constant):
+        return None
+    held = value.constant
+    if isinstance(held, list):
+        if not held or any(not isinstance(c, ir.Constant) or c.constant != held[0].constant for c in held):
+            return None
+        held = held[0].constant
+    return held if isinstance(held, (int, float)) and not math.isnan(held) else None
+
+
 class KernelEmitter(Conversions, DivMod, VectorAccess):
     """Emits one kernel into a module; `emit()` returns the function."""
 
@@ -381,6 +393,19 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
                 return self.b.not_(x)
         raise TypeError(f"no {op.name} for {dtype}")
 
+    def float_max_min(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
+        """numpy's rule: `a` if it is NaN or ahead, else `b`.  x86's max/min rule is `first` if ahead,
+        else `second`: that is numpy's with `first` a number (`a`), or with `first` a number other than
+        zero (`b`: the two differ only on a tie, where `a` and `b` are equal and of one sign), so a
+        clamp to constants (ReLU6's min(x, 6)) is one instruction; else x86 max/min + one blend."""
+        ahead = ">" if op is Op.MAX else "<"
+        if _number(a) is not None:
+            return self.b.select(self.b.fcmp_ordered(ahead, a, b), a, b)
+        if _number(b):
+            return self.b.select(self.b.fcmp_ordered(ahead, b, a), b, a)
+        chosen = self.b.select(self.b.fcmp_ordered(ahead, a, b), a, b)
+        return self.b.select(self.b.fcmp_unordered("uno", a, a), a, chosen)
+
     def erf(self, x: ir.Value, dtype: str) -> ir.Value:
         if self.lanes:  # libm per lane (float32 lanes never get here: see unary)
             return self.per_lane(lambda lane: self.erf(lane, dtype), x, REGISTER[dtype])
@@ -402,9 +427,8 @@ class KernelEmitter(Conversions, DivMod, VectorAccess):
                 return emit(a, b, flags=("contract",))
             if op is Op.DIV:
                 return self.b.fdiv(a, b)
-            if op in (Op.MAX, Op.MIN):  # numpy's rule, `a` if NaN or ahead, else `b`: x86 max/min + one blend
-                ahead = self.b.fcmp_ordered(">" if op is Op.MAX else "<", a, b)
-                return self.b.select(self.b.fcmp_unordered("uno", a, a), a, self.b.select(ahead, a, b))
+            if op in (Op.MAX, Op.MIN):
+                return self.float_max_min(op, a, b)
             if op is Op.POW:
                 return self.intrinsic("llvm.pow", t, [a, b])
             if op in (Op.FLOORDIV, Op.MOD):
