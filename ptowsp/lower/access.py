@@ -27,7 +27,7 @@ from ptowsp.lower.formula import Formula, check_limits, combine, constant, formu
 from ptowsp.lower.ir import GLOBAL, For, Let, Stmt, Store, bound_loops, stmt_exprs
 from ptowsp.lower.kernel import Kernel
 from ptowsp.lower.regions import read_box
-from ptowsp.te import Expr, Op, sizes, walk
+from ptowsp.te import Expr, Op, fold, sizes, walk
 from ptowsp.te.sizes import Extent
 
 Dim = tuple[Formula, Formula, Formula]  # start (over grid coordinates and sizes), extent, size
@@ -285,7 +285,7 @@ def _flops(body: Stmt) -> Extent:
 
 
 def _operations(e: Expr) -> int:
-    """Arithmetic nodes of a value, not counting index arithmetic inside loads."""
-    if e.op is Op.LOAD:
-        return 0
-    return (e.op not in _NOT_ARITHMETIC) + sum(_operations(s) for s in e.src)
+    """Arithmetic nodes of a value, not counting index arithmetic inside loads; a shared part counts at
+    each use, as the tree reads."""
+    return fold(e, lambda n, parts: (n.op not in _NOT_ARITHMETIC) + sum(parts),
+                lambda n: () if n.op is Op.LOAD else n.src)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ptowsp.lower.ir import Let, Stmt, Store, let_var
 from ptowsp.te import Expr, Op, substitute
-from ptowsp.te.expr import postorder
+from ptowsp.te.fold import postorder
 
 _LEAVES = frozenset({Op.CONST, Op.VAR, Op.RVAR, Op.SIZE, Op.LOAD})  # a repeated load is LLVM's to merge
 

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ptowsp.te import Expr, Op, dtypes
+from ptowsp.te import Expr, Op, dtypes, fold
 from ptowsp.te.sizes import Extent
 
 MAX_DEPTH = 48  # far above what lowering makes (sums and products are flat), far below any stack limit
@@ -198,15 +198,23 @@ def formula_of(e: Extent | Expr, coordinates: Mapping[str, int] = {}) -> Formula
 def _formula(e: Extent | Expr, coordinates: Mapping[str, int]) -> Formula | None:
     if isinstance(e, int):
         return constant(e) if -_BOUND <= e <= _BOUND else None
+    return fold(e, lambda n, parts: _formula_of(n, parts, coordinates), _operands)
+
+
+def _operands(e: Expr) -> tuple[Expr, ...]:
+    """The operands a formula reads: an index cast's, arithmetic's."""
+    if e.op in _FROM_OP or (e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype)):
+        return e.src
+    return ()
+
+
+def _formula_of(e: Expr, parts: tuple[Formula | None, ...], coordinates: Mapping[str, int]) -> Formula | None:
     if e.op is Op.CONST:
         return constant(e.arg) if isinstance(e.arg, int) and not isinstance(e.arg, bool) else None
     if e.op is Op.VAR:
         return grid(coordinates[e.arg[0]]) if e.arg[0] in coordinates else None
     if e.op is Op.SIZE:
         return Formula(op="size", name=e.arg)
-    if e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return _formula(e.src[0], coordinates)
-    if e.op not in _FROM_OP:
+    if not parts or any(p is None for p in parts):
         return None
-    parts = [_formula(s, coordinates) for s in e.src]
-    return None if any(p is None for p in parts) else combine(_FROM_OP[e.op], *parts)
+    return parts[0] if e.op is Op.CAST else combine(_FROM_OP[e.op], *parts)

@@ -28,33 +28,47 @@ from ptowsp.te.affine import Affine, affine, loops_named
 from ptowsp.te.domain import ARITHMETIC, arithmetic, fits
 from ptowsp.te.evaluate import Domain, Evaluator, iter_boxes
 from ptowsp.te.expr import COMPARE_OPS, Expr, Op, const, guarded, unary, walk
+from ptowsp.te.fold import fold, per_node
 
 ENUMERATION_LIMIT = 1 << 24  # loop points one index may be enumerated over
 
 _NEGATED = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT, Op.EQ: Op.NE, Op.NE: Op.EQ}
 
 
+@per_node
 def interval(e: Expr) -> tuple[int, int] | None:
-    """Inclusive integer bounds of e over all loop values, or None if unknown."""
+    """Inclusive integer bounds of e over all loop values, or None if unknown (a function of the node
+    alone: nodes being hash-consed, the passes that ask of one index again get the answer kept)."""
+    return fold(e, _interval_of, _interval_operands)
+
+
+def _interval_operands(e: Expr) -> tuple[Expr, ...]:
+    """The operands an interval reads: a `where`'s sides, arithmetic's operands, an index cast's."""
+    if e.op is Op.WHERE:
+        return e.src[1:]
+    if e.op in ARITHMETIC or e.op is Op.NEG or (e.op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype)):
+        return e.src
+    return ()
+
+
+def _interval_of(e: Expr, parts: tuple[tuple[int, int] | None, ...]) -> tuple[int, int] | None:
     op = e.op
     if op is Op.CONST:
         return None if isinstance(e.arg, (bool, float)) else (e.arg, e.arg)
     if op in (Op.VAR, Op.RVAR):
         return (0, e.arg[1] - 1) if isinstance(e.arg[1], int) else None
-    if op is Op.CAST and dtypes.keeps_index(e.src[0].dtype, e.dtype):
-        return interval(e.src[0])
-    if op is Op.NEG:
-        x = interval(e.src[0])
-        return None if x is None else (-x[1], -x[0])
-    if op is Op.WHERE:
-        a, b = interval(e.src[1]), interval(e.src[2])
-        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if op not in ARITHMETIC:
+    if not parts:
         return None
-    found = combine(op, interval(e.src[0]), interval(e.src[1]))
+    if op is Op.CAST:
+        return parts[0]
+    if op is Op.NEG:
+        x = parts[0]
+        return None if x is None else (-x[1], -x[0])
+    a, b = parts
+    if op is Op.WHERE:
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    found = combine(op, a, b)
     return found if found is None or fits(found, e.dtype) else None  # it may wrap: unknown
-
-
 
 
 def combine(op: Op, a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:

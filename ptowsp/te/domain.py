@@ -24,6 +24,7 @@ import numpy as np
 
 from ptowsp.te import dtypes
 from ptowsp.te.expr import Expr, Op
+from ptowsp.te.fold import fold
 
 Bounds = tuple[np.ndarray, np.ndarray]  # inclusive lows and highs, one entry per tile; bools as 0/1
 
@@ -37,36 +38,38 @@ def may_hold(cond: Expr, tile: Mapping[str, tuple[int, int]], arrays: Mapping[st
 def may_hold_in(cond: Expr, tiles: Mapping[str, Bounds], arrays: Mapping[str, np.ndarray], count: int) -> np.ndarray:
     """Per tile (loop name -> inclusive lows and highs over `count` tiles): False where `cond` is false
     at every point of the tile."""
-    found = _range(cond, tiles, arrays, {})
+    found = _range(cond, tiles, arrays)
     return np.ones(count, bool) if found is None else np.broadcast_to(found[1] >= 1, (count,))
 
 
 def surely_holds_in(cond: Expr, tiles: Mapping[str, Bounds], arrays: Mapping[str, np.ndarray],
                     count: int) -> np.ndarray:
     """Per tile: True where `cond` holds at every point of the tile (a specialized kernel's condition)."""
-    found = _range(cond, tiles, arrays, {})
+    found = _range(cond, tiles, arrays)
     return np.zeros(count, bool) if found is None else np.broadcast_to(found[0] >= 1, (count,))
 
 
-def _range(e: Expr, tiles, arrays, memo: dict) -> Bounds | None:
-    key = id(e)
-    if key not in memo:
-        memo[key] = _compute(e, tiles, arrays, memo)
-    return memo[key]
+def _range(e: Expr, tiles, arrays) -> Bounds | None:
+    return fold(e, lambda n, parts: _compute(n, parts, tiles, arrays), _operands)
 
 
-def _compute(e: Expr, tiles, arrays, memo) -> Bounds | None:
+def _operands(e: Expr) -> tuple[Expr, ...]:
+    """The operands a range reads: none of a cast that does not keep an index's value."""
+    if e.op is Op.CAST and not (e.src[0].dtype == "bool" or dtypes.keeps_index(e.src[0].dtype, e.dtype)):
+        return ()
+    return e.src
+
+
+def _compute(e: Expr, args: tuple, tiles, arrays) -> Bounds | None:
     op = e.op
     if op is Op.CONST:
         return None if isinstance(e.arg, float) or e.arg >= 1 << 63 else (np.int64(e.arg), np.int64(e.arg))
     if op in (Op.VAR, Op.RVAR):
         return tiles.get(e.arg[0])
     if op is Op.CAST:
-        keeps = e.src[0].dtype == "bool" or dtypes.keeps_index(e.src[0].dtype, e.dtype)
-        return _range(e.src[0], tiles, arrays, memo) if keeps else None
+        return args[0] if args else None
     if op is Op.LOAD:
-        return _load(e, tiles, arrays, memo)
-    args = [_range(s, tiles, arrays, memo) for s in e.src]
+        return _load(e, args, arrays)
     if op is Op.WHERE:
         c, a, b = args
         if a is None or b is None:
@@ -161,15 +164,14 @@ def _truth(always, possibly) -> Bounds:
     return (np.asarray(always, np.int64), np.asarray(always | possibly, np.int64))
 
 
-def _load(e: Expr, tiles, arrays, memo) -> Bounds | None:
+def _load(e: Expr, indices: tuple, arrays) -> Bounds | None:
     """Least and greatest element over each tile's box of the tensor; tiles sharing a box share the
     work (a tile's box is usually one of few: lens[b] over a handful of b)."""
     array = arrays.get(e.arg.name)
     if array is None or array.dtype.kind not in "iub" or array.size == 0:
         return None
     lows, highs = [], []
-    for index, n in zip(e.src, array.shape, strict=True):
-        r = _range(index, tiles, arrays, memo)
+    for r, n in zip(indices, array.shape, strict=True):
         lo, hi = (np.int64(0), np.int64(n - 1)) if r is None else (np.maximum(r[0], 0), np.minimum(r[1], n - 1))
         lows.append(lo)
         highs.append(hi)

@@ -28,7 +28,8 @@ import numpy as np
 
 from ptowsp.errors import BoundsError
 from ptowsp.te.dtypes import cast_array, is_bfloat16
-from ptowsp.te.expr import Expr, Op, outermost_reductions, walk
+from ptowsp.te.expr import Expr, Op, walk
+from ptowsp.te.fold import fold
 from ptowsp.te.reducer import Component, TupleReducer, UserReducer, same_reduction
 
 ELEMENT_BUDGET = 1 << 22  # elements in the largest temporary an evaluation creates
@@ -358,14 +359,16 @@ def evaluate_scan(body: Expr, loop_names: tuple[str, ...], shape: tuple[int, ...
     return out
 
 
-def _reduce_work(e: Expr) -> int:
-    """Temporary elements per output element this reduction needs (1 for a contraction)."""
+def _work_per_point(e: Expr) -> int:
+    """Temporary elements per element of e that its reductions need (1 without one): the most any
+    reduction not nested in another needs, each its own points times what its body needs (1 for a
+    contraction, which sums without temporaries)."""
+    return max(1, fold(e, _work))
+
+
+def _work(e: Expr, parts: tuple[int, ...]) -> int:
+    if e.op is not Op.REDUCE:
+        return max(parts, default=1)
     if e.arg == "sum" and is_contraction(e.src[0]):
         return 1
-    own = math.prod(a.arg[1] for a in e.src[1:])
-    return own * _work_per_point(e.src[0])
-
-
-def _work_per_point(e: Expr) -> int:
-    """Temporary elements per element of e that its reductions need (1 without one)."""
-    return max((_reduce_work(n) for n, _ in outermost_reductions(e)), default=1)
+    return math.prod(a.arg[1] for a in e.src[1:]) * parts[0]

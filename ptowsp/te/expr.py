@@ -272,22 +272,6 @@ def walk(expr: Expr, operands: Callable[[Expr], Iterable[Expr]] | None = None) -
         stack.extend(reversed(node.src if operands is None else tuple(operands(node))))
 
 
-def postorder(expr: Expr) -> list[Expr]:
-    """Every distinct node of the tree, operands before their users."""
-    order: list[Expr] = []
-    seen: set[int] = set()
-    stack = [(expr, False)]
-    while stack:
-        node, ready = stack.pop()
-        if ready:
-            order.append(node)
-        elif id(node) not in seen:
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((c, False) for c in reversed(node.src) if id(c) not in seen)
-    return order
-
-
 def guarded(expr: Expr, once: bool = True, stop: Callable[[Expr], bool] | None = None
             ) -> Iterator[tuple[Expr, tuple[Expr, ...]]]:
     """Every node with the conditions of the `where`s around it, each condition as it holds there (`c` on

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ptowsp.te.fold import fold
 from ptowsp.te.opcodes import Op
 
 if TYPE_CHECKING:
@@ -37,13 +38,13 @@ def _precedence(e: Expr) -> int:
     return _ATOM_PREC
 
 
-def _wrap(e: Expr, parens: bool) -> str:
-    text = to_text(e)
-    return f"({text})" if parens else text
-
-
 def to_text(e: Expr) -> str:
     """Render an expression as the text a user would have written."""
+    return fold(e, _text)
+
+
+def _text(e: Expr, parts: tuple[str, ...]) -> str:
+    """One node's text from its operands' texts."""
     op = e.op
     if op is Op.CONST:
         return repr(e.arg)
@@ -52,21 +53,23 @@ def to_text(e: Expr) -> str:
     if op is Op.SIZE:
         return e.arg
     if op is Op.LOAD:
-        return f"{e.arg.name}[{', '.join(to_text(i) for i in e.src)}]"
+        return f"{e.arg.name}[{', '.join(parts)}]"
     if op in _INFIX:
         symbol, prec = _INFIX[op]
         left, right = e.src
         left_parens = _precedence(left) < prec or (prec == 1 and _precedence(left) == 1)
-        return f"{_wrap(left, left_parens)} {symbol} {_wrap(right, _precedence(right) <= prec)}"
+        return f"{_wrap(parts[0], left_parens)} {symbol} {_wrap(parts[1], _precedence(right) <= prec)}"
     if op in (Op.NEG, Op.NOT):
-        (x,) = e.src
         symbol = "-" if op is Op.NEG else "~"
-        return f"{symbol}{_wrap(x, _precedence(x) < _ATOM_PREC)}"
+        return f"{symbol}{_wrap(parts[0], _precedence(e.src[0]) < _ATOM_PREC)}"
     if op is Op.CAST:
-        return f"{e.arg}({to_text(e.src[0])})"
+        return f"{e.arg}({parts[0]})"
     if op is Op.TUPLE:
-        return f"({', '.join(to_text(s) for s in e.src)})"
+        return f"({', '.join(parts)})"
     if op is Op.REDUCE:
-        body, *axes = e.src
-        return f"{e.arg}({to_text(body)}, {', '.join(a.arg[0] for a in axes)})"
-    return f"{_FUNCTIONS[op]}({', '.join(to_text(s) for s in e.src)})"
+        return f"{e.arg}({parts[0]}, {', '.join(parts[1:])})"
+    return f"{_FUNCTIONS[op]}({', '.join(parts)})"
+
+
+def _wrap(text: str, parens: bool) -> str:
+    return f"({text})" if parens else text

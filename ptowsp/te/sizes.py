@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from ptowsp.errors import ShapeError
 from ptowsp.te.expr import Expr, Op, binary, const, walk
+from ptowsp.te.fold import fold
 from ptowsp.te.rewrite import rewrite, rules
 from ptowsp.te.names import check_name
 
@@ -146,9 +147,11 @@ def least(x: Extent | Expr) -> float:
 
 
 def _bounds(x: Extent | Expr) -> tuple[float, int | None]:
-    """(least, most) of an extent or index: what `least` and `most` say, from one walk."""
-    if isinstance(x, int):
-        return x, x
+    """(least, most) of an extent or index: what `least` and `most` say, from one fold."""
+    return (x, x) if isinstance(x, int) else fold(x, _bounds_of)
+
+
+def _bounds_of(x: Expr, parts: tuple[tuple[float, int | None], ...]) -> tuple[float, int | None]:
     if x.op is Op.SIZE:
         return 1, None
     if x.op in (Op.VAR, Op.RVAR):
@@ -156,8 +159,7 @@ def _bounds(x: Extent | Expr) -> tuple[float, int | None]:
     if x.op is Op.CONST:
         return (x.arg, x.arg) if isinstance(x.arg, int) else (-math.inf, None)
     if x.op is Op.CAST:
-        return (_bounds(x.src[0])[0] if x.src[0].dtype in ("int32", "int64") else -math.inf), None
-    parts = [_bounds(s) for s in x.src]
+        return (parts[0][0] if x.src[0].dtype in ("int32", "int64") else -math.inf), None
     low = [lo for lo, _ in parts]
     if x.op is Op.ADD:
         return low[0] + low[1], None
@@ -177,17 +179,26 @@ def value(x: Extent | Expr, sizes: Mapping[str, int]) -> int:
     """The integer an extent takes at a binding (KeyError for a size not bound)."""
     if isinstance(x, int):
         return x
+    return fold(x, lambda n, parts: _value_of(n, parts, sizes), _integer_operands)
+
+
+def _integer_operands(x: Expr) -> tuple[Expr, ...]:
+    """The operands `value` reads: none of a node it cannot compute (the error names that node)."""
+    return x.src if x.op in _INT_OPS or x.op in (Op.CAST, Op.NEG) else ()
+
+
+def _value_of(x: Expr, parts: tuple[int, ...], sizes: Mapping[str, int]) -> int:
     op = x.op
     if op is Op.CONST:
         return int(x.arg)
     if op is Op.SIZE:
         return sizes[x.arg]
     if op is Op.CAST:
-        return value(x.src[0], sizes)
+        return parts[0]
     if op is Op.NEG:
-        return -value(x.src[0], sizes)
+        return -parts[0]
     if op in _INT_OPS:
-        return _INT_OPS[op](value(x.src[0], sizes), value(x.src[1], sizes))
+        return _INT_OPS[op](*parts)
     raise ShapeError(f"{x} is not integer arithmetic over sizes")
 
 
