@@ -41,6 +41,7 @@ from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes import fold
 from ptowsp.schedules.passes.decisions import Decision, decision
 from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.copying import copy_task
 
@@ -75,7 +76,7 @@ class TuningTask:
 def kernel_groups(wl: Workload, schedule: Schedule) -> dict[str, list[str]]:
     """Each kernel of a schedule: its root task -> the tasks lowered into it (root first, then in the
     workload's order)."""
-    planned = schedule.fusion_plan().schedule
+    planned = ResolvedSchedule(schedule).planned
     known = set(wl.constants) | fold.foldable(wl)
     placed = planned.compute_at_locations
     position = {t: n for n, t in enumerate(wl.tasks)}

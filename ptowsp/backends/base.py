@@ -17,6 +17,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Program
 from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.steps import CORE_CLASSES
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.schedules.passes.memory import MemoryPlan
@@ -51,9 +52,11 @@ class Backend(Protocol):
         """The core class of each worker a build runs with (BuildError for a device it cannot take)."""
         ...
 
-    def compile(self, schedule: Schedule, device: object | None = None) -> Executable: ...
+    def compile(self, resolved: ResolvedSchedule, device: object | None = None) -> Executable:
+        """The schedule as `pw.build` resolved it once (schedules/resolved.py), compiled."""
+        ...
 
-    def compile_default(self, schedule: Schedule, device: object | None = None) -> Executable:
+    def compile_default(self, resolved: ResolvedSchedule, device: object | None = None) -> Executable:
         """`compile` for the default schedule, which a target may adapt to fit (aicore: streamed
         reductions, narrower tiles); the executable's `schedule` is the one it runs."""
         ...

@@ -20,6 +20,7 @@ from ptowsp.runtime.watchdog import check_timeout
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.passes.default import default_schedule
 from ptowsp.schedules.passes.memory import MemoryPlan
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.workloads import Workload
 from ptowsp.workloads.empties import Emptied, without_empties
 from ptowsp.workloads.inputs import InputCheck
@@ -198,11 +199,12 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
                           title=f"ptowsp {schedule.workload.name} on {target}", debug=bool(debug),
                           task_times=TaskTimes() if policy.policy == "heft" else None)
         progress.phase(f"lowering and compiling {len(schedule.workload.tasks)} tasks")
+        resolved = ResolvedSchedule(schedule)  # fusion planned and constants folded once, for every part
         if isinstance(what, Workload):  # a target may adapt its default to fit (aicore: streamed reductions)
-            executable = found.compile_default(schedule, device)
+            executable = found.compile_default(resolved, device)
             schedule = executable.schedule
         else:
-            executable = found.compile(schedule, device)
+            executable = found.compile(resolved, device)
     if emptied.computed is original:
         return Built(schedule, target, executable, options)  # nothing was empty
     return Built(schedule, target, executable, options, emptied, original)

@@ -22,7 +22,7 @@ from ptowsp.lower.access import KernelAccess, kernel_access
 from ptowsp.lower.kernel import Kernel, lower_task
 from ptowsp.lower.printer import to_source
 from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fold
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.te import Expr
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -136,15 +136,18 @@ def task_key(wl: Workload, schedule: Schedule, name: str) -> tuple:
             tuple((p, loop, task_key(wl, schedule, p)) for p, loop in placed))
 
 
-def lower_program(wl: Workload, schedule: Schedule, kernels: dict[tuple, Kernel] | None = None) -> Program:
+def lower_program(wl: Workload, schedule: Schedule | ResolvedSchedule,
+                  kernels: dict[tuple, Kernel] | None = None) -> Program:
     """Kernels for every compute task that is not inlined, computed at another or folded, and the task table.
 
+    schedule: as written, or as a build resolved it (schedules/resolved.py: fusion planned, constants folded).
     kernels: a cache of kernels by `task_key`, kept by the caller across calls (one workload's).
     """
-    if schedule.workload is not wl and schedule.workload.fingerprint != wl.fingerprint:
-        raise BuildError(f"the schedule belongs to workload {schedule.workload.name!r}, not {wl.name!r}")
-    schedule = schedule.fusion_plan().schedule  # fusion as compute_inline / compute_at steps
-    known = {**wl.constants, **fold.fold_constants(wl)}  # constant folding: evaluated once, here
+    resolved = ResolvedSchedule.of(schedule)
+    if resolved.workload is not wl and resolved.workload.fingerprint != wl.fingerprint:
+        raise BuildError(f"the schedule belongs to workload {resolved.workload.name!r}, not {wl.name!r}")
+    schedule = resolved.planned  # fusion as compute_inline / compute_at steps
+    known = resolved.constants
     placed = schedule.compute_at_locations
     order = tuple(t for t in wl.tasks if t not in schedule.inlined and t not in placed and t not in known)
     lowered = {name: _lower_task(wl, schedule, name, kernels) for name in order

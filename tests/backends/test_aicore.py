@@ -7,6 +7,7 @@ import ptowsp as pw
 from ptowsp.backends.aicore import AicoreBackend
 from ptowsp.backends.aicore.cost import DEFAULT_MAX_BLOCKS, MAX_BLOCKS, TooManyBlocks
 from ptowsp.schedules.passes.default import default_schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.workloads import random_inputs, zoo
 
 SMALL = pw.DeviceModel(clusters=4, schedulers=2)
@@ -296,8 +297,9 @@ def test_the_default_keeps_each_instance_to_a_few_thousand_blocks():
     aicore = AicoreBackend()
     default = default_schedule(wl, vector_bytes=aicore.vector_bytes, workers=len(aicore.cores(None, None)),
                                choose=aicore.schedule_choices(None))
-    assert DEFAULT_MAX_BLOCKS < aicore.compile(default).shapes["Y"].blocks <= MAX_BLOCKS  # as given: builds
-    assert all(shape.blocks <= DEFAULT_MAX_BLOCKS for shape in aicore.compile_default(default).shapes.values())
+    resolved = ResolvedSchedule(default)  # as pw.build hands a schedule to its target
+    assert DEFAULT_MAX_BLOCKS < aicore.compile(resolved).shapes["Y"].blocks <= MAX_BLOCKS  # as given: builds
+    assert all(shape.blocks <= DEFAULT_MAX_BLOCKS for shape in aicore.compile_default(resolved).shapes.values())
     prog = pw.build(wl, "aicore")
     inputs = random_inputs(wl, seed=4)
     np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)

@@ -26,7 +26,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import lower_program
 from ptowsp.runtime import Options, TaskTable, Trace
 from ptowsp.runtime.clocks import DeviceClock
-from ptowsp.schedules import Schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Category, Workload
@@ -39,8 +39,9 @@ class AicoreExecutable:
 
     source_kinds = CpuExecutable.source_kinds  # the host code that computes the numbers
 
-    def __init__(self, schedule: Schedule, device: DeviceModel, max_blocks: int = MAX_BLOCKS):
-        self.schedule, self.device = schedule, device
+    def __init__(self, resolved: ResolvedSchedule, device: DeviceModel, max_blocks: int = MAX_BLOCKS):
+        schedule = self.schedule = resolved.schedule
+        self.device = device
         if schedule.workload.sizes:
             raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
                              f"({', '.join(schedule.workload.sizes)}), which the aicore target does not take yet; "
@@ -50,14 +51,14 @@ class AicoreExecutable:
             raise BuildError(f"task {task!r}: prefetch_tensor({tensor!r}) is a cpu cache hint, and an AICore has no "
                              "data cache to fetch into (its inputs move by DMA); drop the step for this target")
         # lowered first: the buffers are checked before anything is compiled (the default refits and retries)
-        wl, program = schedule.workload, lower_program(schedule.workload, schedule)
+        wl, program = schedule.workload, lower_program(schedule.workload, resolved)
         self.program = program
         unknown = {c for c in schedule.cores.values() if c not in ("cube", "vector")}
         if unknown:
             raise BuildError(f"the aicore target has cube and vector cores; bind(..., core=) named {sorted(unknown)}")
-        resolved = program.schedule  # fusion applied: epilogue anchors are computed at their consumers
+        planned = resolved.planned  # fusion applied: epilogue anchors are computed at their consumers
         self.shapes: dict[str, KernelShape] = {}
-        calls = {t: lookup(i) for t, (_, i) in resolved.tensorized.items()}
+        calls = {t: lookup(i) for t, (_, i) in planned.tensorized.items()}
         for task, found in calls.items():
             if "aicore" not in found.implementations:
                 raise BuildError(f"task {task!r}: intrinsic {found.name!r} has no aicore implementation (a core "
@@ -67,9 +68,9 @@ class AicoreExecutable:
             cube = any(wl.category(t) is Category.COMPLEX_OUT_FUSABLE for t in members)
             called = [calls[t].implementations["aicore"] for t in members if t in calls]  # tensorized: its class
             core = schedule.cores.get(name) or (called[0] if called else "cube" if cube else "vector")
-            reduce = {prefix + r for task, prefix in members.items() for r in resolved.reduce_loops(task)}
-            self.shapes[name] = kernel_shape(kernel, core, reduce, set(resolved.reduce_loops(name)))
-            for (_, nest), (_, variant) in zip(resolved.variants.get(name, ()), program.variants.get(name, ())):
+            reduce = {prefix + r for task, prefix in members.items() for r in planned.reduce_loops(task)}
+            self.shapes[name] = kernel_shape(kernel, core, reduce, set(planned.reduce_loops(name)))
+            for (_, nest), (_, variant) in zip(planned.variants.get(name, ()), program.variants.get(name, ())):
                 own = {lp.name for lp in nest.loops if lp.reduce}  # a variant's loops: its own reduce loops
                 self.shapes[variant.name] = kernel_shape(variant, core, reduce | own, own)
         self.classes = {name: shape.core for name, shape in self.shapes.items()}
@@ -78,7 +79,7 @@ class AicoreExecutable:
         self.itemsize = itemsizes({t: wl.tensor(t).dtype for t in names})
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
         check_blocks(self.shapes, max_blocks)
-        self.cpu = CpuExecutable(schedule, program=program)
+        self.cpu = CpuExecutable(resolved, program=program)
         self.table = self._on_cores(self.cpu.table)
         table_names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
         self.itemsize |= itemsizes({t: wl.tensor(t).dtype for t in table_names - names})
@@ -138,19 +139,21 @@ class AicoreBackend:
                              "device=pw.DeviceModel(clusters=..., ...) instead of workers=")
         return (device or DeviceModel()).core_classes()
 
-    def compile(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
-        return AicoreExecutable(schedule, device or DeviceModel())
+    def compile(self, resolved: ResolvedSchedule, device: DeviceModel | None = None) -> AicoreExecutable:
+        return AicoreExecutable(resolved, device or DeviceModel())
 
-    def compile_default(self, schedule: Schedule, device: DeviceModel | None = None) -> AicoreExecutable:
+    def compile_default(self, resolved: ResolvedSchedule, device: DeviceModel | None = None) -> AicoreExecutable:
         """The default schedule, changed until it fits the device's buffers (fitting.py): a task's
         reduction streamed in blocks, its tile narrowed, a sum computed inside its consumer stored on
         its own; and until no instance streams more than DEFAULT_MAX_BLOCKS blocks where streaming its
         reduction outside its tile can make them fewer.  A user's own schedule is compiled as given
         (`compile`) and refused if it does not fit."""
-        fitting, limit = Fitting(schedule), DEFAULT_MAX_BLOCKS
+        fitting, limit = Fitting(resolved.schedule), DEFAULT_MAX_BLOCKS
         while True:
+            fitted = fitting.schedule()
             try:
-                return AicoreExecutable(fitting.schedule(), device or DeviceModel(), limit)
+                return AicoreExecutable(resolved if fitted is resolved.schedule else ResolvedSchedule(fitted),
+                                        device or DeviceModel(), limit)
             except BufferOverflow as e:
                 if not fitting.overflowed(e):
                     raise

@@ -17,7 +17,7 @@ from ptowsp.backends.cpu.executable import CpuExecutable
 from ptowsp.backends.cpu.isa import target_cpu
 from ptowsp.backends.cpu.jit import target_machine
 from ptowsp.errors import BuildError
-from ptowsp.schedules import Schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.panels import pack_panels
 from ptowsp.schedules.passes.propagation import propagate_blocking
@@ -51,11 +51,11 @@ class CpuBackend:
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
 
-    def compile_default(self, schedule: Schedule, device: None = None) -> CpuExecutable:
-        return self.compile(schedule, device)
+    def compile_default(self, resolved: ResolvedSchedule, device: None = None) -> CpuExecutable:
+        return self.compile(resolved, device)
 
-    def compile(self, schedule: Schedule, device: None = None) -> CpuExecutable:
-        return CpuExecutable(schedule)
+    def compile(self, resolved: ResolvedSchedule, device: None = None) -> CpuExecutable:
+        return CpuExecutable(resolved)
 
     def default_workload(self, wl: Workload) -> Workload:
         """3x3 convolutions over large enough images by Winograd's F(4x4, 3x3) (passes/winograd.py),

@@ -35,8 +35,7 @@ from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, rouse
 from ptowsp.runtime.clocks import HOST_CLOCK, Clock
 from ptowsp.runtime.native import NativeTasks
-from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fold
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.passes.memory import MemoryPlan, plan_memory
 from ptowsp.te import Tensor
 from ptowsp.workloads.inputs import input_sizes
@@ -51,9 +50,10 @@ class CpuExecutable:
 
     source_kinds = ("llvm", "asm")
 
-    def __init__(self, schedule: Schedule, cpu: TargetCpu | None = None, program: Program | None = None):
+    def __init__(self, resolved: ResolvedSchedule, cpu: TargetCpu | None = None, program: Program | None = None):
         """`program`: the schedule already lowered (aicore lowers first to check its buffers)."""
-        self.schedule = schedule
+        self.resolved = resolved
+        self.schedule = schedule = resolved.schedule
         if program is not None:
             self.program = program
         self.cpu = target_cpu() if cpu is None else cpu  # the CPU the kernels are compiled for
@@ -68,11 +68,10 @@ class CpuExecutable:
         else:
             self._object, manifest = found
         wl = schedule.workload
-        # tensors known at build time, passed to kernels like inputs (from fold, not self.program:
-        # a cached build is not lowered)
-        folded = fold.fold_constants(wl)
-        self.folded = frozenset(folded)  # tensors of tasks computed at build time
-        self.constants = {**wl.constants, **folded}
+        # tensors known at build time, passed to kernels like inputs (from the resolved schedule, not
+        # self.program: a cached build is not lowered)
+        self.folded = frozenset(resolved.folded)  # tensors of tasks computed at build time
+        self.constants = resolved.constants
         for name, layout in schedule.layouts.items():  # constants packed once: kernels read them in their layout
             if name in self.constants:
                 self.constants[name] = layout.pack(self.constants[name])
@@ -141,7 +140,7 @@ class CpuExecutable:
 
     @functools.cached_property
     def program(self) -> Program:
-        return lower_program(self.schedule.workload, self.schedule)
+        return lower_program(self.schedule.workload, self.resolved)
 
     def source(self, task: str, kind: str) -> str:
         """The task's kernel (and its specialized versions) as LLVM IR after -O3 ("llvm") or as the

@@ -31,6 +31,7 @@ from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
 from ptowsp.schedules import Schedule
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Workload
@@ -63,9 +64,11 @@ class CudaCode:
         return "\n".join(lines[start:end + 1])
 
 
-def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
+def generate(given: Schedule | ResolvedSchedule, arch: int = DEFAULT_ARCH,
              max_shared_bytes: int = MAX_STATIC_SHARED_BYTES) -> CudaCode:
     """Compile a schedule to PTX for compute capability `arch` (90: sm_90); no GPU needed."""
+    resolved = ResolvedSchedule.of(given)
+    schedule = resolved.schedule
     if schedule.workload.sizes:
         raise BuildError(f"workload {schedule.workload.name!r} has symbolic sizes "
                          f"({', '.join(schedule.workload.sizes)}), which the cuda target does not take yet; "
@@ -80,8 +83,7 @@ def generate(schedule: Schedule, arch: int = DEFAULT_ARCH,
     if schedule.variants:
         raise BuildError(f"task {next(iter(schedule.variants))!r} is specialized (Schedule.specialize), which the "
                          "cuda target does not take yet; build the schedule without specialize steps")
-    bound = with_default_binding(schedule)
-    program = lower_program(schedule.workload, bound)
+    program = lower_program(schedule.workload, resolved.replanned(with_default_binding(resolved.planned)))
     module = ir.Module(name=schedule.workload.name)
     kernels, symbols = {}, {}
     for name, kernel in program.kernels.items():
@@ -98,10 +100,10 @@ class CudaExecutable:
     source_kinds = ("llvm", "ptx")
     memory_plan = None  # every tensor in a device buffer of its own
 
-    def __init__(self, schedule: Schedule):
+    def __init__(self, resolved: ResolvedSchedule):
         self.device = driver.device()
-        self.schedule = schedule
-        self.code = generate(schedule, self.device.arch, self.device.max_shared_bytes)
+        self.schedule = schedule = resolved.schedule
+        self.code = generate(resolved, self.device.arch, self.device.max_shared_bytes)
         self.program = self.code.program
         self.module = driver.Module(self.code.ptx)
         wl = schedule.workload
@@ -198,11 +200,11 @@ class CudaBackend:
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
 
-    def compile_default(self, schedule: Schedule, device: None = None) -> CudaExecutable:
-        return self.compile(schedule, device)
+    def compile_default(self, resolved: ResolvedSchedule, device: None = None) -> CudaExecutable:
+        return self.compile(resolved, device)
 
-    def compile(self, schedule: Schedule, device: None = None) -> CudaExecutable:
-        return CudaExecutable(schedule)
+    def compile(self, resolved: ResolvedSchedule, device: None = None) -> CudaExecutable:
+        return CudaExecutable(resolved)
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl

@@ -84,9 +84,8 @@ def _bind(s: Schedule, task: str) -> None:
     s.bind(task, outer_of(loop), "blockIdx.x").bind(task, inner_of(loop), "threadIdx.x")
 
 
-def with_default_binding(schedule: Schedule) -> Schedule:
-    """The schedule after fusion, with a default binding on every kernel that binds no loop."""
-    planned = schedule.fusion_plan().schedule
+def with_default_binding(planned: Schedule) -> Schedule:
+    """The schedule after fusion (`planned`), with a default binding on every kernel that binds no loop."""
     for task in kernel_tasks(planned):
         if any(lp.annotation in THREAD_AXES for lp in planned.nest(task).loops):
             continue

@@ -17,8 +17,7 @@ from ptowsp.backends.host import host_instance
 from ptowsp.errors import BuildError
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, execute
-from ptowsp.schedules import Schedule
-from ptowsp.schedules.passes import fold
+from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.passes.default import Choose, keep_default
 from ptowsp.workloads import ComputeTask, Workload
 from ptowsp.workloads.inputs import input_sizes, read_only
@@ -31,10 +30,10 @@ class NumpyExecutable:
     source_kinds: tuple[str, ...] = ()  # no generated code: only the lowered loops (Built.source "loops")
     memory_plan = None  # every tensor in its own array
 
-    def __init__(self, schedule: Schedule):
-        self.schedule = schedule
-        self.workload = schedule.workload
-        self.constants = {**self.workload.constants, **fold.fold_constants(self.workload)}
+    def __init__(self, resolved: ResolvedSchedule):
+        self.resolved, self.schedule = resolved, resolved.schedule
+        self.workload = resolved.workload
+        self.constants = resolved.constants
 
     def table_for(self, sizes: Mapping[str, int]) -> TaskTable:
         bound = self.workload.bind(sizes)
@@ -47,7 +46,7 @@ class NumpyExecutable:
     @functools.cached_property
     def program(self) -> Program:
         """The lowered program, made when asked for (numpy runs the tasks as written)."""
-        return lower_program(self.workload, self.schedule)
+        return lower_program(self.workload, self.resolved)
 
     def source(self, task: str, kind: str) -> str:
         raise BuildError(f"source({task!r}, {kind!r}): the numpy target generates no code")
@@ -84,11 +83,11 @@ class NumpyBackend:
     def cores(self, workers, device) -> tuple[str | None, ...]:
         return host_cores(self.name, workers, device)
 
-    def compile_default(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
-        return self.compile(schedule, device)
+    def compile_default(self, resolved: ResolvedSchedule, device: None = None) -> NumpyExecutable:
+        return self.compile(resolved, device)
 
-    def compile(self, schedule: Schedule, device: None = None) -> NumpyExecutable:
-        return NumpyExecutable(schedule)
+    def compile(self, resolved: ResolvedSchedule, device: None = None) -> NumpyExecutable:
+        return NumpyExecutable(resolved)
 
     def default_workload(self, wl: Workload) -> Workload:
         return wl
