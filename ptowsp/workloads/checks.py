@@ -1,13 +1,26 @@
-"""What every task definition must satisfy: one named loop variable per dimension, bound reduce axes."""
+"""What every task definition must satisfy (one named loop variable per dimension, bound reduce axes), and
+the task named in the errors raised while it is defined."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from ptowsp.errors import ShapeError, WorkloadError
+from ptowsp.errors import PtowspError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op
 from ptowsp.te.names import check_name
+
+
+@contextlib.contextmanager
+def blamed_on(task: str) -> Iterator[None]:
+    """Prefix errors raised while defining a task with the task's name."""
+    try:
+        yield
+    except PtowspError as e:
+        if not str(e).startswith("task "):
+            e.args = (f"task {task!r}: {e}",)
+        raise
 
 
 def loop_names_of(name: str, shape: tuple[int, ...], fn: Callable[..., object]) -> tuple[str, ...]:

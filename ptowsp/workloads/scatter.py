@@ -53,16 +53,19 @@ VALUE_SUFFIX = "_value"
 COMBINES = {"add": np.add, "max": np.maximum, "min": np.minimum}
 
 
-def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Extent],
-            index: Callable[..., Sequence[object]], value: Callable[..., object],
-            domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
-    """See Workload.scatter."""
+def scatter_names(name: str, combine: str | None) -> tuple[str, str]:
+    """The two tasks a scatter adds: `name`, and the host inversion (no combine) or the values it folds;
+    Workload.scatter claims both before either is added.  WorkloadError for an unknown combine."""
     if combine is not None and combine not in COMBINES:
         raise WorkloadError(f"scatter {name!r}: combine={combine!r} is not one of {sorted(COMBINES)} (or None: "
                             "each target written at most once)")
-    helper = SOURCE_SUFFIX if combine is None else VALUE_SUFFIX
-    for claimed in (name, name + helper):  # checked before either task is added
-        wl._claim(claimed, "scatter")
+    return name, name + (SOURCE_SUFFIX if combine is None else VALUE_SUFFIX)
+
+
+def scatter(wl: Workload, name: str, shape: Sequence[Extent], over: Sequence[Extent],
+            index: Callable[..., Sequence[object]], value: Callable[..., object],
+            domain: Callable[..., object] | None = None, combine: str | None = None) -> Tensor:
+    """See Workload.scatter (which has claimed `scatter_names`)."""
     shape, over = normalize_shape(shape, f"scatter {name!r}"), normalize_shape(over, f"scatter {name!r} over")
     loops = loop_names_of(name, over, value)
     points = tuple(Expr(Op.VAR, dtypes.INDEX_DTYPE, (), (n, x)) for n, x in zip(loops, over, strict=True))

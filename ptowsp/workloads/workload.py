@@ -7,24 +7,23 @@ mistake is reported where it is made, with the task and tensor at fault.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
-from ptowsp.errors import DTypeError, PtowspError, ShapeError, WorkloadError
+from ptowsp.errors import DTypeError, ShapeError, WorkloadError
 from ptowsp.te import Expr, Op, Tensor, check_bounds, dtypes, lift, rewrite, rules, sizes, walk
 from ptowsp.te.names import check_name
 from ptowsp.workloads.arrays import frozen_constant, normalize_shape
 from ptowsp.workloads.category import infer_category
-from ptowsp.workloads.checks import check_reduce_axes, loop_names_of
+from ptowsp.workloads.checks import blamed_on, check_reduce_axes, loop_names_of
 from ptowsp.workloads.scan import initial_value, scan_axis, scan_task
-from ptowsp.workloads.scatter import scatter
+from ptowsp.workloads.scatter import scatter, scatter_names
 from ptowsp.workloads.task import Category, ComputeTask, OpaqueTask, Task
 
 _workload_ids = itertools.count(1)
@@ -49,17 +48,6 @@ def _settled(method: Callable) -> Callable:
         return method(self, *args, **kwargs)
 
     return settled
-
-
-@contextlib.contextmanager
-def _blame(task: str) -> Iterator[None]:
-    """Prefix errors raised while defining a task with the task's name."""
-    try:
-        yield
-    except PtowspError as e:
-        if not str(e).startswith("task "):
-            e.args = (f"task {task!r}: {e}",)
-        raise
 
 
 class Workload:
@@ -96,7 +84,7 @@ class Workload:
         from this input's array, the same for every input and task that uses it.
         """
         self._claim(name, "input")
-        with _blame(name):
+        with blamed_on(name):
             dims = normalize_shape(shape, f"input {name!r}")
             for d, dim in enumerate(dims):
                 if isinstance(dim, Expr) and dim.op is Op.SIZE:
@@ -142,7 +130,7 @@ class Workload:
         outside are never generated.
         """
         self._claim(name, "task")
-        with _blame(name):
+        with blamed_on(name):
             shape = normalize_shape(shape, f"compute {name!r}")
             self._check_sizes(shape, f"compute {name!r}")
             loop_names = loop_names_of(name, shape, fn)
@@ -178,7 +166,7 @@ class Workload:
         output tensor, or a tuple of them when there are several.
         """
         self._claim(name, "task")
-        with _blame(name):
+        with blamed_on(name):
             if not callable(fn):
                 raise WorkloadError(f"opaque task needs a callable, got {fn!r}")
             ins = tuple(self._own(t, "an input of the opaque task") for t in inputs)
@@ -214,6 +202,8 @@ class Workload:
         that inverts the index map and the gather `name`, or with combine the values `name_value`
         and the host fold `name` (ptowsp/workloads/scatter.py).
         """
+        for claimed in scatter_names(name, combine):  # checked before either task is added
+            self._claim(claimed, "scatter")
         return scatter(self, name, shape, over, index, value, domain, combine)
 
     @_settled
@@ -229,7 +219,7 @@ class Workload:
         definition, query, schedule or run); its errors surface there, naming the scan.
         """
         self._claim(name, "task")
-        with _blame(name):
+        with blamed_on(name):
             shape = normalize_shape(shape, f"scan {name!r}")
             self._check_sizes(shape, f"scan {name!r}")
             loops = loop_names_of(name, shape, update)
@@ -248,7 +238,7 @@ class Workload:
         while self._pending:
             tensor, axes, k, init_value, update = self._pending[0]
             try:
-                with _blame(tensor.name):
+                with blamed_on(tensor.name):
                     result = update(*axes)
                     if isinstance(result, Tensor):
                         raise ShapeError(f"update returned tensor {result.name} itself; index it")
@@ -501,7 +491,7 @@ def bind_workload(wl: Workload, binding: dict[str, int]) -> Workload:
         out._graph.add_node(name, kind="constant", tensor=t)
     for name in wl.tasks:
         task = wl.task(name)
-        with _blame(name):
+        with blamed_on(name):
             if isinstance(task, ComputeTask):
                 body = bound_expr(task.body)
                 check_bounds(body)
