@@ -48,7 +48,7 @@ class ResolvedSchedule:
         """The schedule with fusion as compute_inline and compute_at steps: what a target lowers."""
         return self.plan.schedule if self._given is None else self._given
 
-    @functools.cached_property
+    @property
     def folded(self) -> dict[str, np.ndarray]:
         """{task computed at build time: its read-only result} (fold keeps them per workload object)."""
         return fold.fold_constants(self.workload)

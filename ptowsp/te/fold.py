@@ -9,7 +9,7 @@ part costs once; because the walk keeps its own stack, a deep expression costs n
 `per_node` memoizes an analysis that is a function of the node alone across calls: equal nodes
 being one object, an index a dozen passes ask about is valued once.
 
-Nothing here needs more of a node than its `src`, so expr.py (whose printer is a fold) can use it.
+Nothing here needs more of a node than its `src`, so the printer, which expr.py imports, can be a fold.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ T = TypeVar("T")
 Operands = Callable[[Any], Sequence[Any]]
 
 
-def postorder(expr, operands: Operands | None = None) -> list:
-    """Every distinct node of the tree, operands before their users; `operands(node)`: the nodes to go
-    on to from it, instead of its `src`."""
+def postorder(expr) -> list:
+    """Every distinct node of the tree, operands before their users (common subexpressions' order)."""
     order: list = []
     seen: set[int] = set()
     stack = [(expr, False)]
@@ -35,8 +34,7 @@ def postorder(expr, operands: Operands | None = None) -> list:
         elif id(node) not in seen:
             seen.add(id(node))
             stack.append((node, True))
-            stack.extend((c, False) for c in reversed(node.src if operands is None else operands(node))
-                         if id(c) not in seen)
+            stack.extend((c, False) for c in reversed(node.src) if id(c) not in seen)
     return order
 
 
