@@ -256,7 +256,7 @@ def show_command(args: argparse.Namespace) -> int:
     found = backend(args.target)
     workers = len(found.cores(args.workers, None))
     schedule = default_schedule(found.default_workload(wl), vector_bytes=found.vector_bytes, workers=workers,
-                                choose=found.schedule_choices(None))
+                                choose=found.schedule_choices(None), cube=found.cube_tiler(None))
     print("\n".join(_overview(wl, schedule, args.target, workers)))
     print("\ntask graph (producer -> consumers):")
     for task in wl.tasks:

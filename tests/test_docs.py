@@ -15,7 +15,8 @@ def python_blocks(path: pathlib.Path) -> str:
 
 
 @pytest.mark.parametrize("page", ["docs/tutorial.md", "README.md", "docs/schedules.md", "docs/runtime.md",
-                                  "docs/fusion.md", "docs/aicore.md", "docs/cuda.md", "docs/dynamic.md"])
+                                  "docs/fusion.md", "docs/aicore.md", "docs/cuda.md", "docs/dynamic.md",
+                                  "docs/llm.md"])
 def test_page_runs(page, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # pages write trace.json, tune.jsonl, ... where they run
     code = python_blocks(ROOT / page)

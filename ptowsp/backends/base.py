@@ -19,6 +19,7 @@ from ptowsp.runtime import Options, TaskTable, Trace, worker_classes
 from ptowsp.schedules import Schedule
 from ptowsp.schedules.resolved import ResolvedSchedule
 from ptowsp.schedules.steps import CORE_CLASSES
+from ptowsp.schedules.passes.cube import CubeTiler
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.schedules.passes.memory import MemoryPlan
 from ptowsp.workloads import Workload
@@ -63,6 +64,11 @@ class Backend(Protocol):
 
     def schedule_choices(self, device: object | None) -> Choose:
         """How this target answers the default schedule's decisions (schedules/passes/default.py)."""
+        ...
+
+    def cube_tiler(self, device: object | None) -> CubeTiler | None:
+        """How the default tiles a contraction for this target's matrix cores (schedules/passes/cube.py);
+        None: it has none."""
         ...
 
     def default_workload(self, wl: Workload) -> Workload:

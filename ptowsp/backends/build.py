@@ -190,7 +190,8 @@ def build(what: Workload | Schedule, target: str = "numpy", *, workers: int | Se
         if isinstance(what, Workload):
             progress.phase("the default schedule")
             schedule = default_schedule(found.default_workload(emptied.computed), vector_bytes=found.vector_bytes,
-                                        workers=len(cores), choose=found.schedule_choices(device))
+                                        workers=len(cores), choose=found.schedule_choices(device),
+                                        cube=found.cube_tiler(device))
         else:
             schedule = computed_schedule(what, emptied)
         step = schedule.dispatch_policy

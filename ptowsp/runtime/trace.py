@@ -115,6 +115,16 @@ class Summary:
         return "\n".join(lines)
 
 
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of the intervals `spans`."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def _time(seconds: float) -> str:
     scale, unit = time_unit(seconds)
     return f"{seconds / scale:.0f} ns" if unit == "ns" else f"{seconds / scale:.3f} {unit}"
@@ -177,21 +187,25 @@ class Trace:
     def summary(self) -> Summary:
         makespan = self.duration or max((e.end for e in self.events), default=0.0)
         rows = len(self.workers) if self.lanes is None else self.lanes
-        busy, idle = [0.0] * rows, [0.0] * rows
+        idle = [0.0] * rows
+        spans: list[list[tuple[float, float]]] = [[] for _ in range(rows)]
         control: dict[int, float] = {}
         computing = [0.0] * rows  # task (compute) events only: what "cube busy" means
         for e in self.events:
             if e.worker < rows:
-                busy[e.worker] += e.work
+                spans[e.worker].append((e.start, e.end))
                 computing[e.worker] += e.work if e.id >= 0 else 0.0
             else:
                 control[e.worker] = control.get(e.worker, 0.0) + e.work
+        # a core's DMA and compute units overlap on the device clock: busy is when any of them works
+        busy = [_covered(row) for row in spans]
         for w in self.waits:
             if w.kind == "dependency" and w.worker < rows:
                 idle[w.worker] += w.end - w.start
         tasks = [e for e in self.events if e.id >= 0]
-        overhead = sum(max(0.0, makespan - b - i) for b, i in zip(busy, idle))  # bookkeeping, start-up
-        ends = sum(self._ends(row, makespan, b, i) for row, (b, i) in enumerate(zip(busy, idle)))
+        used = [row for row in range(rows) if spans[row]]  # a core that ran nothing had nothing to run
+        overhead = sum(max(0.0, makespan - busy[r] - idle[r]) for r in used)  # bookkeeping, start-up
+        ends = sum(self._ends(r, spans[r], makespan, busy[r], idle[r]) for r in used)
         share = (lambda seconds, count=1: seconds / (count * makespan)) if makespan else (lambda *_: 0.0)
         fractions = {name: share(b) for (name, _), b in zip(self.workers, busy)}
         by_class: dict[str, list[float]] = defaultdict(list)
@@ -203,11 +217,8 @@ class Trace:
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
                        classes, controls, self.cold, self.statistics.get("idle"), ends)
 
-    def _ends(self, row: int, makespan: float, busy: float, idle: float) -> float:
-        """Worker `row`'s overhead outside its first task's start and its last task's end."""
-        spans = [(e.start, e.end) for e in self.events if e.worker == row]
-        if not spans:
-            return max(0.0, makespan - busy - idle)
+    def _ends(self, row: int, spans: list[tuple[float, float]], makespan: float, busy: float, idle: float) -> float:
+        """Worker `row`'s overhead outside its first task's start and its last task's end (`spans`: its events)."""
         first, last = min(a for a, _ in spans), max(b for _, b in spans)
         inside = sum(max(0.0, min(w.end, last) - max(w.start, first)) for w in self.waits
                      if w.kind == "dependency" and w.worker == row)

@@ -37,7 +37,7 @@ def run(schedule, device=SMALL):
 def test_the_target_is_registered_and_device_figures_carry_sources():
     assert "aicore" in pw.targets()
     sources = pw.DeviceModel().sources()
-    assert {"clock_hz", "ub_bytes", "schedule_seconds", "dma_bytes_per_cycle"} <= set(sources)
+    assert {"clock_hz", "ub_bytes", "schedule_seconds", "gm_to_l1_bytes_per_second", "dma_startup_seconds"} <= set(sources)
     assert all(sources.values())
     assert pw.DeviceModel().core_classes().count("cube") == 24
     with pytest.raises(pw.BuildError, match="device model"):
@@ -99,7 +99,8 @@ def test_each_model_term_moves_the_makespan_the_expected_way():
     base = makespan(s)
     assert makespan(s, clock_hz=SMALL.clock_hz * 2) < base
     assert makespan(s, clusters=2) > base
-    assert makespan(s, dma_bytes_per_cycle=16) > base
+    assert makespan(s, gm_to_l1_bytes_per_second=SMALL.gm_to_l1_bytes_per_second / 8) > base
+    assert makespan(s, l0c_to_gm_bytes_per_second=SMALL.l0c_to_gm_bytes_per_second / 64) > base
     assert makespan(s, hbm_bytes_per_second=1e10) > base
     assert makespan(s, schedule_seconds=50e-6) > base
     assert makespan(s, dma_startup_seconds=5e-6) > base

@@ -20,6 +20,7 @@ from ptowsp.backends.aicore.cost import (DEFAULT_MAX_BLOCKS, MAX_BLOCKS, BufferO
                                         TooManyBlocks, check_blocks, check_buffers, itemsizes, kernel_shape)
 from ptowsp.backends.aicore.fitting import Fitting
 from ptowsp.backends.aicore.model import DeviceModel
+from ptowsp.backends.aicore.tiling import CubeTiles
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
@@ -27,6 +28,7 @@ from ptowsp.lower import lower_program
 from ptowsp.runtime import Options, TaskTable, Trace
 from ptowsp.runtime.clocks import DeviceClock
 from ptowsp.schedules.resolved import ResolvedSchedule
+from ptowsp.schedules.passes.cube import CubeTiler
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Category, Workload
@@ -167,6 +169,9 @@ class AicoreBackend:
     def default_workload(self, wl: Workload) -> Workload:
         return wl
 
+    def cube_tiler(self, device: DeviceModel | None) -> CubeTiler:
+        return CubeTiles(device or DeviceModel())
+
     def schedule_choices(self, device: DeviceModel | None) -> Choose:
         """The default schedule on this target: a contraction's k block small enough that the panel
         block of its register tile (k rows of 2 vectors) fits half of L0B, the other half for the
@@ -183,6 +188,8 @@ class AicoreBackend:
                 return max((c for c in candidates if c <= largest), default=min(candidates))
             if kind == "tasks" and cores in candidates:
                 return max(default, cores)
+            if kind == "prefetch" and 1 in candidates:
+                return 1  # double buffering: a block loads while the one before computes (the tiles fit two)
             return default
 
         return choose

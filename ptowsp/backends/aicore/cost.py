@@ -18,10 +18,13 @@ From the lowered loop IR of each kernel:
 - **bytes**: what one block reads is the box its loop body touches (bounds
   inference over the loops inside the stream loop); what a tile reads
   outside its stream loop (a bias) comes with its first block, and what it
-  writes is stored after its last block.  Transfers go through one DMA
-  engine per core: each takes its bytes at the DMA rate and arrives
-  `dma_startup_seconds` later, so the latencies of back-to-back transfers
-  overlap.  An L2 (LRU over the boxes transferred) serves repeated reads;
+  writes is stored after its last block.  Transfers go through two DMA
+  engines per core, one loading and one storing (MTE2 and MTE3/FixPipe),
+  at the rates of its class's pipes (a cube core loads GM->L1 and stores
+  L0C->GM, a vector core GM->UB and UB->GM); each transfer arrives
+  `dma_startup_seconds` after its bytes are through, so the latencies of
+  back-to-back transfers overlap, and one transfer on its own follows the
+  published saturating curve (peak x size / (size + peak x startup)).  An L2 (LRU over the boxes transferred) serves repeated reads;
   misses and every store also pass through HBM, one shared FIFO.
 - **compute**: a cube block takes one cycle per 16x16x16 fractal of its
   tile's outputs times its k (padded to whole fractals; float16 and
@@ -37,7 +40,11 @@ From the lowered loop IR of each kernel:
   the block, in place of the rates above.
 - **buffers**: a tile's accumulators, 1 + prefetch blocks of inputs and its
   outputs must fit the core's buffers, else the build fails naming the
-  buffer.
+  buffer.  On a cube core a block waits in L1 and feeds L0A/L0B in *L0
+  steps*: the first reduction loop inside the stream loop with spatial
+  loops inside it (`k.inner.outer` after splitting a 256-deep block by
+  64: four k steps per L1 load, as the PTO ISA's GEMM runs), or the whole
+  block without one; an L0 step's input boxes must fit L0A/L0B.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class KernelShape:
     stream: KernelAccess | None  # one block's reads (over grid + tile loops + stream loop)
     block_reduce: int  # contraction iterations of one block on the cube (k of one block; 0: none)
     call_cycles: float = 0.0  # cycles of one block's calls of intrinsics declared with `cycles=` (0: none)
+    l0_step: KernelAccess | None = None  # the reads of one L0 step inside a block (None: the whole block)
 
     @property
     def blocks(self) -> int:
@@ -101,22 +109,25 @@ def _without(stmt: Stmt, part: Stmt) -> Stmt:
     return stmt.with_children([_without(c, part) for c in stmt.children()])
 
 
-def _stream_path(stmt: Stmt, reduce_vars: set[str]) -> list[For] | None:
+def _stream_path(stmt: Stmt, reduce_vars: set[str], top: bool = True) -> list[For] | None:
     """The tile loops from the top of a task's body down to its stream loop (last), if it has one.
 
     The stream loop is a reduction loop with spatial loops inside it (a tile, not an element, per
-    iteration); a spatial loop above it is a tile loop when it also wraps stores outside the stream
-    loop (the reduction's init and epilogue), not just the update nest of a per-element order.
+    iteration), or, at the top of the body (the instance is one tile), with any loop inside it (a
+    row's sum in vector partial sums: its lanes are pieces of the reduction); a spatial loop above it
+    is a tile loop when it also wraps stores outside the stream loop (the reduction's init and
+    epilogue), not just the update nest of a per-element order.
     """
     if isinstance(stmt, For):
         if stmt.var in reduce_vars:
-            tiled = any(isinstance(n, For) and n.var not in reduce_vars for n in walk_stmts(stmt.body))
+            inside = [n.var for n in walk_stmts(stmt.body) if isinstance(n, For)]
+            tiled = any(v not in reduce_vars for v in inside) or (top and bool(inside))
             return [stmt] if tiled else None
-        inner = _stream_path(stmt.body, reduce_vars)
+        inner = _stream_path(stmt.body, reduce_vars, top=False)
         wraps = inner is not None and any(isinstance(n, Store) for n in walk_stmts(_without(stmt.body, inner[-1])))
         return [stmt, *inner] if wraps else None
     for child in stmt.children():  # blocks, allocations and guards
-        if (found := _stream_path(child, reduce_vars)) is not None:
+        if (found := _stream_path(child, reduce_vars, top)) is not None:
             return found
     return None
 
@@ -140,7 +151,24 @@ def kernel_shape(kernel: Kernel, core: str, reduce_vars: set[str], own_reduce: s
     block = statement_access(stream.body, [*tile_vars, stream.var], gathered_rows=True)
     reduce = math.prod(e for v, e in bound_loops(stream.body).items() if v in reduce_vars)
     tile = KernelAccess(**{**dict(tile), "reads": reads})  # a fresh model: no binding cached yet
-    return KernelShape(core, tuple(lp.extent for lp in path), tile, block, reduce, _call_cycles(stream.body))
+    step = _l0_step(stream.body, reduce_vars, [*tile_vars, stream.var])
+    return KernelShape(core, tuple(lp.extent for lp in path), tile, block, reduce, _call_cycles(stream.body), step)
+
+
+def _l0_step(stmt: Stmt, reduce_vars: set[str], outer: list[str]) -> KernelAccess | None:
+    """The reads of one iteration of a reduction loop at the top of a block with the tile's spatial loops
+    inside it (what one L0A/L0B load holds), as a function of the loops around it; None without one
+    (a spatial loop first: the block's reduction runs per element, and the block feeds L0 whole)."""
+    if isinstance(stmt, For):
+        if stmt.var not in reduce_vars:
+            return None
+        if any(isinstance(n, For) and n.var not in reduce_vars for n in walk_stmts(stmt.body)):
+            return statement_access(stmt.body, [*outer, stmt.var], gathered_rows=True)
+        return _l0_step(stmt.body, reduce_vars, [*outer, stmt.var])
+    for child in stmt.children():
+        if (found := _l0_step(child, reduce_vars, outer)) is not None:
+            return found
+    return None
 
 
 def _call_cycles(stmt: Stmt, trips: int = 1) -> float:
@@ -223,9 +251,10 @@ class ModelCosts:
     def _bytes(self, part: tuple[str, Region]) -> int:
         return _box_elements(part[1]) * self.itemsize[part[0]]
 
-    def _move(self, engine: float, nbytes: int, through_hbm: bool) -> float:
-        """When the core's DMA engine, free at `engine`, has passed `nbytes` on (HBM waits included)."""
-        end = engine + nbytes / self.device.dma_bytes_per_second
+    def _move(self, engine: float, nbytes: int, rate: float, through_hbm: bool) -> float:
+        """When the core's DMA engine, free at `engine`, has passed `nbytes` on at `rate` bytes per
+        second (HBM waits included)."""
+        end = engine + nbytes / rate
         if through_hbm:
             self.hbm_free = max(engine, self.hbm_free) + nbytes / self.device.hbm_bytes_per_second
             end = max(end, self.hbm_free)
@@ -250,19 +279,24 @@ class ModelCosts:
             parts += self._tile(i, block)[0]
         if shape is not None and shape.stream is not None:
             parts += shape.stream.reads_at(*inst.coords, *shape.tile_coords(block), block % shape.per_tile)
-        return self._transfer(parts, now, loading=True)
+        return self._transfer(parts, now, self._core(i), loading=True)
+
+    def _core(self, i: int) -> str:
+        shape = self._shape(i)
+        return "vector" if shape is None else shape.core  # a host (opaque) task: on a vector core
 
     def store(self, i: int, block: int, now: float) -> float:
-        seconds = self._transfer(self._tile(i, block)[1], now, loading=False)[1]
+        seconds = self._transfer(self._tile(i, block)[1], now, self._core(i), loading=False)[1]
         if block == self.blocks(i) - 1:  # the instance is done: nothing asks for its tiles again
             self._tiles.pop(i, None)
             self._computes.pop(i, None)
         return seconds
 
-    def _transfer(self, parts: Parts, now: float, loading: bool) -> tuple[float, float]:
-        """(busy, ready) of moving `parts` through the core's DMA engine from device time `now`: loads
-        are served by L2 where it holds them; stores go to HBM and stay in L2 for their consumer."""
-        engine = now
+    def _transfer(self, parts: Parts, now: float, core: str, loading: bool) -> tuple[float, float]:
+        """(busy, ready) of moving `parts` through a `core` core's DMA engine from device time `now`:
+        loads are served by L2 where it holds them; stores go to HBM and stay in L2 for their consumer."""
+        d, engine = self.device, now
+        rate = d.load_bytes_per_second(core) if loading else d.store_bytes_per_second(core)
         for part in parts:
             nbytes = self._bytes(part)
             if nbytes:
@@ -272,7 +306,7 @@ class ModelCosts:
                     self.hbm_read += 0 if hit else nbytes
                 else:
                     self.hbm_written += nbytes
-                engine = self._move(engine, nbytes, not hit)
+                engine = self._move(engine, nbytes, rate, not hit)
         busy = engine - now
         return busy, busy + (self.device.dma_startup_seconds if engine > now else 0.0)
 
@@ -290,7 +324,7 @@ class ModelCosts:
     def _compute(self, i: int, block: int) -> float:
         inst, d, shape = self.instances[i], self.device, self._shape(i)
         if shape is None:  # a host (opaque) task: one pass over its bytes
-            return inst.bytes / d.dma_bytes_per_second
+            return inst.bytes / d.gm_to_ub_bytes_per_second
         written = inst.writes[0][0] if inst.writes else None
         lanes = d.vector_bytes_per_cycle // max(1, self.itemsize.get(written, 4))
         if shape.call_cycles:  # intrinsic calls declared with their own cost: that many cycles per call
@@ -397,10 +431,13 @@ def _check_buffers(device: DeviceModel, name: str, shape: KernelShape, itemsize:
     in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
     if shape.core == "cube":
         out_elements = sum(_largest(box) for _, box in shape.tile.writes)
+        step = block_in if shape.l0_step is None else _box_bytes(shape.l0_step.reads, itemsize)
+        step_reads = reads if shape.l0_step is None else shape.l0_step.reads
         needs = [("L0C", out_elements * device.accumulator_bytes, device.l0c_bytes,
                   "its tile's accumulators", None),
-                 ("L0A/L0B", max(block_in, default=0), min(device.l0a_bytes, device.l0b_bytes),
-                  "its largest input block", largest),
+                 ("L0A/L0B", max(step, default=0), min(device.l0a_bytes, device.l0b_bytes),
+                  "its largest input block" if shape.l0_step is None else "its largest input of one L0 step",
+                  step_reads[step.index(max(step))][0] if step else None),
                  ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})",
                   largest)]
     else:

@@ -168,13 +168,14 @@ def stream_reduction_blocks(schedule: Schedule, task: str, block: int) -> Schedu
     the block loop placed just inside the task grid (after any block loop already there), so each step
     of it loads one block of the inputs (the aicore cost model's stream)."""
     loop, span = _stream_piece(schedule, task)
+    axis = _reduce_axes(schedule, task)[0][0]
     s = schedule.copy().split(task, loop, max(1, block // span))  # in place: leave the given one as it is
-    loops = s.nest(task).loops
-    grid = [lp.name for lp in loops if lp.annotation == PARALLEL]
-    after = [lp for lp in loops if lp.annotation != PARALLEL and lp.name != outer_of(loop)]
-    streaming = []  # block loops already just inside the grid
+    nest = s.nest(task)
+    grid = [lp.name for lp in nest.loops if lp.annotation == PARALLEL]
+    after = [lp for lp in nest.loops if lp.annotation != PARALLEL and lp.name != outer_of(loop)]
+    streaming = []  # block loops of other reductions already just inside the grid
     for lp in after:
-        if not lp.reduce:
+        if not lp.reduce or nest.roots(lp.name) == {axis}:
             break
         streaming.append(lp.name)
     rest = [lp.name for lp in after if lp.name not in streaming]

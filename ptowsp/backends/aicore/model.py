@@ -16,6 +16,7 @@ from ptowsp.errors import BuildError
 
 KIB = 1024
 MIB = 1024 * KIB
+GIB = 1024 * MIB
 
 
 def _figure(default: float | int, description: str, source: str, **limits) -> object:
@@ -55,8 +56,9 @@ class DeviceModel(BaseModel):
     schedule_seconds: float = _figure(1e-6, "scheduler thread work per task: a poll of its cores' completion "
                                       "flags and the dispatch", "PTO runtime measurement: polling 24 cores ~1 us "
                                       "(each of 3 schedulers serves 24 of the 72 cores)", ge=0)
-    orchestrate_seconds: float = _figure(0.75e-6, "orchestrator work per task instance it generates",
-                                         "PTO runtime measurement: host submit_task ~0.75 us per task", ge=0)
+    orchestrate_seconds: float = _figure(1.22e-6, "orchestrator work per task instance it generates",
+                                         "PTO runtime measurement: host orchestration 1.22-1.26 us per task warm "
+                                         "(2.94 us cold; 3,875 tasks on a Kunpeng-920)", ge=0)
     task_switch_seconds: float = _figure(0.8e-6, "a core's switch from one task to the next it holds",
                                          "PTO runtime measurement: AICore task-to-task switch ~0.8 us", ge=0)
     task_slots: int = _figure(2, "task slots per core: one running and the pending ones",
@@ -83,10 +85,18 @@ class DeviceModel(BaseModel):
                                           "Ascend 910B public specification: 1.6 TB/s", gt=0)
     l2_bytes: int = _figure(192 * MIB, "on-die L2 cache in front of HBM, shared",
                             "figure quoted for Atlas A2 (910B) devices; not verified here", ge=0)
-    dma_bytes_per_cycle: int = _figure(256, "one core's DMA rate between L2 and its buffers",
-                                       "assumption: one 2048-bit transfer per cycle (no public figure)", ge=1)
-    dma_startup_seconds: float = _figure(0.5e-6, "fixed cost of starting one DMA transfer",
-                                         "assumption: ~900 cycles of global-memory latency", ge=0)
+    gm_to_l1_bytes_per_second: float = _figure(135.0 * GIB, "a cube core's loads: global memory (L2/HBM) to L1",
+                                               "PTO ISA cost model, A2/A3: GM->L1 135 GiB/s", gt=0)
+    l0c_to_gm_bytes_per_second: float = _figure(70.0 * GIB, "a cube core's stores: L0C to global memory",
+                                                "PTO ISA cost model, A2/A3: L0C->GM 70 GiB/s", gt=0)
+    gm_to_ub_bytes_per_second: float = _figure(247.0 * GIB, "a vector core's loads: global memory to UB (the "
+                                               "peak the transfer curve saturates at)",
+                                               "PTO ISA cost model, A2/A3: GM->UB saturating at 247 GiB/s", gt=0)
+    ub_to_gm_bytes_per_second: float = _figure(247.0 * GIB, "a vector core's stores: UB to global memory",
+                                               "assumption: the GM->UB peak (no published figure)", gt=0)
+    dma_startup_seconds: float = _figure(30.6 * KIB / (247 * GIB), "fixed latency of one DMA transfer",
+                                         "PTO ISA cost model, A2/A3: GM->UB half-saturated at 30.6 KB, so "
+                                         "30.6 KB / 247 GiB/s = 0.118 us", ge=0)
 
     @property
     def cube_cores(self) -> int:
@@ -96,15 +106,44 @@ class DeviceModel(BaseModel):
     def vector_cores(self) -> int:
         return self.clusters * self.vector_per_cluster
 
-    @property
-    def dma_bytes_per_second(self) -> float:
-        return self.dma_bytes_per_cycle * self.clock_hz
+    def load_bytes_per_second(self, core: str) -> float:
+        """DMA rate into a core of class `core` ("cube": GM->L1, "vector": GM->UB)."""
+        return self.gm_to_l1_bytes_per_second if core == "cube" else self.gm_to_ub_bytes_per_second
+
+    def store_bytes_per_second(self, core: str) -> float:
+        """DMA rate out of a core of class `core` ("cube": L0C->GM, "vector": UB->GM)."""
+        return self.l0c_to_gm_bytes_per_second if core == "cube" else self.ub_to_gm_bytes_per_second
 
     def core_classes(self) -> tuple[str, ...]:
         """One entry per core, cube cores first: the runtime's worker classes."""
         return ("cube",) * self.cube_cores + ("vector",) * self.vector_cores
 
     def sources(self) -> dict[str, str]:
-        """Each figure's source, for docs and for anyone asking where a number came from."""
-        return {name: field.json_schema_extra["source"] for name, field in type(self).model_fields.items()
-                if isinstance(field.json_schema_extra, dict)}
+        """Each figure's source, for docs and for anyone asking where a number came from (a preset's
+        own figures cite the preset's source)."""
+        found = {name: field.json_schema_extra["source"] for name, field in type(self).model_fields.items()
+                 if isinstance(field.json_schema_extra, dict)}
+        preset = next((figures for figures in PRESETS.values() if figures.get("name", (None,))[0] == self.name), {})
+        return found | {name: source for name, (value, source) in preset.items()
+                        if name != "name" and getattr(self, name) == value}
+
+    @classmethod
+    def preset(cls, name: str, **changes: object) -> DeviceModel:
+        """A named device: "910b" (the defaults: one die of an Ascend 910B, A2, or of an A3) or "a5";
+        `changes` override any figure of it."""
+        if name not in PRESETS:
+            raise BuildError(f"unknown pw.DeviceModel preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+        return cls(**{field: value for field, (value, _) in PRESETS[name].items()} | changes)
+
+
+# name -> {field: (value, source)}: what a preset changes from the defaults, each figure with its source
+PRESETS: dict[str, dict[str, tuple[object, str]]] = {
+    "910b": {},
+    "a5": {
+        "name": ("ascend-a5-class", "PTO runtime: Ascend a5"),
+        "clusters": (18, "PTO runtime, a5: 18 AIC + 36 AIV per die (1 cube + 2 vector cores per cluster)"),
+        "schedulers": (4, "PTO runtime, a5: 4 AICPU scheduler threads"),
+        "ub_bytes": (256 * KIB, "PTO ISA cost model, A5: UB 256 KB"),
+        "l0c_bytes": (256 * KIB, "PTO ISA cost model, A5: L0C 256 KB"),
+    },
+}

@@ -71,6 +71,9 @@ class CpuBackend:
         wl = transpose_operands(propagate_blocking(wl, lanes), lanes)
         return split_reductions(pack_panels(wl, 2 * lanes))
 
+    def cube_tiler(self, device: None) -> None:
+        return None  # no matrix cores: contractions take register tiles
+
     def schedule_choices(self, device: None) -> Choose:
         """The default's answers, but an int8 register tile calls `gemm_i8` where the chosen CPU has VNNI."""
         if not target_cpu().vnni:

@@ -209,6 +209,9 @@ class CudaBackend:
     def default_workload(self, wl: Workload) -> Workload:
         return wl
 
+    def cube_tiler(self, device: None) -> None:
+        return None  # no matrix cores: contractions take register tiles
+
     def schedule_choices(self, device: None) -> Choose:
         """The default schedule on a GPU: fusion, every stored intermediate its own kernel
         (grouping would make each thread recompute its rows), one launch per kernel (the

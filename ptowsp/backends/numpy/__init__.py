@@ -92,5 +92,8 @@ class NumpyBackend:
     def default_workload(self, wl: Workload) -> Workload:
         return wl
 
+    def cube_tiler(self, device: None) -> None:
+        return None  # no matrix cores: contractions take register tiles
+
     def schedule_choices(self, device: None) -> Choose:
         return keep_default

@@ -53,6 +53,7 @@ import numpy as np
 from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL, inner_of, is_outer_part, outer_of, roots_of
 from ptowsp.schedules.passes import fold, fusion, inlining
+from ptowsp.schedules.passes.cube import CubeTiler, cube_tile
 from ptowsp.schedules.passes.decisions import Choose, decision
 from ptowsp.schedules.passes.tiles import (
     GUARDED_TILES, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
@@ -75,7 +76,8 @@ TASKS_PER_WORKER = 4
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
 _STAGING = ("cache_read", "prefetch_tensor")  # left out over symbolic sizes (default_schedule)
-DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
+DISPATCH = ("work_stealing", "round_robin", "locality")
+CUBE = ("cube", "tile")  # _inner_loops' answer for a cube-tiled contraction: no register tile to place  # the runtime default first; affinity needs a key
 
 
 
@@ -94,10 +96,11 @@ class _Group:
 
 
 def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, fuse: bool = True,
-                     choose: Choose = keep_default) -> Schedule:
+                     choose: Choose = keep_default, cube: CubeTiler | None = None) -> Schedule:
     """The schedule `pw.build(wl, target)` uses; `fuse=False` leaves every task stored on its own.
 
-    `choose` answers the generator's decisions (see the module docstring).  A workload with
+    `choose` answers the generator's decisions (see the module docstring); `cube`, a target with
+    matrix cores (aicore), chooses the tiles of contractions that fit them (cube.py).  A workload with
     symbolic sizes gets the schedule of a typical binding (every size TYPICAL_SIZE), replayed over
     the symbols: splits of a size leave guarded tails, and a step that needs a number where a
     size stands (vectorizing a whole symbolic loop) or that would give a local buffer a symbolic
@@ -105,7 +108,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     """
     if wl.sizes:
         typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
-                                   workers=workers, fuse=fuse, choose=choose)
+                                   workers=workers, fuse=fuse, choose=choose, cube=cube)
         s, kept = Schedule(wl), []
         for step in typical.steps:
             if step.kind in _STAGING:  # the box a staged read covers may span a size: no fixed buffer
@@ -142,7 +145,8 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     # group roots (their members go at their leading, row loops) and members (computed per block of rows)
     by_rows = {g.root for g in groups.values()} | set(groups)
     tiles = {task: _inner_loops(s, task, _lanes(wl, task, inlined, vector_bytes), workers, choose,
-                                task in alone or task in anchors, task in by_rows or anchors.get(task) in by_rows)
+                                task in alone or task in anchors, task in by_rows or anchors.get(task) in by_rows,
+                                cube)
              for task in stored if task not in owners}
     for root in roots:
         members = [x for x, g in groups.items() if g.root == anchors.get(root, root)]
@@ -150,8 +154,13 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
         if wl.task(root).scan is not None:  # an instance holds its strips over every step: as many as allowed
             work = max(work, MIN_TASK_WORK * TASKS_PER_WORKER * workers)
         depth = min((groups[x].depth for x in members), default=len(wl.task(root).loop_names))
-        _grid(s, root, _tasks(root, work, workers, choose), depth, workers)
+        if tiles.get(root) is CUBE:  # a run of tiles per cube core
+            _grid(s, root, _tasks(root, work, cube.cores, choose, per_worker=1), depth, cube.cores)
+        else:
+            _grid(s, root, _tasks(root, work, workers, choose), depth, workers)
     for task, rows in tiles.items():
+        if rows is CUBE:
+            continue
         if rows is not None and choose(decision(task, "rows_inside_panel"), (True, False), True):
             rows_inside_panel(s, task, *rows)
         elif rows is None and task in alone and choose(decision(task, "stream_reduction"), (True, False), True):
@@ -349,13 +358,14 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
 
 
 def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choose,
-                 alone: bool, hosting: bool) -> tuple[str, str] | None:
-    """Register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
+                 alone: bool, hosting: bool, cube: CubeTiler | None = None) -> tuple[str, str] | None:
+    """Cube tile, register tile, vector partial sums, or a vectorised innermost loop: whichever fits (`alone`:
     no other task is placed by this one's loops, or only its epilogue, which mirrors them, so they
     may take any order; `hosting`: it is a
     group's root or member, which goes by blocks of rows, so its row tiles stay outermost).
 
-    For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at).
+    For a register-tiled contraction: (its row-tile loop, the loop its B panel is packed at); for a
+    cube-tiled one, CUBE.
     """
     wl = s.workload
     if wl.task(task).scan is not None:
@@ -364,6 +374,8 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     nest = s.nest(task)
     spatial = [lp for lp in nest.loops if not lp.reduce]
     reduce = [lp for lp in nest.loops if lp.reduce]
+    if cube is not None and len(reduce) == 1 and cube_tile(s, task, spatial, reduce[0], cube):
+        return CUBE
     machine = lanes
     if spatial and spatial[-1].extent == lanes // 2 and lanes >= 16:
         lanes //= 2  # a last axis of half a vector (channels blocked by 8 on AVX-512, blocking.py): one vector
@@ -432,11 +444,11 @@ def _work(wl: Workload, task: str) -> int:
     return max(elements, elements * terms // TERMS_PER_ELEMENT, read)
 
 
-def _tasks(root: str, work: int, workers: int, choose: Choose) -> int:
+def _tasks(root: str, work: int, workers: int, choose: Choose, per_worker: int = TASKS_PER_WORKER) -> int:
     """Decision `root.tasks`: about how many task instances the root's grid makes: none smaller than
     MIN_TASK_WORK, but work enough for one task is shared by every worker (in a chain of one-task
     kernels, as in a squeeze-excite block, one worker would otherwise wait for the other)."""
-    default = min(work // MIN_TASK_WORK, TASKS_PER_WORKER * workers)
+    default = min(work // MIN_TASK_WORK, per_worker * workers)
     default = workers if 1 <= default < workers else max(1, default)
     return choose(decision(root, "tasks"), sorted({1, default, *(n * workers for n in (1, 2, 4, 8, 16))}), default)
 

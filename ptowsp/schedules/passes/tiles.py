@@ -53,7 +53,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
         rows_at -= 1
     i, j = spatial[rows_at], spatial[-1]
     body = s.workload.task(task).body
-    panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and _indexes(n, k.name, j.name, i.name)]
+    panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and panel_operand(n, k.name, j.name, i.name)]
     # B stored as panels already (passes/panels.py): the tile's columns are one panel
     stored_in = {n.arg.name: w for n in walk(body) if n.op is Op.LOAD and (w := _panel_width(n, k.name, j.name))}
     stored = set(stored_in.values())
@@ -79,7 +79,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, inner_of(j.name), lanes)
     # a panel read through flattened indices (an NCHW image's pixels) is not packed: a copy's region is
     # bounded per dimension; its rows then lie a whole image apart, and fewer of them share L1's sets
-    flattened = not all(_indexes(n, k.name, j.name, i.name, flattened=False)
+    flattened = not all(panel_operand(n, k.name, j.name, i.name, flattened=False)
                         for n in walk(body) if n.op is Op.LOAD and panels and n.arg.name == panels[0])
     divisors = [d for d in range(1, k.extent + 1) if k.extent % d == 0]
     near = {max(d for d in divisors if d <= 2**p) for p in range(4, 12)}  # a divisor near each power of two
@@ -319,7 +319,7 @@ def _panel_width(load: Expr, k: str, j: str) -> int | None:
     return widths.pop() if len(widths) == 1 and block.src[1].arg == lane.src[1].arg else None
 
 
-def _indexes(load: Expr, k: str, j: str, i: str, flattened: bool = True) -> bool:
+def panel_operand(load: Expr, k: str, j: str, i: str, flattened: bool = True) -> bool:
     """A load `B[.., k, j]`: the contraction's panel operand (its rows k, its contiguous columns j),
     or (`flattened`) `B[.., k, j // m, j % m]` over dimensions (.., m): an NCHW image's pixels as one axis."""
     indices = collapsed(load.arg.shape, load.src)[1] if flattened else load.src

@@ -14,13 +14,15 @@ from ptowsp.te import exp, reduce_axis, reduce_max, reduce_sum, sigmoid, tanh, w
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
 from ptowsp.workloads.zoo.camera import camera_pipe
+from ptowsp.workloads.zoo.decoder import QWEN3_0_6B, DecoderConfig, decoder
 from ptowsp.workloads.zoo.dynamic import decode_step, moe, varlen_attention
 from ptowsp.workloads.zoo.histograms import bilateral_grid
 from ptowsp.workloads.zoo.images import blur, quantized_conv2d, unsharp
 from ptowsp.workloads.zoo.recurrences import cumsum, iir_blur, lstm
 
 __all__ = [
-    "attention", "batch_matmul", "bilateral_grid", "blur", "camera_pipe", "conv2d", "cumsum", "decode_step",
+    "attention", "batch_matmul", "bilateral_grid", "blur", "camera_pipe", "conv2d", "cumsum", "decode_step", "decoder",
+    "DecoderConfig", "QWEN3_0_6B",
     "elementwise_chain", "iir_blur", "layernorm", "lstm", "matmul", "mlp", "moe", "quantized_conv2d", "rmsnorm",
     "softmax", "transformer_block", "unsharp", "varlen_attention", "ZOO",
 ]

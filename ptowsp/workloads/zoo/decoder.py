@@ -1,0 +1,252 @@
+"""A Qwen3-style decoder as one dynamic task graph: prefill and decode over a paged KV cache.
+
+Each layer: RMSNorm, grouped-query attention (per-head RMSNorm of q and k, rotary embeddings from
+cos/sin tables), a SwiGLU MLP or a mixture of experts (top-k routing, DeepSeek/Qwen3-MoE style),
+residual adds.  Sizes are names bound at run time, so one build serves every batch, context
+length and routing:
+
+- **decode** (`phase="decode"`): one new token per sequence, `batch` of them, each with its own
+  context length `pos[b]` (a ragged batch).  The KV cache is paged: blocks of `block_size` tokens
+  in a pool per layer (`l{n}_K_cache`, `l{n}_V_cache`: (num_blocks, block_size, kv_heads,
+  head_dim)), and `block_table[b, i]` (int32) names the pool block that holds tokens
+  i * block_size .. of sequence b.  Attention reads keys and values through the table for the
+  positions before `pos[b]` and the new token's own for position `pos[b]`;
+- **prefill** (`phase="prefill"`): the `seq` tokens of one prompt from position 0, causal (its
+  `cos`/`sin` are the prompt's `seq` rows of the tables).
+
+Both return the new tokens' keys and values (`l{n}_K_new`, `l{n}_V_new`: after k's norm and
+rotation) beside the hidden states `Y`: ptowsp never writes into an input, so the caller's cache
+takes them (`write_new_tokens`), as a serving engine's cache manager does.  The MoE's experts
+each run over their own tokens only (a domain over the router's counts: the task count follows
+the routing).  docs/llm.md walks through it; tests/workloads/test_decoder.py checks it against
+a numpy decoder written independently.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptowsp.errors import ShapeError
+from ptowsp.te import Expr, Tensor, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, sigmoid, where
+from ptowsp.workloads.workload import Workload
+from ptowsp.workloads.zoo import layers
+from ptowsp.workloads.zoo.dynamic import route_top_k
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """A decoder's shape: Qwen3-0.6B's by default (`QWEN3_0_6B` adds its 28 layers)."""
+
+    layers: int = 2
+    hidden: int = 1024
+    heads: int = 16
+    kv_heads: int = 8
+    head_dim: int = 128
+    mlp: int = 3072  # a dense layer's SwiGLU width, or each expert's
+    experts: int = 0  # 0: dense MLP; else a mixture of this many experts
+    top_k: int = 2
+    block_size: int = 16  # tokens per KV cache block
+    eps: float = 1e-6
+    rope_theta: float = 1e6
+
+    def __post_init__(self):
+        if self.heads % self.kv_heads:
+            raise ShapeError(f"decoder: {self.heads} query heads do not share {self.kv_heads} KV heads evenly")
+        if self.head_dim % 2:
+            raise ShapeError(f"decoder: rotary embeddings need an even head_dim, got {self.head_dim}")
+        if self.experts and not 1 <= self.top_k <= self.experts:
+            raise ShapeError(f"decoder: top_k must be between 1 and the {self.experts} experts, got {self.top_k}")
+
+
+QWEN3_0_6B = DecoderConfig(layers=28)
+
+
+def rotary_tables(positions: int, config: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin), each (positions, head_dim): the rotary angles of every position (the `cos`/`sin` inputs)."""
+    half = config.head_dim // 2
+    inv = config.rope_theta ** (-np.arange(half, dtype=np.float64) * 2 / config.head_dim)
+    angles = np.arange(positions, dtype=np.float64)[:, None] * np.concatenate([inv, inv])[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> Workload:
+    """The decoder's `phase` ("decode" or "prefill") as a workload (see the module docstring)."""
+    if phase not in ("decode", "prefill"):
+        raise ShapeError(f"decoder: phase must be 'decode' or 'prefill', got {phase!r}")
+    c = config
+    wl = Workload(f"decoder_{phase}")
+    rows = "batch" if phase == "decode" else "seq"
+    x = wl.input("X", (rows, c.hidden))
+    positions = "max_pos" if phase == "decode" else x.shape[0]  # a prompt's rotary rows: its positions
+    cos, sin = wl.input("cos", (positions, c.head_dim)), wl.input("sin", (positions, c.head_dim))
+    if phase == "decode":
+        pos = wl.input("pos", (x.shape[0],), "int32")
+        table = wl.input("block_table", (x.shape[0], "max_blocks"), "int32")
+
+        def position(b) -> Expr:
+            return pos[b]
+    else:
+        pos = table = None
+
+        def position(i) -> Expr:
+            return i
+
+    for n in range(c.layers):
+        p = f"l{n}_"
+        h = layers.rmsnorm_rows(wl, f"{p}ln1", x, wl.input(f"{p}ln1_w", (c.hidden,)), c.eps)
+        q = _heads(wl, f"{p}q", h, wl.input(f"{p}Wq", (c.hidden, c.heads * c.head_dim)), c.heads, c)
+        k = _heads(wl, f"{p}k", h, wl.input(f"{p}Wk", (c.hidden, c.kv_heads * c.head_dim)), c.kv_heads, c)
+        v = _heads(wl, f"{p}v", h, wl.input(f"{p}Wv", (c.hidden, c.kv_heads * c.head_dim)), c.kv_heads, c)
+        q = _norm_rotate(wl, f"{p}q", q, wl.input(f"{p}q_norm", (c.head_dim,)), cos, sin, position, c)
+        k = _norm_rotate(wl, f"{p}k", k, wl.input(f"{p}k_norm", (c.head_dim,)), cos, sin, position, c)
+        wl.output(wl.compute(f"{p}K_new", k.shape, lambda t, g, d: k[t, g, d]))
+        wl.output(wl.compute(f"{p}V_new", v.shape, lambda t, g, d: v[t, g, d]))
+        if phase == "decode":
+            kc, vc = (wl.input(f"{p}{w}_cache", ("num_blocks", c.block_size, c.kv_heads, c.head_dim))
+                      for w in ("K", "V"))
+            o = _paged_attention(wl, p, q, k, v, kc, vc, pos, table, c)
+        else:
+            o = _causal_attention(wl, p, q, k, v, c)
+        attended = _merge_heads(wl, f"{p}o_proj", o, wl.input(f"{p}Wo", (c.heads * c.head_dim, c.hidden)), c)
+        x = layers.residual_add(wl, f"{p}attn_res", x, attended)
+        h = layers.rmsnorm_rows(wl, f"{p}ln2", x, wl.input(f"{p}ln2_w", (c.hidden,)), c.eps)
+        mixed = _experts(wl, p, h, c) if c.experts else _swiglu(wl, p, h, c)
+        x = layers.residual_add(wl, f"{p}mlp_res" if n < c.layers - 1 else "Y", x, mixed)
+    wl.output(x)
+    return wl
+
+
+def _heads(wl: Workload, name: str, x: Tensor, w: Tensor, heads: int, c: DecoderConfig) -> Tensor:
+    """name[t, h, d] = x[t, :] . w[:, h * head_dim + d]: a projection split into heads."""
+    r = reduce_axis(c.hidden, "c")
+    return wl.compute(name, (x.shape[0], heads, c.head_dim),
+                      lambda t, h, d: reduce_sum(x[t, r] * w[r, h * c.head_dim + d], r))
+
+
+def _norm_rotate(wl: Workload, name: str, x: Tensor, gamma: Tensor, cos: Tensor, sin: Tensor,
+                 position: Callable[[Expr], Expr], c: DecoderConfig) -> Tensor:
+    """Qwen3's per-head RMSNorm of q or k, then the rotary embedding at each row's position:
+    x * cos + rotate_half(x) * sin, rotate_half(x)[d] = -x[d + half] (d < half), x[d - half] (else)."""
+    half, d = c.head_dim // 2, reduce_axis(c.head_dim, "d")
+    ms = wl.compute(f"{name}_ms", x.shape[:2], lambda t, h: reduce_sum(x[t, h, d] * x[t, h, d], d) / c.head_dim)
+
+    def normed(t, h, i):
+        return x[t, h, i] * rsqrt(ms[t, h] + c.eps) * gamma[i]
+
+    def rotated_half(t, h, i):
+        partner = normed(t, h, (i + half) % c.head_dim)
+        return where(i < half, -partner, partner)
+
+    return wl.compute(f"{name}_rot", x.shape, lambda t, h, i: (
+        normed(t, h, i) * cos[position(t), i] + rotated_half(t, h, i) * sin[position(t), i]))
+
+
+def _softmax_weights(wl: Workload, p: str, s: Tensor, seen: Callable[..., Expr]) -> tuple[Tensor, Tensor]:
+    """(e, z): exp(s - rowmax) over the positions `seen(b, h, t)` (0 elsewhere), and their row sums."""
+    t = reduce_axis(s.shape[2], "t")
+    m = wl.compute(f"{p}att_max", s.shape[:2],
+                   lambda b, h: reduce_max(where(seen(b, h, t), s[b, h, t], float("-inf")), t))
+    e = wl.compute(f"{p}att_exp", s.shape, lambda b, h, j: where(seen(b, h, j), exp(s[b, h, j] - m[b, h]), 0.0))
+    z = wl.compute(f"{p}att_sum", s.shape[:2], lambda b, h: reduce_sum(e[b, h, t], t))
+    return e, z
+
+
+def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: Tensor, vc: Tensor, pos: Tensor,
+                     table: Tensor, c: DecoderConfig) -> Tensor:
+    """o[b, h, :]: the new token of sequence b attends to positions 0 .. pos[b]: those before pos[b]
+    read from the pool through the block table, pos[b] itself is the new token's key and value."""
+    batch, group, bs = q.shape[0], c.heads // c.kv_heads, c.block_size
+    context = table.shape[1] * bs
+    d = reduce_axis(c.head_dim, "d")
+
+    def cached(pool: Tensor, new: Tensor, b, g, t, i) -> Expr:
+        return where(t < pos[b], pool[table[b, t // bs], t % bs, g, i], new[b, g, i])
+
+    def seen(b, h, t) -> Expr:
+        return t <= pos[b]
+
+    s = wl.compute(f"{p}scores", (batch, c.heads, context), lambda b, h, t: reduce_sum(
+        q[b, h, d] * cached(kc, k, b, h // group, t, d), d) * (1.0 / math.sqrt(c.head_dim)), domain=seen)
+    e, z = _softmax_weights(wl, p, s, seen)
+    t = reduce_axis(context, "t")
+    return wl.compute(f"{p}attn", q.shape, lambda b, h, i: reduce_sum(
+        where(seen(b, h, t), e[b, h, t] * cached(vc, v, b, h // group, t, i), 0.0), t) / z[b, h])
+
+
+def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: DecoderConfig) -> Tensor:
+    """o[i, h, :]: prompt token i attends to tokens 0 .. i of the prompt (computed as (head, i, j))."""
+    seq, group = q.shape[0], c.heads // c.kv_heads
+    d = reduce_axis(c.head_dim, "d")
+
+    def seen(h, i, j) -> Expr:
+        return j <= i
+
+    s = wl.compute(f"{p}scores", (c.heads, seq, seq), lambda h, i, j: reduce_sum(
+        q[i, h, d] * k[j, h // group, d], d) * (1.0 / math.sqrt(c.head_dim)), domain=seen)
+    e, z = _softmax_weights(wl, p, s, seen)
+    j = reduce_axis(seq, "j")
+    return wl.compute(f"{p}attn", q.shape, lambda i, h, x: reduce_sum(
+        where(j <= i, e[h, i, j] * v[j, h // group, x], 0.0), j) / z[h, i])
+
+
+def _merge_heads(wl: Workload, name: str, o: Tensor, w: Tensor, c: DecoderConfig) -> Tensor:
+    """name[t, :] = concat_h(o[t, h, :]) . w: the output projection."""
+    r = reduce_axis(c.heads * c.head_dim, "r")
+    return wl.compute(name, (o.shape[0], c.hidden),
+                      lambda t, j: reduce_sum(o[t, r // c.head_dim, r % c.head_dim] * w[r, j], r))
+
+
+def _swiglu(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+    """down(silu(h . W_gate) * (h . W_up))."""
+    gate = layers.matmul(wl, f"{p}gate", h, wl.input(f"{p}W_gate", (c.hidden, c.mlp)))
+    up = layers.matmul(wl, f"{p}up", h, wl.input(f"{p}W_up", (c.hidden, c.mlp)))
+    act = wl.compute(f"{p}act", gate.shape, lambda t, f: gate[t, f] * sigmoid(gate[t, f]) * up[t, f])
+    return layers.matmul(wl, f"{p}down", act, wl.input(f"{p}W_down", (c.mlp, c.hidden)))
+
+
+def _experts(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+    """A mixture of SwiGLU experts: the router (host code, `route_top_k`) groups the tokens by expert,
+    each expert runs over its own tokens only (slot s < counts[e]), and each token sums its top_k
+    experts' outputs weighted by its gates (softmax over its top_k logits)."""
+    tokens, experts = h.shape[0], c.experts
+    logits = layers.matmul(wl, f"{p}router_logits", h, wl.input(f"{p}W_router", (c.hidden, experts)))
+    counts, slots, choice_expert, choice_slot, gate = wl.opaque(
+        f"{p}router", functools.partial(route_top_k, top_k=c.top_k), [logits],
+        [(f"{p}counts", (experts,), "int32"), (f"{p}slots", (experts, tokens), "int32"),
+         (f"{p}choice_expert", (tokens, c.top_k), "int32"), (f"{p}choice_slot", (tokens, c.top_k), "int32"),
+         (f"{p}gate", (tokens, c.top_k), "float32")])
+    w_gate, w_up = (wl.input(f"{p}{w}", (experts, c.hidden, c.mlp)) for w in ("W_gate", "W_up"))
+    w_down = wl.input(f"{p}W_down", (experts, c.mlp, c.hidden))
+    r, f, kk = reduce_axis(c.hidden, "c"), reduce_axis(c.mlp, "f"), reduce_axis(c.top_k, "kk")
+
+    def routed(e, s, j):
+        return s < counts[e]
+
+    group = (experts, tokens, c.mlp)
+    g = wl.compute(f"{p}expert_gate", group, lambda e, s, j: reduce_sum(h[slots[e, s], r] * w_gate[e, r, j], r),
+                   domain=routed)
+    u = wl.compute(f"{p}expert_up", group, lambda e, s, j: reduce_sum(h[slots[e, s], r] * w_up[e, r, j], r),
+                   domain=routed)
+    a = wl.compute(f"{p}expert_act", group, lambda e, s, j: g[e, s, j] * sigmoid(g[e, s, j]) * u[e, s, j],
+                   domain=routed)
+    y = wl.compute(f"{p}expert_down", (experts, tokens, c.hidden),
+                   lambda e, s, j: reduce_sum(a[e, s, f] * w_down[e, f, j], f), domain=routed)
+    return wl.compute(f"{p}moe", (tokens, c.hidden), lambda t, j: reduce_sum(
+        gate[t, kk] * y[choice_expert[t, kk], choice_slot[t, kk], j], kk))
+
+
+def write_new_tokens(caches: dict[str, np.ndarray], outputs: dict[str, np.ndarray], block_table: np.ndarray,
+                     pos: np.ndarray, config: DecoderConfig) -> None:
+    """Write each sequence's new key and value (a decode step's `l{n}_K_new`/`V_new`) into its cache
+    block, in place: `caches` maps `l{n}_K_cache`/`l{n}_V_cache` to the caller's pools."""
+    bs = config.block_size
+    rows = np.arange(len(pos))
+    blocks, offsets = block_table[rows, pos // bs], pos % bs
+    for n in range(config.layers):
+        for w in ("K", "V"):
+            caches[f"l{n}_{w}_cache"][blocks, offsets] = outputs[f"l{n}_{w}_new"]
