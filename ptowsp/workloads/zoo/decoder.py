@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptowsp.errors import ShapeError
-from ptowsp.te import Expr, Tensor, exp, reduce_axis, reduce_max, reduce_sum, rsqrt, sigmoid, where
+from ptowsp.te import Expr, Tensor, exp, maximum, reduce_axis, reduce_max, reduce_sum, rsqrt, sigmoid, where
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
 from ptowsp.workloads.zoo.dynamic import route_top_k
@@ -99,20 +99,20 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> W
     for n in range(c.layers):
         p = f"l{n}_"
         h = layers.rmsnorm_rows(wl, f"{p}ln1", x, wl.input(f"{p}ln1_w", (c.hidden,)), c.eps)
-        q = _heads(wl, f"{p}q", h, wl.input(f"{p}Wq", (c.hidden, c.heads * c.head_dim)), c.heads, c)
-        k = _heads(wl, f"{p}k", h, wl.input(f"{p}Wk", (c.hidden, c.kv_heads * c.head_dim)), c.kv_heads, c)
-        v = _heads(wl, f"{p}v", h, wl.input(f"{p}Wv", (c.hidden, c.kv_heads * c.head_dim)), c.kv_heads, c)
-        q = _norm_rotate(wl, f"{p}q", q, wl.input(f"{p}q_norm", (c.head_dim,)), cos, sin, position, c)
-        k = _norm_rotate(wl, f"{p}k", k, wl.input(f"{p}k_norm", (c.head_dim,)), cos, sin, position, c)
+        q = layers.matmul(wl, f"{p}q", h, wl.input(f"{p}Wq", (c.hidden, c.heads * c.head_dim)))
+        k = layers.matmul(wl, f"{p}k", h, wl.input(f"{p}Wk", (c.hidden, c.kv_heads * c.head_dim)))
+        v = layers.matmul(wl, f"{p}v", h, wl.input(f"{p}Wv", (c.hidden, c.kv_heads * c.head_dim)))
+        q = _norm_rotate(wl, f"{p}q", q, c.heads, wl.input(f"{p}q_norm", (c.head_dim,)), cos, sin, position, c)
+        k = _norm_rotate(wl, f"{p}k", k, c.kv_heads, wl.input(f"{p}k_norm", (c.head_dim,)), cos, sin, position, c)
         wl.output(wl.compute(f"{p}K_new", k.shape, lambda t, g, d: k[t, g, d]))
-        wl.output(wl.compute(f"{p}V_new", v.shape, lambda t, g, d: v[t, g, d]))
+        wl.output(wl.compute(f"{p}V_new", k.shape, lambda t, g, d: v[t, g * c.head_dim + d]))
         if phase == "decode":
             kc, vc = (wl.input(f"{p}{w}_cache", ("num_blocks", c.block_size, c.kv_heads, c.head_dim))
                       for w in ("K", "V"))
             o = _paged_attention(wl, p, q, k, v, kc, vc, pos, table, c)
         else:
             o = _causal_attention(wl, p, q, k, v, c)
-        attended = _merge_heads(wl, f"{p}o_proj", o, wl.input(f"{p}Wo", (c.heads * c.head_dim, c.hidden)), c)
+        attended = layers.matmul(wl, f"{p}o_proj", o, wl.input(f"{p}Wo", (c.heads * c.head_dim, c.hidden)))
         x = layers.residual_add(wl, f"{p}attn_res", x, attended)
         h = layers.rmsnorm_rows(wl, f"{p}ln2", x, wl.input(f"{p}ln2_w", (c.hidden,)), c.eps)
         mixed = _experts(wl, p, h, c) if c.experts else _swiglu(wl, p, h, c)
@@ -121,28 +121,23 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> W
     return wl
 
 
-def _heads(wl: Workload, name: str, x: Tensor, w: Tensor, heads: int, c: DecoderConfig) -> Tensor:
-    """name[t, h, d] = x[t, :] . w[:, h * head_dim + d]: a projection split into heads."""
-    r = reduce_axis(c.hidden, "c")
-    return wl.compute(name, (x.shape[0], heads, c.head_dim),
-                      lambda t, h, d: reduce_sum(x[t, r] * w[r, h * c.head_dim + d], r))
-
-
-def _norm_rotate(wl: Workload, name: str, x: Tensor, gamma: Tensor, cos: Tensor, sin: Tensor,
+def _norm_rotate(wl: Workload, name: str, x: Tensor, heads: int, gamma: Tensor, cos: Tensor, sin: Tensor,
                  position: Callable[[Expr], Expr], c: DecoderConfig) -> Tensor:
-    """Qwen3's per-head RMSNorm of q or k, then the rotary embedding at each row's position:
+    """Qwen3's per-head RMSNorm of q or k (x: (rows, heads * head_dim), head h in columns h * head_dim ..),
+    then the rotary embedding at each row's position, as (rows, heads, head_dim):
     x * cos + rotate_half(x) * sin, rotate_half(x)[d] = -x[d + half] (d < half), x[d - half] (else)."""
-    half, d = c.head_dim // 2, reduce_axis(c.head_dim, "d")
-    ms = wl.compute(f"{name}_ms", x.shape[:2], lambda t, h: reduce_sum(x[t, h, d] * x[t, h, d], d) / c.head_dim)
+    half, hd, d = c.head_dim // 2, c.head_dim, reduce_axis(c.head_dim, "d")
+    ms = wl.compute(f"{name}_ms", (x.shape[0], heads),
+                    lambda t, h: reduce_sum(x[t, h * hd + d] * x[t, h * hd + d], d) / hd)
 
     def normed(t, h, i):
-        return x[t, h, i] * rsqrt(ms[t, h] + c.eps) * gamma[i]
+        return x[t, h * hd + i] * rsqrt(ms[t, h] + c.eps) * gamma[i]
 
     def rotated_half(t, h, i):
         partner = normed(t, h, (i + half) % c.head_dim)
         return where(i < half, -partner, partner)
 
-    return wl.compute(f"{name}_rot", x.shape, lambda t, h, i: (
+    return wl.compute(f"{name}_rot", (x.shape[0], heads, hd), lambda t, h, i: (
         normed(t, h, i) * cos[position(t), i] + rotated_half(t, h, i) * sin[position(t), i]))
 
 
@@ -158,28 +153,36 @@ def _softmax_weights(wl: Workload, p: str, s: Tensor, seen: Callable[..., Expr])
 
 def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: Tensor, vc: Tensor, pos: Tensor,
                      table: Tensor, c: DecoderConfig) -> Tensor:
-    """o[b, h, :]: the new token of sequence b attends to positions 0 .. pos[b]: those before pos[b]
-    read from the pool through the block table, pos[b] itself is the new token's key and value."""
-    batch, group, bs = q.shape[0], c.heads // c.kv_heads, c.block_size
-    context = table.shape[1] * bs
-    d = reduce_axis(c.head_dim, "d")
+    """o[b, h * head_dim + i]: the new token of sequence b attends to positions 0 .. pos[b]: those
+    before pos[b] read from the pool through the block table (scores over them a domain, so no
+    tile past a sequence's context is computed), pos[b] itself the new token's key and value."""
+    batch, group, bs, hd = q.shape[0], c.heads // c.kv_heads, c.block_size, c.head_dim
+    context, scale = table.shape[1] * bs, 1.0 / math.sqrt(hd)
+    d, t = reduce_axis(hd, "d"), reduce_axis(table.shape[1] * bs, "t")
 
-    def cached(pool: Tensor, new: Tensor, b, g, t, i) -> Expr:
-        return where(t < pos[b], pool[table[b, t // bs], t % bs, g, i], new[b, g, i])
+    def cached(b, t) -> Expr:
+        return t < pos[b]
 
-    def seen(b, h, t) -> Expr:
-        return t <= pos[b]
+    s = wl.compute(f"{p}scores", (batch, c.heads, context), lambda b, h, j: reduce_sum(
+        q[b, h, d] * kc[table[b, j // bs], j % bs, h // group, d], d) * scale, domain=lambda b, h, j: cached(b, j))
+    s_new = wl.compute(f"{p}score_new", (batch, c.heads),
+                       lambda b, h: reduce_sum(q[b, h, d] * k[b, h // group, d], d) * scale)
+    m = wl.compute(f"{p}att_max", (batch, c.heads), lambda b, h: maximum(
+        reduce_max(where(cached(b, t), s[b, h, t], float("-inf")), t), s_new[b, h]))
+    e = wl.compute(f"{p}att_exp", s.shape, lambda b, h, j: where(cached(b, j), exp(s[b, h, j] - m[b, h]), 0.0))
+    e_new = wl.compute(f"{p}att_exp_new", m.shape, lambda b, h: exp(s_new[b, h] - m[b, h]))
+    z = wl.compute(f"{p}att_sum", m.shape, lambda b, h: reduce_sum(e[b, h, t], t) + e_new[b, h])
 
-    s = wl.compute(f"{p}scores", (batch, c.heads, context), lambda b, h, t: reduce_sum(
-        q[b, h, d] * cached(kc, k, b, h // group, t, d), d) * (1.0 / math.sqrt(c.head_dim)), domain=seen)
-    e, z = _softmax_weights(wl, p, s, seen)
-    t = reduce_axis(context, "t")
-    return wl.compute(f"{p}attn", q.shape, lambda b, h, i: reduce_sum(
-        where(seen(b, h, t), e[b, h, t] * cached(vc, v, b, h // group, t, i), 0.0), t) / z[b, h])
+    def head(x):
+        return x // hd
+
+    return wl.compute(f"{p}attn", (batch, c.heads * hd), lambda b, x: (reduce_sum(
+        where(cached(b, t), e[b, head(x), t] * vc[table[b, t // bs], t % bs, head(x) // group, x % hd], 0.0), t)
+        + e_new[b, head(x)] * v[b, head(x) // group * hd + x % hd]) / z[b, head(x)])
 
 
 def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: DecoderConfig) -> Tensor:
-    """o[i, h, :]: prompt token i attends to tokens 0 .. i of the prompt (computed as (head, i, j))."""
+    """o[i, h * head_dim + x]: prompt token i attends to tokens 0 .. i of the prompt (scores as (head, i, j))."""
     seq, group = q.shape[0], c.heads // c.kv_heads
     d = reduce_axis(c.head_dim, "d")
 
@@ -189,16 +192,9 @@ def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: 
     s = wl.compute(f"{p}scores", (c.heads, seq, seq), lambda h, i, j: reduce_sum(
         q[i, h, d] * k[j, h // group, d], d) * (1.0 / math.sqrt(c.head_dim)), domain=seen)
     e, z = _softmax_weights(wl, p, s, seen)
-    j = reduce_axis(seq, "j")
-    return wl.compute(f"{p}attn", q.shape, lambda i, h, x: reduce_sum(
-        where(j <= i, e[h, i, j] * v[j, h // group, x], 0.0), j) / z[h, i])
-
-
-def _merge_heads(wl: Workload, name: str, o: Tensor, w: Tensor, c: DecoderConfig) -> Tensor:
-    """name[t, :] = concat_h(o[t, h, :]) . w: the output projection."""
-    r = reduce_axis(c.heads * c.head_dim, "r")
-    return wl.compute(name, (o.shape[0], c.hidden),
-                      lambda t, j: reduce_sum(o[t, r // c.head_dim, r % c.head_dim] * w[r, j], r))
+    j, hd = reduce_axis(seq, "j"), c.head_dim
+    return wl.compute(f"{p}attn", (seq, c.heads * hd), lambda i, x: reduce_sum(
+        where(j <= i, e[x // hd, i, j] * v[j, x // hd // group * hd + x % hd], 0.0), j) / z[x // hd, i])
 
 
 def _swiglu(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
