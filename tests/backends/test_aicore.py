@@ -304,3 +304,12 @@ def test_the_default_keeps_each_instance_to_a_few_thousand_blocks():
     prog = pw.build(wl, "aicore")
     inputs = random_inputs(wl, seed=4)
     np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-3)
+
+
+def test_a_cores_busy_share_counts_its_overlapping_units_once():
+    """Loads, compute and stores of one core overlap on the device clock (prefetch): busy is their union,
+    at most the whole run, and a core that ran nothing adds no overhead."""
+    _, s = matmul_tiled(prefetch=2)
+    summary = run(s).summary()
+    assert 0 < max(summary.busy.values()) <= 1.0
+    assert summary.overhead <= summary.makespan * sum(1 for b in summary.busy.values() if b > 0)
