@@ -182,7 +182,9 @@ def _title(trace: Trace, tasks: int, makespan: float) -> str:
     instances = sum(e.id >= 0 for e in trace.events)
     run = {None: "", True: ", cold run (the first after build)", False: ", warm run"}[trace.cold]
     counts = f"{instances} instances of {tasks} task{'s' * (tasks != 1)}" if instances else f"{tasks} tasks"
-    return f"{trace.title}: {counts}, makespan {_seconds(makespan)}{run}"
+    summary = trace.summary() if trace.clock == "device" else None
+    bound = f", bound by the {summary.bound} ({summary.bounds[summary.bound]:.0%} busy)" if summary and summary.bound else ""
+    return f"{trace.title}: {counts}, makespan {_seconds(makespan)}{run}{bound}"
 
 
 def _draw_bars(ax, events: list[Event], row_of: dict[int, int], lanes: int, colour: dict, controls: dict,

@@ -86,6 +86,12 @@ class Summary:
     cold: bool | None = None  # the first run after build (None: not known)
     idle: dict[str, float] | None = None  # core-seconds idle per cause (device clock: runtime/idle.py)
     ends: float = 0.0  # the part of `overhead` before each worker's first task and after its last
+    bounds: dict[str, float] | None = None  # device clock: busy share of each resource that can bind the run
+
+    @property
+    def bound(self) -> str | None:
+        """The resource the run is bound by: the busiest of `bounds` (None off the device clock)."""
+        return max(self.bounds, key=self.bounds.get) if self.bounds else None
 
     @property
     def overhead_per_task(self) -> float:
@@ -105,6 +111,9 @@ class Summary:
                  f"between tasks, {_time(self.ends)} before the first and after the last"]
         lines += [f"class {name:<9} {fraction:6.1%} computing" for name, fraction in self.classes.items()]
         lines += [f"control {name:<7} {fraction:6.1%} busy" for name, fraction in self.control.items()]
+        if self.bounds:
+            lines.append(f"bound by        {self.bound} ({self.bounds[self.bound]:.1%} busy); "
+                         + ", ".join(f"{name} {share:.1%}" for name, share in self.bounds.items() if name != self.bound))
         if self.idle:
             lines.append("idle cores      " + ", ".join(f"{_time(seconds)} {cause}" for cause, seconds in self.idle.items())
                          + " (core time)")
@@ -214,8 +223,28 @@ class Trace:
                 by_class[core].append(b)
         classes = {core: share(sum(bs), len(bs)) for core, bs in by_class.items()}
         controls = {self.workers[row][0]: share(seconds) for row, seconds in sorted(control.items())}
+        bounds = self._bounds(rows, classes, controls, share) if self.clock == "device" and makespan else None
         return Summary(makespan, len(tasks), fractions, self.critical_path(), overhead, self.clock, self.memory,
-                       classes, controls, self.cold, self.statistics.get("idle"), ends)
+                       classes, controls, self.cold, self.statistics.get("idle"), ends, bounds)
+
+    def _bounds(self, rows: int, classes: dict[str, float], controls: dict[str, float], share) -> dict[str, float]:
+        """Busy share of each resource a device run can be bound by: each core class's compute and its
+        loads (mean over the class's cores), the shared HBM, the orchestrator, the busiest scheduler."""
+        loads: dict[str, float] = defaultdict(float)
+        for e in self.events:
+            if e.id < 0 and e.worker < rows and e.name.endswith(" load"):
+                loads[self.workers[e.worker][1]] += e.work
+        counts = defaultdict(int)
+        for _, core in self.workers[:rows]:
+            counts[core] += 1
+        found = {name: fraction for name, fraction in classes.items() if fraction}
+        found |= {f"{core} loads": share(seconds, counts[core]) for core, seconds in loads.items()}
+        hbm = self.statistics.get("memory", {}).get("hbm_busy_seconds")
+        if hbm is not None:
+            found["HBM"] = share(hbm)
+        schedulers = [f for name, f in controls.items() if name.startswith("scheduler")]
+        found |= {"orchestrator": controls.get("orchestrator", 0.0), "schedulers": max(schedulers, default=0.0)}
+        return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
     def _ends(self, row: int, spans: list[tuple[float, float]], makespan: float, busy: float, idle: float) -> float:
         """Worker `row`'s overhead outside its first task's start and its last task's end (`spans`: its events)."""

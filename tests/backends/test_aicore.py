@@ -313,3 +313,19 @@ def test_a_cores_busy_share_counts_its_overlapping_units_once():
     summary = run(s).summary()
     assert 0 < max(summary.busy.values()) <= 1.0
     assert summary.overhead <= summary.makespan * sum(1 for b in summary.busy.values() if b > 0)
+
+
+def test_the_summary_names_what_bounds_a_device_run():
+    tiny = pw.Workload("scale")
+    x = tiny.input("X", (512, 64))
+    tiny.output(tiny.compute("Y", (512, 64), lambda i, j: x[i, j] * 2.0))
+    summary = run(tiny.schedule().parallel("Y", "i")).summary()  # a row a task: the orchestrator cannot keep up
+    assert summary.bound == "orchestrator" and "bound by        orchestrator" in str(summary)
+    _, s = matmul_tiled(n=512, tile=128, k_block=128, prefetch=2)  # 16 large tiles, AICPU work negligible
+    summary = run(s, QUICK).summary()
+    assert summary.bound in ("cube", "cube loads")
+    assert set(summary.bounds) >= {"cube", "cube loads", "HBM", "orchestrator", "schedulers"}
+    assert all(0 <= share <= 1 for share in summary.bounds.values())
+    on_cpu = pw.build(zoo.softmax(8, 8), target="cpu")
+    on_cpu.run(X=np.ones((8, 8), np.float32))
+    assert on_cpu.trace.summary().bounds is None  # the real clock: no model to say what binds

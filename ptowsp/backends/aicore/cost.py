@@ -221,6 +221,7 @@ class ModelCosts:
         self.l2_held = 0
         self.hbm_free = 0.0  # when the HBM queue is next idle
         self.hbm_read = self.hbm_written = self.l2_hits = 0
+        self.hbm_busy = 0.0  # seconds the HBM moved bytes
         # per instance on a core now: (tile, its regions) and (tile, last block, its compute seconds); a
         # tile's blocks ask for the same ones block after block (the model's hot path)
         self._tiles: dict[int, tuple[int, tuple[Parts, Parts]]] = {}
@@ -256,6 +257,7 @@ class ModelCosts:
         second (HBM waits included)."""
         end = engine + nbytes / rate
         if through_hbm:
+            self.hbm_busy += nbytes / self.device.hbm_bytes_per_second
             self.hbm_free = max(engine, self.hbm_free) + nbytes / self.device.hbm_bytes_per_second
             end = max(end, self.hbm_free)
         return end
@@ -348,7 +350,7 @@ class ModelCosts:
 
     def statistics(self) -> dict:
         return {"hbm_read_bytes": self.hbm_read, "hbm_written_bytes": self.hbm_written,
-                "l2_hit_bytes": self.l2_hits}
+                "l2_hit_bytes": self.l2_hits, "hbm_busy_seconds": self.hbm_busy}
 
 
 class DeviceLimit(ScheduleError):
