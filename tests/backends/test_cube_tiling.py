@@ -10,6 +10,7 @@ import ptowsp as pw
 from ptowsp.backends.aicore.tiling import CubeTiles
 from ptowsp.schedules.passes.cube import CubeTile
 from ptowsp.workloads import random_inputs, zoo
+from ptowsp.workloads.zoo import layers
 from tests.tolerance import assert_sums_close
 
 PRESETS = {name: pw.DeviceModel.preset(name) for name in ("910b", "a5")}
@@ -87,3 +88,14 @@ def workload(shape: dict) -> pw.Workload:
 @given(shape=shapes)
 def test_the_default_builds_for_any_shape_on_every_preset(shape):
     build_and_check(workload(shape), PRESETS[shape["preset"]])
+
+
+def test_two_contractions_inside_one_product_are_fitted_one_by_one():
+    """A SwiGLU's gate and up projections computed inside their product: each fits L1 alone, both with
+    their blocks in flight do not; the default streams the one whose block overflows."""
+    wl = pw.Workload("swiglu")
+    x = wl.input("X", (32, 1024))  # Qwen3-0.6B's MLP at a decode batch of 32
+    gate = layers.matmul(wl, "gate", x, wl.input("W_gate", (1024, 3072)))  # 32 x 128 tiles: 24 of them
+    up = layers.matmul(wl, "up", x, wl.input("W_up", (1024, 3072)))
+    wl.output(wl.compute("act", (32, 3072), lambda t, f: gate[t, f] * pw.sigmoid(gate[t, f]) * up[t, f]))
+    build_and_check(wl, PRESETS["910b"])

@@ -47,7 +47,7 @@ class Fitting:
         return any(changed)
 
     def _refit(self, current: Schedule, e: BufferOverflow) -> bool:
-        summing = _summing(self.given, e.task)
+        summing = _summing(self.given, e.task, e.tensor)
         extent = _streamable(current, summing) if summing else None
         piece = _stream_piece(self.given, summing) if extent is not None else None
         block = self.blocks.get(summing) or extent
@@ -97,12 +97,16 @@ def _reduce_axes(schedule: Schedule, task: str) -> list[tuple[str, int]]:
     return schedulable_reduce_axes(schedule.workload.task(task).body)
 
 
-def _summing(schedule: Schedule, task: str) -> str | None:
+def _summing(schedule: Schedule, task: str, tensor: str | None = None) -> str | None:
     """The task whose reduction an overflow of kernel `task` streams: the task itself, or the producer
-    computed at it that sums (a convolution whose epilogue, its bias or its requantization, is the root)."""
+    computed at it that sums (a convolution whose epilogue, its bias or its requantization, is the root);
+    of several (a SwiGLU's two projections inside its product), the one that reads `tensor`, the
+    overflowing block's."""
     if _reduce_axes(schedule, task):
         return task
     inside = [t for t, (root, _) in schedule.compute_at_locations.items() if root == task and _reduce_axes(schedule, t)]
+    if len(inside) > 1 and tensor is not None:
+        inside = [t for t in inside if tensor in {x.name for x in schedule.workload.task(t).inputs}]
     return inside[0] if len(inside) == 1 else None
 
 

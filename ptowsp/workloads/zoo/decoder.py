@@ -155,7 +155,9 @@ def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: 
                      table: Tensor, c: DecoderConfig) -> Tensor:
     """o[b, h * head_dim + i]: the new token of sequence b attends to positions 0 .. pos[b]: those
     before pos[b] read from the pool through the block table (scores over them a domain, so no
-    tile past a sequence's context is computed), pos[b] itself the new token's key and value."""
+    tile past a sequence's context is computed), pos[b] itself the new token's key and value.
+    Heads lead each task's loops: a decode batch may be a single sequence, and the task grid then
+    still has the heads to share out."""
     batch, group, bs, hd = q.shape[0], c.heads // c.kv_heads, c.block_size, c.head_dim
     context, scale = table.shape[1] * bs, 1.0 / math.sqrt(hd)
     d, t = reduce_axis(hd, "d"), reduce_axis(table.shape[1] * bs, "t")
@@ -163,22 +165,19 @@ def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: 
     def cached(b, t) -> Expr:
         return t < pos[b]
 
-    s = wl.compute(f"{p}scores", (batch, c.heads, context), lambda b, h, j: reduce_sum(
-        q[b, h, d] * kc[table[b, j // bs], j % bs, h // group, d], d) * scale, domain=lambda b, h, j: cached(b, j))
-    s_new = wl.compute(f"{p}score_new", (batch, c.heads),
-                       lambda b, h: reduce_sum(q[b, h, d] * k[b, h // group, d], d) * scale)
-    m = wl.compute(f"{p}att_max", (batch, c.heads), lambda b, h: maximum(
-        reduce_max(where(cached(b, t), s[b, h, t], float("-inf")), t), s_new[b, h]))
-    e = wl.compute(f"{p}att_exp", s.shape, lambda b, h, j: where(cached(b, j), exp(s[b, h, j] - m[b, h]), 0.0))
-    e_new = wl.compute(f"{p}att_exp_new", m.shape, lambda b, h: exp(s_new[b, h] - m[b, h]))
-    z = wl.compute(f"{p}att_sum", m.shape, lambda b, h: reduce_sum(e[b, h, t], t) + e_new[b, h])
-
-    def head(x):
-        return x // hd
-
-    return wl.compute(f"{p}attn", (batch, c.heads * hd), lambda b, x: (reduce_sum(
-        where(cached(b, t), e[b, head(x), t] * vc[table[b, t // bs], t % bs, head(x) // group, x % hd], 0.0), t)
-        + e_new[b, head(x)] * v[b, head(x) // group * hd + x % hd]) / z[b, head(x)])
+    s = wl.compute(f"{p}scores", (c.heads, batch, context), lambda h, b, j: reduce_sum(
+        q[b, h, d] * kc[table[b, j // bs], j % bs, h // group, d], d) * scale, domain=lambda h, b, j: cached(b, j))
+    s_new = wl.compute(f"{p}score_new", (c.heads, batch),
+                       lambda h, b: reduce_sum(q[b, h, d] * k[b, h // group, d], d) * scale)
+    m = wl.compute(f"{p}att_max", (c.heads, batch), lambda h, b: maximum(
+        reduce_max(where(cached(b, t), s[h, b, t], float("-inf")), t), s_new[h, b]))
+    e = wl.compute(f"{p}att_exp", s.shape, lambda h, b, j: where(cached(b, j), exp(s[h, b, j] - m[h, b]), 0.0))
+    e_new = wl.compute(f"{p}att_exp_new", m.shape, lambda h, b: exp(s_new[h, b] - m[h, b]))
+    z = wl.compute(f"{p}att_sum", m.shape, lambda h, b: reduce_sum(e[h, b, t], t) + e_new[h, b])
+    o = wl.compute(f"{p}attn_heads", (c.heads, batch, hd), lambda h, b, i: (reduce_sum(
+        where(cached(b, t), e[h, b, t] * vc[table[b, t // bs], t % bs, h // group, i], 0.0), t)
+        + e_new[h, b] * v[b, h // group * hd + i]) / z[h, b])
+    return wl.compute(f"{p}attn", (batch, c.heads * hd), lambda b, x: o[x // hd, b, x % hd])
 
 
 def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: DecoderConfig) -> Tensor:
