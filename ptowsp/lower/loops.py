@@ -227,8 +227,14 @@ class TaskLowering:
         def piece(st: Stmt) -> Stmt:
             return self.nest_over(per_tile, st, lead)
 
-        def reduction_nest(st: Stmt) -> Stmt:
-            return self.nest_over(rest, st, lead)
+        def reduction_nest(st: Stmt, path: Expr | None = None) -> Stmt:
+            """`st` inside the reduction's loops, read only where its where-path holds: tested outside
+            the loops when it reads none of them (once per result, not once per term: a decode step's
+            scores tested their domain inside the vector loop of every dot product)."""
+            cond = None if path is None else self.at_axes(path)
+            if cond is not None and not {n.arg[0] for n in walk(cond) if n.op is Op.VAR} & {lp.name for lp in rest}:
+                return IfThen(cond, self.nest_over(rest, st, lead))
+            return self.nest_over(rest, st if cond is None else IfThen(cond, st), lead)
 
         direct = self.body is reduction and acc_dtype == self.out.dtype and self.cache_scope is None
         if direct:
@@ -241,7 +247,7 @@ class TaskLowering:
             stmt = self.lane_partials(kind, acc, acc_index, per_tile, piece, reduction_nest, rbody, path)
         else:
             update = self.store(acc, acc_index, _combine(kind, acc[acc_index], self.at_axes(rbody)))
-            stmt = block(piece(Store(acc, acc_index, identity)), reduction_nest(self.on_path(path, update)))
+            stmt = block(piece(Store(acc, acc_index, identity)), reduction_nest(update, path))
         if not direct:
             epilogue_value = self.epilogue_of(reduction, cast(acc[acc_index], reduction.dtype))
             stmt = Allocate(acc, block(stmt, piece(self.store(self.out, spatial, epilogue_value))))
@@ -284,7 +290,7 @@ class TaskLowering:
             Store(acc, acc_index, identity),
             over_partials(Store(acc, acc_index, _combine(kind, acc[acc_index], part[index])), False))
         return Allocate(part, block(piece(over_partials(Store(part, index, identity), True)),
-                                    reduction_nest(self.on_path(path, update)), piece(fold)))
+                                    reduction_nest(update, path), piece(fold)))
 
 
 def _fold_tree(kind: str, part: Buffer, tile_index: tuple[Expr, ...], partial_loops: list, acc: Buffer,
