@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 
-from ptowsp.errors import ScheduleError
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL, inner_of, is_outer_part, outer_of, roots_of
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.passes.cube import CubeTiler, cube_tile
 from ptowsp.schedules.passes.decisions import Choose, decision
+from ptowsp.schedules.passes.symbolic import over_sizes
 from ptowsp.schedules.passes.tiles import (
     GUARDED_TILES, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
     stream_reduction, streamed_weights, vector_tile,
@@ -75,7 +75,6 @@ TERMS_PER_ELEMENT = 16
 TASKS_PER_WORKER = 4
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
-_STAGING = ("cache_read", "prefetch_tensor")  # left out over symbolic sizes (default_schedule)
 DISPATCH = ("work_stealing", "round_robin", "locality")
 CUBE = ("cube", "tile")  # _inner_loops' answer for a cube-tiled contraction: no register tile to place  # the runtime default first; affinity needs a key
 
@@ -109,21 +108,7 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     if wl.sizes:
         typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
                                    workers=workers, fuse=fuse, choose=choose, cube=cube)
-        s, kept = Schedule(wl), []
-        for step in typical.steps:
-            if step.kind in _STAGING:  # the box a staged read covers may span a size: no fixed buffer
-                continue
-            try:
-                s.apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
-            except ScheduleError:
-                continue
-            if _fixed_size_buffers(s):
-                kept.append(step)
-            else:  # rare: replay without it, rather than copying the schedule before every step
-                s = Schedule(wl)
-                for good in kept:
-                    s.apply(good)
-        return s
+        return over_sizes(wl, typical)
     s = Schedule(wl)
     folded = fold.foldable(wl)
     fuse = choose(decision(None, "fuse"), (True, False), fuse)
@@ -191,29 +176,6 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
 
 
 # -- grouping -----------------------------------------------------------------------------
-def _fixed_size_buffers(s: Schedule) -> bool:
-    """Whether every local buffer lowering will make has a fixed size: no accumulator tile spans a
-    spatial loop of symbolic extent inside a reduction loop, and no producer is computed at a loop
-    that has a loop of symbolic extent inside it, or at (or inside) a part of a symbolic loop."""
-    for consumer, loop in s.compute_at_locations.values():
-        loops = s.nest(consumer).loops
-        names = [lp.name for lp in loops]
-        if loop in names and any(not isinstance(lp.extent, int) for lp in loops[names.index(loop) + 1:]):
-            return False
-        task = s.workload.task(consumer)
-        symbolic = {n for n, extent in zip(task.loop_names, task.tensor.shape, strict=True) if not isinstance(extent, int)}
-        if loop in names and any(set(roots_of(lp.name)) & symbolic for lp in loops[:names.index(loop) + 1]):
-            return False  # at a part of a symbolic loop: the part read there may span the size
-    for task in s.workload.tasks:
-        if not isinstance(s.workload.task(task), ComputeTask) or task in s.inlined:
-            continue
-        loops = [lp for lp in s.nest(task).loops if lp.annotation != PARALLEL]
-        first = next((k for k, lp in enumerate(loops) if lp.reduce), len(loops))
-        if any(not lp.reduce and not isinstance(lp.extent, int) for lp in loops[first:]):
-            return False
-    return True
-
-
 def _groups(wl: Workload, stored: list[str], inlined: set[str], anchors: dict[str, str], workers: int,
             choose: Choose) -> dict[str, _Group]:
     """Which stored tasks go inside which group root, latest first (readers decide before producers).
