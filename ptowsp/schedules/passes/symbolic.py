@@ -5,14 +5,16 @@ to the workload with its sizes.  A step that needs a number where a size stands 
 symbolic loop) is refused and left out; so is one that would give a local buffer a symbolic size
 (a producer computed inside a loop of symbolic extent, an accumulator tile spanning one), and every
 staged read (cache_read, prefetch_tensor), whose box may span a size.  A producer whose placement is
-left out is stored on its own, and its leading loops become its task grid: it had none of its own
-(a decoder's projections, grouped inside their product at the typical size, ran as one task each).
+left out is stored on its own, without a task grid of its own (a decoder's projections, grouped
+inside their product at the typical size, run as one task each; making their leading loops a grid
+made a 128-token prefill 40x slower in wall time: thousands of small tasks, each costing the host
+tens of microseconds).
 """
 
 from __future__ import annotations
 
 from ptowsp.errors import ScheduleError
-from ptowsp.schedules.loopnest import PARALLEL, SERIAL, is_outer_part, roots_of
+from ptowsp.schedules.loopnest import PARALLEL, roots_of
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.workloads import ComputeTask, Workload
 
@@ -22,7 +24,7 @@ STAGING = ("cache_read", "prefetch_tensor")
 def over_sizes(wl: Workload, typical: Schedule) -> Schedule:
     """`typical`'s steps (made for `wl` bound at a typical size) applied to `wl` where they keep every
     buffer of fixed size (see the module docstring)."""
-    s, kept, unplaced = Schedule(wl), [], []
+    s, kept = Schedule(wl), []
     for step in typical.steps:
         if step.kind in STAGING:
             continue
@@ -33,29 +35,10 @@ def over_sizes(wl: Workload, typical: Schedule) -> Schedule:
         if fixed_size_buffers(s):
             kept.append(step)
         else:  # rare: replay without it, rather than copying the schedule before every step
-            unplaced += [step.task] if step.kind == "compute_at" else []
             s = Schedule(wl)
             for good in kept:
                 s.apply(good)
-    for task in unplaced:
-        _leading_grid(s, task)
     return s
-
-
-def _leading_grid(s: Schedule, task: str) -> None:
-    """Make `task`'s leading serial spatial loops its task grid: those before its first reduction loop and
-    its first whole loop of symbolic extent (blocks of one, an outer part, are taken: a whole one would
-    make a task of every element along it)."""
-    leading = []
-    for lp in s.nest(task).loops:
-        if lp.reduce or lp.annotation != SERIAL or not (isinstance(lp.extent, int) or is_outer_part(lp.name)):
-            break
-        leading.append(lp.name)
-    if leading and not any(lp.annotation == PARALLEL for lp in s.nest(task).loops):
-        try:
-            s.parallel(task, *leading)
-        except ScheduleError:
-            pass  # a loop something else is placed at: the task keeps running whole
 
 
 def fixed_size_buffers(s: Schedule) -> bool:
