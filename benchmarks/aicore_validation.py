@@ -19,13 +19,18 @@ The GEMM computes its real numbers on the host (about 10 s each).
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import ptowsp as pw
 from ptowsp.backends.aicore.model import GIB, KIB
 from ptowsp.workloads import random_inputs, zoo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.backends.test_device_figures import load_seconds  # noqa: E402 - the same measurement the test checks
 
 GEMM = 6144
 BASE_TILE = (128, 256, 64)  # the PTO ISA A3 GEMM's [m, n, k] base tile
@@ -53,17 +58,6 @@ def run_gemm(device: pw.DeviceModel) -> pw.Summary:
     want = inputs["A"][rows].astype(np.float32) @ inputs["B"].astype(np.float32)
     np.testing.assert_allclose(out[rows], want, rtol=1e-2, atol=1e-2 * float(np.abs(want).max()))
     return prog.trace.summary()
-
-
-def load_seconds(nbytes: int, device: pw.DeviceModel) -> float:
-    """Device seconds of one vector task's single load of `nbytes` (a sum, so its output is one element)."""
-    wl = pw.Workload("read")
-    x = wl.input("X", (nbytes // 4,))
-    r = pw.reduce_axis(nbytes // 4, "r")
-    wl.output(wl.compute("S", (1,), lambda i: pw.sum(x[r], axis=r)))
-    prog = pw.build(wl.schedule(), target="aicore", device=device)
-    prog.run(**random_inputs(wl))
-    return next(e.duration for e in prog.trace.events if e.name == "S load")
 
 
 def row(figure: str, source: str, published: float | None, model: float, unit: str, kind: str) -> None:

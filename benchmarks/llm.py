@@ -168,7 +168,7 @@ def main() -> None:
     cases = [("decode", decode_case(c, 1, args.context, rng)), ("decode", decode_case(c, 8, args.context, rng)),
              ("prefill", prefill_case(c, 128, rng))]
     print(f"{args.layers} layers of Qwen3-0.6B's shape; medians of {args.repeat} runs x {args.rounds} rounds")
-    print(f"| case | ptowsp | torch eager | onnxruntime | faster peer / ptowsp |\n| --- | --- | --- | --- | --- |")
+    print("| case | ptowsp | torch eager | onnxruntime | faster peer / ptowsp |\n| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as folder:
         for k, (phase, case) in enumerate(cases):
             prog, ours = programs[phase], case["ours"] | weights

@@ -25,7 +25,6 @@ plots keep working).  It stays readable at 10,000 instances: one
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,22 +36,15 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ptowsp.errors import InputError
-from ptowsp.runtime.report import time_unit, writing
+from ptowsp.runtime.report import task_of, time_unit, writing
 
 if TYPE_CHECKING:
     from ptowsp.runtime.trace import Event, Trace
 
 WAITING, STARTUP, WINDDOWN, STAGE = "waiting", "start-up", "wind-down", "load / store stage"
-_STAGED = re.compile(r"^(?P<task>.+?)(?:@\d+)?(?: (?P<stage>load|store))?$")
 _CONTROL = ("#4d4d4d", "#8c8c8c", "#b3b3b3")  # greys for the control threads' work
 _WAIT_COLOUR = "#e0e0e0"
 _PHASE_COLOURS = {STARTUP: ("#fff2b3", "#b38f00"), WINDDOWN: ("#dce8f5", "#4a77a8")}  # fill, edge
-
-
-def task_of(name: str) -> tuple[str, str | None]:
-    """An event's task and stage: "y@1 load" -> ("y", "load"), "y" -> ("y", None)."""
-    m = _STAGED.match(name)
-    return (m["task"], m["stage"]) if m else (name, None)
 
 
 def palette(count: int) -> list[tuple[float, ...]]:

@@ -1,11 +1,12 @@
-"""What a trace's reports share: the time unit a person reads, and the files they write (a typed
-InputError naming the path, never a raw OSError).  Apart from trace.py so that the Gantt chart,
+"""What a trace's reports share: the time unit a person reads, the files they write (a typed
+InputError naming the path, never a raw OSError), and how an event's name says its task and stage.  Apart from trace.py so that the Gantt chart,
 which draws a Trace, and the timing tables need no import of it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,12 @@ def writing(path: Path, method: str) -> Iterator[None]:
         reason = e.strerror or str(e)
         hint = " (its folder does not exist)" if isinstance(e, FileNotFoundError) else ""
         raise InputError(f"trace.{method}: cannot write {str(path)!r}: {reason}{hint}") from e
+
+
+_STAGED = re.compile(r"^(?P<task>.+?)(?:@\d+)?(?: (?P<stage>load|store))?$")
+
+
+def task_of(name: str) -> tuple[str, str | None]:
+    """An event's task and stage: "y@1 load" -> ("y", "load"), "y" -> ("y", None)."""
+    m = _STAGED.match(name)
+    return (m["task"], m["stage"]) if m else (name, None)

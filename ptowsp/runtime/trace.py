@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptowsp.runtime.report import output_path, time_unit, writing
+from ptowsp.runtime.report import output_path, task_of, time_unit, writing
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, 0.97 us per event
@@ -232,7 +232,7 @@ class Trace:
         loads (mean over the class's cores), the shared HBM, the orchestrator, the busiest scheduler."""
         loads: dict[str, float] = defaultdict(float)
         for e in self.events:
-            if e.id < 0 and e.worker < rows and e.name.endswith(" load"):
+            if e.id < 0 and e.worker < rows and task_of(e.name)[1] == "load":
                 loads[self.workers[e.worker][1]] += e.work
         counts = defaultdict(int)
         for _, core in self.workers[:rows]:

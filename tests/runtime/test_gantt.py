@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from ptowsp.runtime.gantt import STAGE, STARTUP, WAITING, WINDDOWN, figure, palette, task_of
+from ptowsp.runtime.gantt import STAGE, STARTUP, WAITING, WINDDOWN, figure, palette
+from ptowsp.runtime.report import task_of
 from ptowsp.runtime.trace import Event, Trace, Wait
 
 TASKS = [f"task{k}" for k in range(24)]

@@ -24,8 +24,9 @@ From the lowered loop IR of each kernel:
   L0C->GM, a vector core GM->UB and UB->GM); each transfer arrives
   `dma_startup_seconds` after its bytes are through, so the latencies of
   back-to-back transfers overlap, and one transfer on its own follows the
-  published saturating curve (peak x size / (size + peak x startup)).  An L2 (LRU over the boxes transferred) serves repeated reads;
-  misses and every store also pass through HBM, one shared FIFO.
+  published saturating curve (peak x size / (size + peak x startup)).  An
+  L2 (LRU over the boxes transferred) serves repeated reads; misses and
+  every store also pass through HBM, one shared FIFO.
 - **compute**: a cube block takes one cycle per 16x16x16 fractal of its
   tile's outputs times its k (padded to whole fractals; float16 and
   bfloat16 inputs, accumulated in float32, at the full rate; float32 at
@@ -41,10 +42,11 @@ From the lowered loop IR of each kernel:
 - **buffers**: a tile's accumulators, 1 + prefetch blocks of inputs and its
   outputs must fit the core's buffers, else the build fails naming the
   buffer.  On a cube core a block waits in L1 and feeds L0A/L0B in *L0
-  steps*: the first reduction loop inside the stream loop with spatial
-  loops inside it (`k.inner.outer` after splitting a 256-deep block by
-  64: four k steps per L1 load, as the PTO ISA's GEMM runs), or the whole
-  block without one; an L0 step's input boxes must fit L0A/L0B.
+  steps*: a reduction loop at the top of the block (before any spatial
+  loop) with the tile's spatial loops inside it (`k.inner.outer` after
+  splitting a 256-deep block by 64: four k steps per L1 load, as the PTO
+  ISA's GEMM runs), or the whole block without one; an L0 step's input
+  boxes must fit L0A/L0B.
 """
 
 from __future__ import annotations
@@ -109,6 +111,11 @@ def _without(stmt: Stmt, part: Stmt) -> Stmt:
     return stmt.with_children([_without(c, part) for c in stmt.children()])
 
 
+def _spatial_inside(stmt: Stmt, reduce_vars: set[str]) -> bool:
+    """Whether a spatial loop (one not in `reduce_vars`) is inside `stmt`: a tile, not an element."""
+    return any(isinstance(n, For) and n.var not in reduce_vars for n in walk_stmts(stmt))
+
+
 def _stream_path(stmt: Stmt, reduce_vars: set[str], top: bool = True) -> list[For] | None:
     """The tile loops from the top of a task's body down to its stream loop (last), if it has one.
 
@@ -120,8 +127,8 @@ def _stream_path(stmt: Stmt, reduce_vars: set[str], top: bool = True) -> list[Fo
     """
     if isinstance(stmt, For):
         if stmt.var in reduce_vars:
-            inside = [n.var for n in walk_stmts(stmt.body) if isinstance(n, For)]
-            tiled = any(v not in reduce_vars for v in inside) or (top and bool(inside))
+            looped = any(isinstance(n, For) for n in walk_stmts(stmt.body))
+            tiled = _spatial_inside(stmt.body, reduce_vars) or (top and looped)
             return [stmt] if tiled else None
         inner = _stream_path(stmt.body, reduce_vars, top=False)
         wraps = inner is not None and any(isinstance(n, Store) for n in walk_stmts(_without(stmt.body, inner[-1])))
@@ -162,7 +169,7 @@ def _l0_step(stmt: Stmt, reduce_vars: set[str], outer: list[str]) -> KernelAcces
     if isinstance(stmt, For):
         if stmt.var not in reduce_vars:
             return None
-        if any(isinstance(n, For) and n.var not in reduce_vars for n in walk_stmts(stmt.body)):
+        if _spatial_inside(stmt.body, reduce_vars):
             return statement_access(stmt.body, [*outer, stmt.var], gathered_rows=True)
         return _l0_step(stmt.body, reduce_vars, [*outer, stmt.var])
     for child in stmt.children():
@@ -257,8 +264,9 @@ class ModelCosts:
         second (HBM waits included)."""
         end = engine + nbytes / rate
         if through_hbm:
-            self.hbm_busy += nbytes / self.device.hbm_bytes_per_second
-            self.hbm_free = max(engine, self.hbm_free) + nbytes / self.device.hbm_bytes_per_second
+            seconds = nbytes / self.device.hbm_bytes_per_second
+            self.hbm_busy += seconds
+            self.hbm_free = max(engine, self.hbm_free) + seconds
             end = max(end, self.hbm_free)
         return end
 
@@ -428,7 +436,7 @@ def _check_buffers(device: DeviceModel, name: str, shape: KernelShape, itemsize:
     tile_in = _box_bytes(shape.tile.reads, itemsize)
     block_in = _box_bytes(shape.stream.reads, itemsize) if shape.stream else tile_in
     reads = shape.stream.reads if shape.stream else shape.tile.reads
-    largest = reads[block_in.index(max(block_in))][0] if block_in else None
+    largest = _largest_tensor(reads, block_in)
     out = _box_bytes(shape.tile.writes, itemsize)
     in_flight = ahead * sum(block_in) + (sum(tile_in) if shape.stream else 0)
     if shape.core == "cube":
@@ -439,7 +447,7 @@ def _check_buffers(device: DeviceModel, name: str, shape: KernelShape, itemsize:
                   "its tile's accumulators", None),
                  ("L0A/L0B", max(step, default=0), min(device.l0a_bytes, device.l0b_bytes),
                   "its largest input block" if shape.l0_step is None else "its largest input of one L0 step",
-                  step_reads[step.index(max(step))][0] if step else None),
+                  _largest_tensor(step_reads, step)),
                  ("L1", in_flight, device.l1_bytes, f"{ahead} input block(s) in flight (prefetch {prefetch})",
                   largest)]
     else:
@@ -449,6 +457,11 @@ def _check_buffers(device: DeviceModel, name: str, shape: KernelShape, itemsize:
         if need > capacity:
             raise BufferOverflow(name, buffer, f"task {name!r} needs {_kib(need)} of {buffer} for {what}, but a "
                                  f"{shape.core} core's {buffer} holds {_kib(capacity)}: {hint}", tensor)
+
+
+def _largest_tensor(reads, sizes: list[int]) -> str | None:
+    """The tensor of the largest of `reads` (a KernelAccess's boxes), whose bytes are `sizes`."""
+    return reads[sizes.index(max(sizes))][0] if sizes else None
 
 
 def itemsizes(dtypes: Mapping[str, str]) -> dict[str, int]:

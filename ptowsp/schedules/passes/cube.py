@@ -18,7 +18,7 @@ import numpy as np
 
 from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, inner_of, outer_of
 from ptowsp.schedules.schedule import Schedule
-from ptowsp.schedules.passes.tiles import panel_operand
+from ptowsp.schedules.passes.tiles import panel_operand, rows_and_columns
 from ptowsp.te import Op, walk
 
 
@@ -52,10 +52,7 @@ def cube_tile(s: Schedule, task: str, spatial: list, k, tiler: CubeTiler) -> boo
     loop `k` whose rows, columns and depth are numbers; False (nothing changed) otherwise."""
     if len(spatial) < 2:
         return False
-    rows_at = len(spatial) - 2  # as contraction_tile: the last loop before the columns longer than 1
-    while rows_at > 0 and spatial[rows_at].extent == 1:
-        rows_at -= 1
-    i, j = spatial[rows_at], spatial[-1]
+    i, j = rows_and_columns(spatial)
     if not all(isinstance(e, int) for e in (i.extent, j.extent, k.extent)):
         return False
     loads = [n for n in walk(s.workload.task(task).body) if n.op is Op.LOAD]

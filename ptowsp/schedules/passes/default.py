@@ -75,8 +75,8 @@ TERMS_PER_ELEMENT = 16
 TASKS_PER_WORKER = 4
 ROW_GROUP_BYTES = 512 << 10  # a contraction reading more than this is not grouped by blocks of rows (half an L2)
 TYPICAL_SIZE = 1024  # what the default schedule assumes a symbolic size to be
-DISPATCH = ("work_stealing", "round_robin", "locality")
-CUBE = ("cube", "tile")  # _inner_loops' answer for a cube-tiled contraction: no register tile to place  # the runtime default first; affinity needs a key
+DISPATCH = ("work_stealing", "round_robin", "locality")  # the runtime default first; affinity needs a key
+CUBE = ("cube", "tile")  # _inner_loops' answer for a cube-tiled contraction: no register tile to place
 
 
 

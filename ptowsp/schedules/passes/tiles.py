@@ -35,6 +35,16 @@ STREAMED_WEIGHT_BYTES = 2 << 20  # weights larger than a core's L2 are prefetche
 GEMM_I8_K = 64  # the longest reduction a tensorized int8 tile hands one gemm_i8 call (unrolled in it)
 
 
+def rows_and_columns(spatial: list) -> tuple:
+    """A contraction's row and column loops (of its two or more spatial loops): the columns last, the
+    rows the last loop before them that is longer than 1, so that a batch of one-row products (torch's
+    attention projects a (197, 1, 768) sequence-first input so) takes its batch as rows."""
+    rows_at = len(spatial) - 2
+    while rows_at > 0 and spatial[rows_at].extent == 1:
+        rows_at -= 1
+    return spatial[rows_at], spatial[-1]
+
+
 def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choose: Choose,
                      rows_first: bool = False) -> tuple[str, str] | None:
     """The register-tiled matmul schedule, when the task is one and the tile divides its columns (its
@@ -46,12 +56,7 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
     """
     if len(spatial) < 2 or lanes == 1:
         return None
-    # rows: the last loop before the columns that is longer than 1, so that a batch of one-row products
-    # (torch's attention projects a (197, 1, 768) sequence-first input so) takes its batch as rows
-    rows_at = len(spatial) - 2
-    while rows_at > 0 and spatial[rows_at].extent == 1:
-        rows_at -= 1
-    i, j = spatial[rows_at], spatial[-1]
+    i, j = rows_and_columns(spatial)
     body = s.workload.task(task).body
     panels = [n.arg.name for n in walk(body) if n.op is Op.LOAD and panel_operand(n, k.name, j.name, i.name)]
     # B stored as panels already (passes/panels.py): the tile's columns are one panel

@@ -141,16 +141,6 @@ def _norm_rotate(wl: Workload, name: str, x: Tensor, heads: int, gamma: Tensor, 
         normed(t, h, i) * cos[position(t), i] + rotated_half(t, h, i) * sin[position(t), i]))
 
 
-def _softmax_weights(wl: Workload, p: str, s: Tensor, seen: Callable[..., Expr]) -> tuple[Tensor, Tensor]:
-    """(e, z): exp(s - rowmax) over the positions `seen(b, h, t)` (0 elsewhere), and their row sums."""
-    t = reduce_axis(s.shape[2], "t")
-    m = wl.compute(f"{p}att_max", s.shape[:2],
-                   lambda b, h: reduce_max(where(seen(b, h, t), s[b, h, t], float("-inf")), t))
-    e = wl.compute(f"{p}att_exp", s.shape, lambda b, h, j: where(seen(b, h, j), exp(s[b, h, j] - m[b, h]), 0.0))
-    z = wl.compute(f"{p}att_sum", s.shape[:2], lambda b, h: reduce_sum(e[b, h, t], t))
-    return e, z
-
-
 def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: Tensor, vc: Tensor, pos: Tensor,
                      table: Tensor, c: DecoderConfig) -> Tensor:
     """o[b, h * head_dim + i]: the new token of sequence b attends to positions 0 .. pos[b]: those
@@ -160,7 +150,7 @@ def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: 
     still has the heads to share out."""
     batch, group, bs, hd = q.shape[0], c.heads // c.kv_heads, c.block_size, c.head_dim
     context, scale = table.shape[1] * bs, 1.0 / math.sqrt(hd)
-    d, t = reduce_axis(hd, "d"), reduce_axis(table.shape[1] * bs, "t")
+    d, t = reduce_axis(hd, "d"), reduce_axis(context, "t")
 
     def cached(b, t) -> Expr:
         return t < pos[b]
@@ -182,18 +172,20 @@ def _paged_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, kc: 
 
 def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: DecoderConfig) -> Tensor:
     """o[i, h * head_dim + x]: prompt token i attends to tokens 0 .. i of the prompt (scores as (head, i, j))."""
-    seq, group = q.shape[0], c.heads // c.kv_heads
-    d = reduce_axis(c.head_dim, "d")
+    seq, group, hd = q.shape[0], c.heads // c.kv_heads, c.head_dim
+    d, t, j = reduce_axis(hd, "d"), reduce_axis(seq, "t"), reduce_axis(seq, "j")
 
     def seen(h, i, j) -> Expr:
         return j <= i
 
     s = wl.compute(f"{p}scores", (c.heads, seq, seq), lambda h, i, j: reduce_sum(
-        q[i, h, d] * k[j, h // group, d], d) * (1.0 / math.sqrt(c.head_dim)), domain=seen)
-    e, z = _softmax_weights(wl, p, s, seen)
-    j, hd = reduce_axis(seq, "j"), c.head_dim
+        q[i, h, d] * k[j, h // group, d], d) * (1.0 / math.sqrt(hd)), domain=seen)
+    m = wl.compute(f"{p}att_max", s.shape[:2],
+                   lambda h, i: reduce_max(where(seen(h, i, t), s[h, i, t], float("-inf")), t))
+    e = wl.compute(f"{p}att_exp", s.shape, lambda h, i, j: where(seen(h, i, j), exp(s[h, i, j] - m[h, i]), 0.0))
+    z = wl.compute(f"{p}att_sum", s.shape[:2], lambda h, i: reduce_sum(e[h, i, t], t))
     return wl.compute(f"{p}attn", (seq, c.heads * hd), lambda i, x: reduce_sum(
-        where(j <= i, e[x // hd, i, j] * v[j, x // hd // group * hd + x % hd], 0.0), j) / z[x // hd, i])
+        where(seen(x // hd, i, j), e[x // hd, i, j] * v[j, x // hd // group * hd + x % hd], 0.0), j) / z[x // hd, i])
 
 
 def _swiglu(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
