@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ptowsp.backends.base import Executable, backend
+from ptowsp.backends.recording import Recording
 from ptowsp.errors import BuildError, InputError
 from ptowsp.progress import Progress
 from ptowsp.lower import Program
@@ -89,6 +90,21 @@ class Built:
         return outputs
 
     __call__ = run
+
+    def capture(self, *args: np.ndarray, **inputs: np.ndarray) -> Recording:
+        """Run one step and record its task table at the binding of the sizes its inputs give: the
+        Recording's `replay(**inputs)` runs it again on new data of the same shapes without working
+        the table out again (backends/recording.py; docs/llm.md)."""
+        if self._executable is None or self._emptied is not None:
+            raise BuildError(f"workload {self.workload.name!r} has empty tensors: capture records a workload "
+                             "whose every task computes something")
+        if args:
+            inputs = {**_positional(self.workload, args, inputs), **inputs}
+        recording = Recording(self.workload, self.target, self._executable, self.options, inputs)
+        self.trace = recording.trace
+        self.runs += 1
+        Built.last_run = self
+        return recording
 
     def source(self, task: str, kind: str = "loops") -> str:
         """A task's code: its lowered loop nest as pseudo-code ("loops"), or what the target

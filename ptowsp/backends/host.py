@@ -1,15 +1,17 @@
 """Task instances for the runtime: whole tasks (opaque tasks on every target, every task on the
 numpy target), the instances of a compiled kernel's task grid, and the table of one run.
 
-A task with a domain (`wl.compute(..., domain=)`) gets no instance for a tile wholly outside it.
-The orchestrator decides this from the tile's bounds (te/domain.py) when it builds the run's
-table, if the domain reads only the run's inputs; a domain over data the run computes (a router's
-counts) is decided once the instance is ready, and an empty one is retired unrun.
+A binding's table holds every tile and is kept between runs.  A tile of a task with a domain
+(`wl.compute(..., domain=)`) that lies wholly outside it is retired unrun: decided from the tile's
+bounds (te/domain.py) before the run when the domain reads only the run's inputs, once the
+instance is ready when it reads data the run computes (a router's counts).  So a run whose data
+moves the domain (a decode step's context lengths) does not enumerate its instances again.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -36,14 +38,12 @@ def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
 
 
 def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
-                     sizes: tuple[int, ...] = (), points: Sequence[tuple[int, ...]] | None = None,
-                     variants: Iterable[int] | None = None) -> Iterator[Instance]:
-    """One instance per point of a kernel's task grid (or per point of `points`, each run by the
-    kernel version in `variants`), with the regions it reads and writes there."""
-    bound, coords = access.bound(sizes), None
-    if points is None:
-        points = list(itertools.product(*(range(extent) for extent in grid)))
-        coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
+                     sizes: tuple[int, ...] = (), variants: Iterable[int] | None = None) -> Iterator[Instance]:
+    """One instance per point of a kernel's task grid, in grid order, with the regions it reads and
+    writes there, each run by the kernel version in `variants` (default: the task's own, 0)."""
+    bound = access.bound(sizes)
+    points = list(itertools.product(*(range(extent) for extent in grid)))
+    coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
     reads, writes = bound.over(points, coords)
     for point, read, written, variant in zip(points, reads, writes,
                                              itertools.repeat(0) if variants is None else variants):
@@ -92,57 +92,113 @@ def points_in_domain(task: ComputeTask, grid: Sequence[int], access: KernelAcces
 
 
 def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
-              cores: Mapping[str, str], sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None,
-              after: Mapping[str, Sequence[str]] | None = None,
-              variants: Mapping[str, Sequence] | None = None) -> TaskTable:
-    """The task table of one run: kernel instances at the sizes' binding, host instances for the
-    rest, tiles outside a domain left out, each tile of a specialized task given the kernel version
-    its conditions choose (`variants`: task -> conditions; with `arrays` None every tile is kept and
-    runs the task's own kernel: the table is then the same for every run at this binding)."""
-    bound = wl.bind(sizes)
+              cores: Mapping[str, str], sizes: Mapping[str, int], after: Mapping[str, Sequence[str]] | None = None,
+              versions: Mapping[str, Sequence[int]] | None = None) -> TaskTable:
+    """The task table at the sizes' binding: an instance for every tile of every kernel (in grid
+    order), a host instance for every other task.  A run's data then decides which tiles of a task
+    with a domain have work (`Domains`); `versions` (task -> per tile, from `kernel_versions`) the
+    kernel version each tile of a specialized task runs (else its own loops, version 0)."""
+    bound = wl.bind(sizes) if any(name not in kernels for name in order) else None
     values = tuple(sizes[n] for n in wl.sizes)
     instances: list[Instance] = []
-    deferred: dict[int, ComputeTask] = {}
-    grids: dict[str, tuple[int, ...]] = {}
     for name in order:
         if name not in kernels:
             instances.append(host_instance(bound.task(name)))
             continue
         extents, access = kernels[name]
-        task, grid = wl.task(name), grids.setdefault(name, grid_extents(extents, sizes))
-        domain = task.domain if isinstance(task, ComputeTask) and arrays is not None else None
-        early = domain is not None and all(t.name in wl.inputs or t.name in wl.constants for t in _reads(domain))
-        conditions = (variants or {}).get(name, ()) if arrays is not None else ()
-        points, chosen = points_in_domain(task, grid, access, values, arrays, conditions, early) \
-            if early or conditions else (None, None)
-        for inst in kernel_instances(name, grid, access, cores.get(name), values, points, chosen):
-            if domain is not None and not early:
-                deferred[len(instances)] = task
-            instances.append(inst)
-    if not deferred:
-        return TaskTable(instances, after=after)
-    table = instances
-    writers: dict[str, list[int]] = {}  # per deferred task: the instances writing what its domain reads
-    for task in {t.name: t for t in deferred.values()}.values():
-        read = {t.name for t in _reads(task.domain)}
-        writers[task.name] = [k for k, inst in enumerate(table) if any(t in read for t, _ in inst.writes)]
-    decided: dict[str, set[tuple[int, ...]]] = {}
+        instances.extend(kernel_instances(name, grid_extents(extents, sizes), access, cores.get(name), values,
+                                          variants=(versions or {}).get(name)))
+    return TaskTable(instances, after=after)
 
-    def skip(i: int, done: Sequence[int]) -> bool:
-        """Once every writer of the data a task's domain reads has finished, all its tiles are decided
-        at once; before that (a domain over data still being written elsewhere), tile by tile."""
-        task = deferred.get(i)
-        if task is None:
-            return False
-        kept = decided.get(task.name)
-        if kept is None and all(done[k] for k in writers[task.name]):
-            _, access = kernels[task.name]
-            kept = decided[task.name] = set(points_in_domain(task, grids[task.name], access, values, arrays)[0])
-        if kept is not None:
-            return table[i].coords not in kept
-        return not may_hold(task.domain, _tile(task, table[i].writes), arrays)
 
-    return TaskTable(instances, after=after, skip=skip)
+def kernel_versions(wl: Workload, kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
+                    sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray],
+                    conditions: Mapping[str, Sequence]) -> dict[str, list[int]]:
+    """Per specialized task, per tile: the first of its `conditions` that holds on the whole tile
+    (1, 2, ...), else 0 (its own loops)."""
+    values = tuple(sizes[n] for n in wl.sizes)
+    found = {}
+    for name, when in conditions.items():
+        extents, access = kernels[name]
+        found[name] = points_in_domain(wl.task(name), grid_extents(extents, sizes), access, values, arrays, when,
+                                       domain=False)[1]
+    return found
+
+
+class Domains:
+    """The tiles of a binding's table that belong to tasks with a domain, and which of them one
+    run's data leaves without work.
+
+    A domain over the run's inputs is decided before the run, for all of a task's tiles at once
+    (`TaskTable.skipped`); one over data the run computes (a router's counts) once the instance is
+    ready (`TaskTable.skip`): for all the task's tiles at once when every writer of that data has
+    finished, else tile by tile.  The table itself is made once per binding and kept."""
+
+    def __init__(self, wl: Workload, table: TaskTable, kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
+                 sizes: Mapping[str, int]):
+        self.wl, self.kernels, self.sizes = wl, kernels, sizes
+        self.values = tuple(sizes[n] for n in wl.sizes)
+        first: dict[str, int] = {}
+        for k, inst in enumerate(table.instances):
+            first.setdefault(inst.name, k)
+        self.tasks: dict[str, tuple[ComputeTask, tuple[int, ...], int]] = {}  # name -> task, grid, first instance
+        self.early: list[str] = []  # domains over the run's inputs
+        late: list[str] = []
+        for name in first:
+            task = wl.task(name)
+            if name not in kernels or not isinstance(task, ComputeTask) or task.domain is None:
+                continue
+            self.tasks[name] = (task, grid_extents(kernels[name][0], sizes), first[name])
+            over_inputs = all(t.name in wl.inputs or t.name in wl.constants for t in _reads(task.domain))
+            (self.early if over_inputs else late).append(name)
+        self.n, self.instances = len(table), table.instances
+        # the early domains grouped by condition and tiles, each group decided once per run (a decoder's
+        # layers share theirs): (domain, tiles' bounds) -> task names, tiles, tile count
+        self.alike: dict[tuple, tuple[list[str], dict, int]] = {}
+        for name in self.early:
+            task, grid, _ = self.tasks[name]
+            _, tiles, count = _tiles(task, grid, kernels[name][1], self.values)
+            key = (task.domain, tuple((n, lo.tobytes(), hi.tobytes()) for n, (lo, hi) in sorted(tiles.items())))
+            self.alike.setdefault(key, ([], tiles, count))[0].append(name)
+        self.deferred = {first[name] + k: name for name in late for k in range(math.prod(self.tasks[name][1]))}
+        # per late-domain task: the instances writing what its domain reads
+        self.writers = {name: [k for k, inst in enumerate(table.instances)
+                               if any(t in {r.name for r in _reads(self.tasks[name][0].domain)} for t, _ in inst.writes)]
+                        for name in late}
+
+    def __bool__(self) -> bool:
+        return bool(self.tasks)
+
+    def for_run(self, table: TaskTable, arrays: Mapping[str, np.ndarray]) -> TaskTable:
+        """`table` (this binding's) for a run over `arrays`: the tiles with no work marked or tested."""
+        skipped = None
+        for (domain, _), (names, tiles, count) in self.alike.items():
+            if skipped is None:
+                skipped = np.zeros(self.n, bool)
+            empty = ~may_hold_in(domain, tiles, arrays, count)
+            for name in names:
+                first = self.tasks[name][2]
+                skipped[first:first + count] = empty
+        return table.for_run(skipped, self._skip(arrays) if self.deferred else None)
+
+    def _skip(self, arrays: Mapping[str, np.ndarray]):
+        decided: dict[str, set[tuple[int, ...]]] = {}
+
+        def skip(i: int, done: Sequence[int]) -> bool:
+            """Once every writer of the data a task's domain reads has finished, all its tiles are
+            decided at once; before that (a domain over data still being written elsewhere), tile by tile."""
+            name = self.deferred.get(i)
+            if name is None:
+                return False
+            task, grid, _ = self.tasks[name]
+            kept = decided.get(name)
+            if kept is None and all(done[k] for k in self.writers[name]):
+                kept = decided[name] = set(points_in_domain(task, grid, self.kernels[name][1], self.values, arrays)[0])
+            if kept is not None:
+                return self.instances[i].coords not in kept
+            return not may_hold(task.domain, _tile(task, self.instances[i].writes), arrays)
+
+        return skip
 
 
 def domain_outputs(wl: Workload) -> set[str]:

@@ -7,8 +7,11 @@ still compute their real numbers on the host.  The processes talk over
 pw.csp channels and token queues only.
 
 - The **orchestrator** (one AICPU thread) generates the instances in table
-  order into the task window, `orchestrate_seconds` each, and waits while the
-  window is full.
+  order into the task window, `orchestrate_seconds` each (plus
+  `record_seconds` when the run is being captured), and waits while the
+  window is full.  A replayed run (`Options.orchestration`) launches the
+  recorded table once, `replay_seconds`, and its instances enter the window
+  as it frees.
 - **Scheduler** s (the other AICPU threads) serves cores s, s + S, ...: it
   takes its cores' completion notices (resolving dependency tokens, which
   makes successors ready) and fills their slots, `schedule_seconds` of work
@@ -67,7 +70,9 @@ class DeviceCosts(Protocol):
     """What a device target tells the runtime: AICPU costs, core slots and each instance's stage times."""
 
     schedulers: int
-    orchestrate_seconds: float
+    orchestrate_seconds: float  # generating one instance
+    record_seconds: float  # recording one instance as it is generated (a capture)
+    replay_seconds: float  # launching a recorded table (a replay: no instance is generated)
     schedule_seconds: float
     dispatch_seconds: float
     completion_seconds: float
@@ -192,8 +197,15 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     def sample() -> None:
         readiness.sample(now(), generating[0], sched.ready)
 
+    replaying = options.orchestration == "replay"
+    per_instance = costs.orchestrate_seconds + (costs.record_seconds if options.orchestration == "record" else 0.0)
+
     async def orchestrator() -> None:
         sample()  # the state from time 0: nothing ready yet
+        if replaying and n:  # the recorded table is launched once; its instances enter as the window lets them
+            start = now()
+            await sleep(costs.replay_seconds)
+            record.busy(orchestrator_row, start, now())
         for i in range(n):
             while sched.free == 0:
                 start = now()
@@ -202,9 +214,10 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 await window_bell.wait()
                 generating[0] = True
                 window_waits.append((start, now()))
-            start = now()
-            await sleep(costs.orchestrate_seconds)
-            record.busy(orchestrator_row, start, now())
+            if not replaying:
+                start = now()
+                await sleep(per_instance)
+                record.busy(orchestrator_row, start, now())
             sched.admit(i)
             sample()
         generating[0] = False

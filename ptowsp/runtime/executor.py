@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ptowsp.errors import RunTimeout
 from ptowsp.runtime.csp import DepQueue, sleep
 from ptowsp.runtime.dispatch import TaskTimes, placer
@@ -254,7 +256,8 @@ def rouse(options: Options) -> None:
 def _native_run(table: TaskTable, launcher: Launcher, options: Options) -> NativeRun | None:
     """A native run of the table, where the Python scheduler's work is the loop's: every instance a
     compiled kernel (the launcher's `native`), the work_stealing policy, no core classes, no
-    prefetch pipeline and no instance skipped at run time."""
+    prefetch pipeline and no instance whose skipping is decided during the run (`table.skip`;
+    those `table.skipped` marks before it are the loop's)."""
     found = getattr(launcher, "native", None)
     if found is None or crew.supported() is not None:
         return None
@@ -305,13 +308,15 @@ def _execute_native(table: TaskTable, run: NativeRun, options: Options) -> Trace
 def _native_records(records: Records, sched: Scheduler) -> None:
     """The native loop's records (per worker: its tasks' (instance, start, end) and its idle spans, in
     nanoseconds) as the Python workers keep theirs: seconds on perf_counter's clock."""
-    done = sched.done
+    done, skipped = sched.done, sched.masked
     for k, w in enumerate(sched.workers[:records.workers]):  # a table of one instance ran on the caller alone
         rows = records.runs(k).tolist()
-        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in rows]
+        w.records = [(i, start * 1e-9, end * 1e-9, None) for i, start, end in rows
+                     if skipped is None or not skipped[i]]  # a skipped one called the empty thunk
         w.waits = [(start * 1e-9, end * 1e-9) for start, end in records.idle(k).tolist()]
         for i, _, _ in rows:
             done[i] = 1
+    sched.skipped = 0 if skipped is None else int(np.count_nonzero(skipped))
     sched.next = len(sched.instances)
     sched.peak = min(sched.next, sched.window)
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from ptowsp.once import once
 from ptowsp.runtime.native_ir import (
-    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED, WINDOW,
+    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED,
     compile_ir, loop_ir,
 )
 from ptowsp.runtime.table import TaskTable
@@ -70,6 +70,7 @@ class _Loop:
         self.worker = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(self.address)
         self.lead = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("ptowsp_native_lead"))
+        self.skip = self.engine.get_function_address("ptowsp_skip")
 
 
 @once
@@ -94,10 +95,11 @@ class NativeTasks:
         self._kept: dict[tuple[int, int], _Buffer] = {}  # per worker count and window
 
     def acquire(self, table: TaskTable, workers: int, window: int) -> _Buffer:
-        """A buffer set for a run's start: the kept one, unless a run holds it (then a new one)."""
+        """A buffer set for a run's start (the instances the table's run skips calling the empty
+        thunk): the kept one, unless a run holds it (then a new one)."""
         key = (workers, window)
         buffer = self._kept.pop(key, None) or _Buffer(table, self, workers, window)  # pop: atomic under the GIL
-        buffer.reset()
+        buffer.reset(table.skipped, _loop().skip)
         return buffer
 
     def release(self, buffer: _Buffer) -> None:
@@ -126,13 +128,19 @@ class _Buffer:
         queues_at = remaining_at + n
         self.records_at = queues_at + workers * n
         self.waits_at = self.records_at + workers * n * 3
-        pointers_at = self.pointers_at = self.waits_at + workers * (n + 1) * 2
+        thunks_at = self.waits_at + workers * (n + 1) * 2
+        pointers_at = self.pointers_at = thunks_at + n
         self.array = np.zeros(pointers_at + tasks.slots, np.int64)
         base = self.array.ctypes.data
+        # what each instance calls in this run: its kernel's thunk, or the loop's empty one for an
+        # instance the run skips (outside the kept head, rewritten only when the mask changes)
+        self.thunks = self.array[thunks_at:pointers_at]
+        self.thunks[:] = tasks.thunks
+        self.masked = False
         self.pointers = self.array[pointers_at:]  # the run's pointer table: outside the head, kept between runs
         self.filled: dict = {}  # what the runs' Fill wrote into it
         head = self.head = np.zeros(queues_at + workers * n, np.int64)
-        head[:SLOTS] = [n, workers, 0, 0, tasks.thunks.ctypes.data, tasks.offsets.ctypes.data,
+        head[:SLOTS] = [n, workers, 0, 0, base + 8 * thunks_at, tasks.offsets.ctypes.data,
                         tasks.arguments.ctypes.data, base + 8 * pointers_at, starts.ctypes.data, successors.ctypes.data,
                         base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
                         base + 8 * self.records_at, base + 8 * self.waits_at, 0, window]
@@ -147,10 +155,19 @@ class _Buffer:
             meta[w, TAIL] = len(mine)
         self.state = self.array[:SLOTS]
         self.n, self.workers, self.window, self.address = n, workers, window, base
-        self._keep = (tasks.thunks, tasks.offsets, tasks.arguments, starts, successors)  # what the loop reads
+        self._thunks = tasks.thunks
+        self._keep = (tasks.offsets, tasks.arguments, starts, successors)  # what the loop reads
 
-    def reset(self) -> None:
+    def reset(self, skipped: np.ndarray | None, skip: int) -> None:
+        """The head as every run starts, and the run's thunks: `skip` (the empty thunk's address) for
+        the instances `skipped` marks."""
         self.array[:len(self.head)] = self.head
+        if skipped is not None:
+            np.copyto(self.thunks, self._thunks)
+            self.thunks[skipped] = skip
+        elif self.masked:
+            np.copyto(self.thunks, self._thunks)
+        self.masked = skipped is not None
 
 
 class NativeRun:

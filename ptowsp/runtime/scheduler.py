@@ -66,6 +66,10 @@ class Options:
     title: str = "ptowsp"
     debug: bool = False  # backends check what kernels cannot afford to (gather indices) before each instance
     task_times: TaskTimes | None = None  # heft's kernel time estimates, learned from the runs of one program
+    # how the table's instances reach the schedulers (a device model charges each its cost): "generate"
+    # (the orchestrator makes each as the run goes), "record" (and records it), "replay" (the recorded
+    # table launched at once: a Recording's replays)
+    orchestration: str = "generate"
 
 
 def worker_classes(workers: int | Sequence[str | None] | None) -> tuple[str | None, ...]:
@@ -109,6 +113,7 @@ class Scheduler:
                  wakeup: Callable[[int], Bell]):
         self.instances, self.preds = table.instances, table.predecessors
         self.skip = table.skip  # instances whose work turns out empty once their inputs exist
+        self.masked = table.skipped  # those known to be empty before the run
         self.skipped = 0
         self.clock = clock
         self.lock = threading.Lock()
@@ -188,7 +193,8 @@ class Scheduler:
 
     # -- scheduler ------------------------------------------------------------------------
     def place(self, i: int, maker: int | None) -> None:
-        if self.skip is not None and self.skip(i, self.done):  # ready, but nothing to compute: retire it unrun
+        if (self.masked is not None and self.masked[i]) or (self.skip is not None and self.skip(i, self.done)):
+            # ready, but nothing to compute: retire it unrun
             self.skipped += 1
             self.retire(i, -1)
             return

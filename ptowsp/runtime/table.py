@@ -22,6 +22,7 @@ of writers.
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -145,6 +146,21 @@ class TaskTable:
         # every instance k that has finished): True retires it without running it, for work that
         # depends on data computed during the run (a domain over a router's counts)
         self.skip = skip
+        # skipped[i] true: instance i is retired unrun, known before the run starts (a tile outside a
+        # domain over the run's inputs); one run's mask over a table kept between runs (for_run)
+        self.skipped: np.ndarray | None = None
+
+    def for_run(self, skipped: np.ndarray | None = None,
+                skip: Callable[[int, Sequence[int]], bool] | None = None) -> TaskTable:
+        """This table for one run that leaves out the instances `skipped` marks (and those `skip`
+        retires): the same instances and dependencies, computed once and shared with every run, so
+        a run whose data decides which tiles have work does not enumerate the table again."""
+        for shared in ("predecessors", "successor_arrays", "cores"):  # computed here, once, for every copy
+            getattr(self, shared)
+        run = copy.copy(self)
+        run.skipped = None if skipped is None or not skipped.any() else skipped
+        run.skip = skip
+        return run
 
     def __len__(self) -> int:
         return len(self.instances)

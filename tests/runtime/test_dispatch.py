@@ -98,7 +98,7 @@ class Summing:
 class FlatCosts:
     """A device where every stage takes a microsecond or so (varying per instance, to shuffle the order)."""
 
-    schedulers, orchestrate_seconds, schedule_seconds = 2, 1e-7, 2e-7
+    schedulers, orchestrate_seconds, schedule_seconds, record_seconds, replay_seconds = 2, 1e-7, 2e-7, 1e-7, 3e-7
     dispatch_seconds, completion_seconds, switch_seconds, slots = 1e-7, 1e-7, 1e-7, 2
 
     def blocks(self, i):

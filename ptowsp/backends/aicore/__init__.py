@@ -22,6 +22,8 @@ from ptowsp.backends.aicore.fitting import Fitting
 from ptowsp.backends.aicore.model import DeviceModel
 from ptowsp.backends.aicore.tiling import CubeTiles
 from ptowsp.backends.cpu import CpuBackend, CpuExecutable
+from ptowsp.backends.cpu.executable import KEPT_SETUPS
+from ptowsp.backends.cpu.setup import RunSetup
 from ptowsp.workloads.intrinsic import lookup
 from ptowsp.errors import BuildError
 from ptowsp.lower import lower_program
@@ -32,6 +34,7 @@ from ptowsp.schedules.passes.cube import CubeTiler
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Category, Workload
+from ptowsp.workloads.inputs import input_sizes
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
 
@@ -82,14 +85,22 @@ class AicoreExecutable:
         check_buffers(device, self.shapes, self.itemsize, schedule.prefetch_depth)
         check_blocks(self.shapes, max_blocks)
         self.cpu = CpuExecutable(resolved, program=program)
+        self._cored: dict[int, tuple] = {}  # id of a cpu table's instances -> (them, the table on core classes)
         self.table = self._on_cores(self.cpu.table)
         table_names = {t for inst in self.table.instances for t, _ in (*inst.reads, *inst.writes)}
         self.itemsize |= itemsizes({t: wl.tensor(t).dtype for t in table_names - names})
 
     def _on_cores(self, table: TaskTable) -> TaskTable:
-        """The cpu's table with each instance on its core class."""
-        return TaskTable([dataclasses.replace(inst, core=self.classes.get(inst.name, "vector"))
-                          for inst in table.instances], after=table.after, skip=table.skip)
+        """The cpu's table with each instance on its core class (made once per table of a binding; a
+        run's skipped tiles and skip test carried over)."""
+        found = self._cored.get(id(table.instances))
+        if found is None or found[0] is not table.instances:
+            if len(self._cored) >= KEPT_SETUPS:
+                self._cored.pop(next(iter(self._cored)))
+            cored = TaskTable([dataclasses.replace(inst, core=self.classes.get(inst.name, "vector"))
+                               for inst in table.instances], after=table.after)
+            found = self._cored[id(table.instances)] = (table.instances, cored)
+        return found[1].for_run(table.skipped, table.skip)
 
     def _members(self, kernel: str) -> dict[str, str]:
         """The tasks lowered into `kernel`, each with the prefix lowering gave its loops: the kernel's
@@ -112,13 +123,22 @@ class AicoreExecutable:
     def source(self, task: str, kind: str) -> str:
         return self.cpu.source(task, kind)
 
+    def setup_for(self, sizes: Mapping[str, int]) -> RunSetup:
+        return self.cpu.setup_for(sizes)
+
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+        wl = self.cpu.schedule.workload
+        return self.run_at(self.setup_for(input_sizes(wl, inputs) if wl.size_sources else {}), inputs, options)
+
+    def run_at(self, setup: RunSetup, inputs: Mapping[str, np.ndarray],
+               options: Options) -> tuple[dict[str, np.ndarray], Trace]:
+        """A run at the binding of `setup` on the device clock (a Recording replays through this)."""
         def on_cores(table: TaskTable) -> tuple[TaskTable, ModelCosts]:
             table = self._on_cores(table)  # the run's table: domains may have left tiles out
             return table, ModelCosts(self.device, table, self.shapes, self.itemsize)  # fresh L2 and HBM queue
 
         clock = DeviceClock(on_cores)
-        outputs, trace = self.cpu.run(inputs, options, clock)
+        outputs, trace = self.cpu.run_at(setup, inputs, options, clock)
         trace.statistics["memory"] = {} if clock.costs is None else clock.costs.statistics()
         return outputs, trace
 

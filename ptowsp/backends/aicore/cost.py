@@ -215,6 +215,8 @@ class ModelCosts:
         self.device = device
         self.schedulers = device.schedulers
         self.orchestrate_seconds = device.orchestrate_seconds
+        self.record_seconds = device.record_seconds
+        self.replay_seconds = device.replay_seconds
         self.schedule_seconds = device.schedule_seconds
         self.dispatch_seconds = device.dispatch_seconds
         self.completion_seconds = device.completion_seconds

@@ -59,6 +59,12 @@ class DeviceModel(BaseModel):
     orchestrate_seconds: float = _figure(1.22e-6, "orchestrator work per task instance it generates",
                                          "PTO runtime measurement: host orchestration 1.22-1.26 us per task warm "
                                          "(2.94 us cold; 3,875 tasks on a Kunpeng-920)", ge=0)
+    record_seconds: float = _figure(1.07e-6, "orchestrator work per task instance it records (on top of "
+                                    "generating it) when a step is captured", "PTO runtime measurement: graph "
+                                    "record 1.07 us per recorded node", ge=0)
+    replay_seconds: float = _figure(2.3e-6, "orchestrator work to launch a recorded table (once per replay, in "
+                                    "place of generating its instances)", "PTO runtime measurement: 2.3 us per "
+                                    "replay (read as one launch of the recorded graph)", ge=0)
     task_switch_seconds: float = _figure(0.8e-6, "a core's switch from one task to the next it holds",
                                          "PTO runtime measurement: AICore task-to-task switch ~0.8 us", ge=0)
     task_slots: int = _figure(2, "task slots per core: one running and the pending ones",

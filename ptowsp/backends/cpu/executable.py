@@ -13,6 +13,7 @@ recompiled.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import math
@@ -30,7 +31,7 @@ from ptowsp.backends.cpu.compile import cached, compiled, describe, emit_task, l
 from ptowsp.backends.cpu.launch import Launch
 from ptowsp.backends.cpu.jit import cache_key, optimised_module
 from ptowsp.backends.buffers import Recycler, aligned_copy
-from ptowsp.backends.host import domain_outputs, run_table
+from ptowsp.backends.host import Domains, domain_outputs, kernel_versions, run_table
 from ptowsp.lower import Program, lower_program
 from ptowsp.runtime import Options, TaskTable, Trace, rouse
 from ptowsp.runtime.clocks import HOST_CLOCK, Clock
@@ -103,6 +104,7 @@ class CpuExecutable:
         self._plans: dict[tuple[int, ...], MemoryPlan] = {}
         self._setups: dict[tuple[int, ...], RunSetup] = {}
         self._tables: dict[tuple[int, ...], TaskTable] = {}
+        self._domains: dict[tuple[int, ...], Domains] = {}
         self.buffers = Recycler()  # outputs and arena of earlier runs that the caller has let go of
         self.compile_seconds = time.perf_counter() - start
 
@@ -156,18 +158,28 @@ class CpuExecutable:
 
     def table_for(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None = None) -> TaskTable:
         """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
-        binding of the sizes; with the run's `arrays`, tiles outside a domain are left out."""
+        binding of the sizes (made once per binding); with the run's `arrays`, the table for that run:
+        its tiles outside a domain skipped, its specialized tiles given the version they run."""
         key = self._key(sizes)
-        if arrays is not None and (self.zeroed or self.conditions):
-            return self._make_table(sizes, arrays)
         if key not in self._tables:
-            self._tables[key] = self._make_table(sizes, None)
-        return self._tables[key]
+            if len(self._tables) >= KEPT_SETUPS:
+                self._tables.pop(next(iter(self._tables)))
+                self._domains.pop(next(iter(self._domains)))
+            self._tables[key] = table = self._make_table(sizes)
+            self._domains[key] = Domains(self.schedule.workload, table, self._kernels, sizes)
+        table, domains = self._tables[key], self._domains[key]
+        if arrays is None:
+            return table
+        if self.conditions:
+            table = self._make_table(sizes, kernel_versions(self.schedule.workload, self._kernels, sizes, arrays,
+                                                            self.conditions))
+        return domains.for_run(table, arrays) if domains else table
 
     def native_tasks(self, table: TaskTable, sizes: tuple[int, ...]) -> NativeTasks | None:
         """The table's instances as the native loop calls them (runtime/native.py), or None when an
         instance has no compiled kernel (an opaque task runs on the host, in Python)."""
-        cached = table is self._tables.get(sizes)
+        base = self._tables.get(sizes)
+        cached = base is not None and table.instances is base.instances
         if cached and sizes in self._native:
             return self._native[sizes]
         index = {name: k for k, name in enumerate(self.arguments)}
@@ -188,10 +200,13 @@ class CpuExecutable:
             self._native[sizes] = found
         return found
 
-    def _make_table(self, sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray] | None) -> TaskTable:
-        kernels = {name: (entry.grid, entry.access) for name, entry in self.entries.items()}
-        return run_table(self.schedule.workload, self.order, kernels, self.schedule.cores, sizes, arrays,
-                         after=self.plan_for(sizes).reuses, variants=self.conditions)
+    @functools.cached_property
+    def _kernels(self) -> dict:
+        return {name: (entry.grid, entry.access) for name, entry in self.entries.items()}
+
+    def _make_table(self, sizes: Mapping[str, int], versions: Mapping[str, list[int]] | None = None) -> TaskTable:
+        return run_table(self.schedule.workload, self.order, self._kernels, self.schedule.cores, sizes,
+                         after=self.plan_for(sizes).reuses, versions=versions)
 
     @property
     def table(self) -> TaskTable:
@@ -207,9 +222,10 @@ class CpuExecutable:
             stored = [Stored(t.name, self._stored(t)[1], np.dtype(t.dtype), plan.offsets.get(t.name),
                              t.name in self.zeroed) for name in self.order for t in bound.task(name).outputs]
             found = RunSetup(key, bound, plan, stored, self.arguments, self.constant_addresses)
-            if not (self.zeroed or self.conditions):  # else each run's table depends on its arrays
+            if not self.conditions:  # else each run's arrays pick the kernel versions of its tiles
                 found.table = self.table_for(sizes)
                 found.native = self.native_tasks(found.table, key)
+                found.domains = self._domains[key] or None
             if len(self._setups) >= KEPT_SETUPS:  # a dynamic workload meets many bindings: keep the latest
                 self._setups.pop(next(iter(self._setups)))
             self._setups[key] = found
@@ -219,21 +235,28 @@ class CpuExecutable:
             clock: Clock = HOST_CLOCK) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the host's clock, or on a device model's (the aicore target's: runtime/clocks.py).
         The inputs were validated (pw.build's run checks them, sizes too)."""
+        wl = self.schedule.workload
+        return self.run_at(self.setup_for(input_sizes(wl, inputs) if wl.size_sources else {}), inputs, options, clock)
+
+    def run_at(self, setup: RunSetup, inputs: Mapping[str, np.ndarray], options: Options,
+               clock: Clock = HOST_CLOCK) -> tuple[dict[str, np.ndarray], Trace]:
+        """`run` at the binding of `setup` (setup_for's), which the inputs' shapes were checked to give
+        (a Recording holds its binding's set-up and replays it)."""
         if self.unrunnable:
             raise HostCannotRun(f"workload {self.schedule.workload.name!r}: {self.unrunnable}")
         if clock.real:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
-        wl = self.schedule.workload
-        sizes = input_sizes(wl, inputs) if wl.size_sources else {}
-        setup = self.setup_for(sizes)
         inputs = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
         placed = setup.place(self.buffers)
         table, native = setup.table, setup.native
         arrays = None
         if table is None:
             arrays = setup.arrays(placed, inputs, self.constants)
-            table = self.table_for(sizes, arrays)
+            table = self.table_for(dict(zip(self.sizes, setup.key)), arrays)
             native = self.native_tasks(table, setup.key)
+        elif setup.domains is not None:  # a domain over data the run computes reads the arena's tensors
+            arrays = setup.arrays(placed, inputs, self.constants) if setup.domains.deferred else None
+            table = setup.domains.for_run(table, arrays or collections.ChainMap(inputs, self.constants))
         # the native loop runs on the real clock only (the aicore target's device clock calls kernels one by one)
         python = options.debug or not clock.real or native is None
         launch = Launch(self, table, setup.bound, setup.key,
@@ -246,4 +269,4 @@ class CpuExecutable:
         # an output is a task's: stored in a buffer of its own, or folded at build time and shared by
         # every run, when each gets its own writable copy
         return {name: placed.own[name] if name in placed.own else np.array(self.constants[name])
-                for name in wl.outputs}, trace
+                for name in self.schedule.workload.outputs}, trace

@@ -8,7 +8,7 @@ its git history).
 
 The arena's tensors are addresses only: the native loop never needs them as arrays, so their
 numpy views are made only when Python code runs a task (an opaque task, the aicore target's
-device clock, debug checks) or a table depends on the run's arrays (tasks with a domain).
+device clock, debug checks) or the run's arrays decide which tiles have work (tasks with a domain).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ptowsp.backends.buffers import Recycler
+from ptowsp.backends.host import Domains
 from ptowsp.runtime import TaskTable
 from ptowsp.runtime.native import NativeTasks
 from ptowsp.schedules.passes.memory import MemoryPlan
@@ -66,10 +67,12 @@ class RunSetup:
         self.arena_offsets = np.array([s.offset for s in self.in_arena if s.name in slot], np.int64)
         self.input_slots = [(slot[name], name) for name in bound.inputs if name in slot]
         self.own_slots = [(slot[s.name], s.name) for s in self.own if s.name in slot]
-        # filled in by the executable once it has them: the table when it does not depend on the
-        # run's arrays, and its instances as the native loop calls them (None: some run in Python)
+        # filled in by the executable once it has them: the table (None when each run's arrays pick
+        # the kernel versions of its tiles), its instances as the native loop calls them (None: some
+        # run in Python), and its tiles of tasks with a domain (each run's data decides which work)
         self.table: TaskTable | None = None
         self.native: NativeTasks | None = None
+        self.domains: Domains | None = None
 
     def place(self, buffers: Recycler) -> Placed:
         """The run's arena and own buffers, from the recycler (zero-filled where a domain needs it)."""
