@@ -6,8 +6,10 @@ Prefill (batch 1, 2,048 tokens) and decode (batch 32, contexts from 128 to 4,096
 in 16-token blocks) of `--layers` layers of Qwen3-0.6B's shape, float32, each built with the aicore
 default for its sizes (the target takes static sizes: `Workload.bind`).  One row per phase: the
 makespan in device time, each core class's computing share, the AICPU threads' busy shares, and what
-bounds the step (`trace.summary().bounds`, docs/aicore.md "What bounds a run").  The host computes
-the real numbers too: a few minutes for two layers.
+bounds the step (`trace.summary().bounds`, docs/aicore.md "What bounds a run"), for the step as
+the orchestrator generates it, as it is captured (`prog.capture`: generated and recorded) and as the
+recording replays it (launched once).  The host computes the real numbers too: minutes for two
+layers.
 """
 
 from __future__ import annotations
@@ -43,12 +45,23 @@ def decode_inputs(c: DecoderConfig, rng: np.random.Generator) -> tuple[dict, dic
     return {"X": x, "pos": pos, "block_table": table, "cos": cos, "sin": sin, **caches}, sizes
 
 
-def row(label: str, wl: pw.Workload, inputs: dict, device: pw.DeviceModel) -> None:
+def rows(label: str, wl: pw.Workload, inputs: dict, device: pw.DeviceModel) -> None:
+    """The phase run as generated, then captured and replayed: a row each."""
     start = time.perf_counter()
     prog = pw.build(wl, target="aicore", device=device)
     out = prog.run(**inputs)
-    assert np.isfinite(out["Y"]).all()
-    s = prog.trace.summary()
+    line(f"{label}, generated", prog.trace, start)
+    start = time.perf_counter()
+    recording = prog.capture(**inputs)
+    line(f"{label}, captured", recording.trace, start)
+    start = time.perf_counter()
+    replayed = recording.replay(**inputs)
+    line(f"{label}, replayed", recording.trace, start)
+    assert np.isfinite(out["Y"]).all() and np.array_equal(out["Y"], replayed["Y"])
+
+
+def line(label: str, trace: pw.Trace, start: float) -> None:
+    s = trace.summary()
     schedulers = max(v for k, v in s.control.items() if k.startswith("scheduler"))
     top = ", ".join(f"{name} {share:.0%}" for name, share in list(s.bounds.items())[:3])
     print(f"| {label} | {s.tasks} | {s.makespan * 1e3:.3f} ms | {s.classes.get('cube', 0):.1%} | "
@@ -71,10 +84,10 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     cos, sin = rotary_tables(PREFILL_TOKENS, c)
     x = rng.standard_normal((PREFILL_TOKENS, c.hidden)).astype(np.float32)
-    row(f"prefill, batch 1, {PREFILL_TOKENS} tokens", decoder(c, "prefill").bind({"seq": PREFILL_TOKENS}),
+    rows(f"prefill, batch 1, {PREFILL_TOKENS} tokens", decoder(c, "prefill").bind({"seq": PREFILL_TOKENS}),
         {"X": x, "cos": cos, "sin": sin, **w}, device)
     inputs, sizes = decode_inputs(c, rng)
-    row(f"decode, batch {DECODE_BATCH}, contexts {SHORTEST}-{LONGEST}", decoder(c, "decode").bind(sizes),
+    rows(f"decode, batch {DECODE_BATCH}, contexts {SHORTEST}-{LONGEST}", decoder(c, "decode").bind(sizes),
         inputs | w, device)
 
 

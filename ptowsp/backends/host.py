@@ -169,16 +169,32 @@ class Domains:
     def __bool__(self) -> bool:
         return bool(self.tasks)
 
-    def for_run(self, table: TaskTable, arrays: Mapping[str, np.ndarray]) -> TaskTable:
-        """`table` (this binding's) for a run over `arrays`: the tiles with no work marked or tested."""
-        skipped = None
+    def skipped(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """Per instance of the table, whether the run's `arrays` (its inputs at least) leave it
+        outside its task's domain over the run's inputs (None: no such domain)."""
+        if not self.alike:
+            return None
+        skipped = np.zeros(self.n, bool)
         for (domain, _), (names, tiles, count) in self.alike.items():
-            if skipped is None:
-                skipped = np.zeros(self.n, bool)
             empty = ~may_hold_in(domain, tiles, arrays, count)
             for name in names:
                 first = self.tasks[name][2]
                 skipped[first:first + count] = empty
+        return skipped
+
+    def unfilled(self, skipped: np.ndarray | None) -> set[str]:
+        """The outputs a run that skips `skipped` need not zero-fill: those of tasks with a domain over
+        the run's inputs and no tile skipped (a tile that runs writes its zeros itself)."""
+        kept = set()
+        for name in self.early:
+            _, grid, first = self.tasks[name]
+            if skipped is None or not skipped[first:first + math.prod(grid)].any():
+                kept.add(name)
+        return kept
+
+    def for_run(self, table: TaskTable, skipped: np.ndarray | None, arrays: Mapping[str, np.ndarray]) -> TaskTable:
+        """`table` (this binding's) for a run that skips `skipped` (from `self.skipped`) and tests
+        the tiles of a domain over computed data as they become ready, over `arrays` (every tensor)."""
         return table.for_run(skipped, self._skip(arrays) if self.deferred else None)
 
     def _skip(self, arrays: Mapping[str, np.ndarray]):

@@ -48,6 +48,7 @@ class Recording:
         self._setup = executable.setup_for(self.sizes)  # held here: the executable keeps only recent ones
         self._names = tuple(workload.inputs)
         self._signature = tuple((checked[n].shape, checked[n].dtype) for n in self._names)
+        self._native = self._setup.native is not None and not options.debug
         self.replays = 0
         self.outputs, self.trace = executable.run_at(self._setup, checked,
                                                       dataclasses.replace(options, orchestration="record"))
@@ -65,7 +66,10 @@ class Recording:
         if len(inputs) != len(self._names) or not all(isinstance(v, np.ndarray) for v in values) \
                 or tuple((v.shape, v.dtype) for v in values) != self._signature:  # type: ignore[union-attr]
             self._refuse(inputs)
-        checked = {name: read_only(v) for name, v in zip(self._names, values)}  # type: ignore[arg-type]
+        # compiled kernels never write an input: on the native loop the caller's arrays go as they are
+        # (an array passed again is not looked at again); Python task code gets read-only views
+        checked = dict(zip(self._names, values)) if self._native else \
+            {name: read_only(v) for name, v in zip(self._names, values)}  # type: ignore[arg-type]
         outputs, self.trace = self._executable.run_at(self._setup, checked,
                                                       dataclasses.replace(self._options, orchestration="replay"))
         self.trace.cold = False

@@ -197,7 +197,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
     def sample() -> None:
         readiness.sample(now(), generating[0], sched.ready)
 
-    replaying = options.orchestration == "replay"
+    replaying, masked = options.orchestration == "replay", table.skipped
     per_instance = costs.orchestrate_seconds + (costs.record_seconds if options.orchestration == "record" else 0.0)
 
     async def orchestrator() -> None:
@@ -214,7 +214,7 @@ def execute_device(table: TaskTable, launcher: Launcher, options: Options, costs
                 await window_bell.wait()
                 generating[0] = True
                 window_waits.append((start, now()))
-            if not replaying:
+            if not replaying and not (masked is not None and masked[i]):  # one left out before the run: not generated
                 start = now()
                 await sleep(per_instance)
                 record.busy(orchestrator_row, start, now())

@@ -173,7 +173,7 @@ class CpuExecutable:
         if self.conditions:
             table = self._make_table(sizes, kernel_versions(self.schedule.workload, self._kernels, sizes, arrays,
                                                             self.conditions))
-        return domains.for_run(table, arrays) if domains else table
+        return domains.for_run(table, domains.skipped(arrays), arrays) if domains else table
 
     def native_tasks(self, table: TaskTable, sizes: tuple[int, ...]) -> NativeTasks | None:
         """The table's instances as the native loop calls them (runtime/native.py), or None when an
@@ -247,16 +247,21 @@ class CpuExecutable:
         if clock.real:
             rouse(options)  # helper threads asleep in native code wake while this sets the run up
         inputs = {name: np.ascontiguousarray(a) for name, a in inputs.items()}
-        placed = setup.place(self.buffers)
-        table, native = setup.table, setup.native
+        table, native, domains = setup.table, setup.native, setup.domains
         arrays = None
         if table is None:
+            placed = setup.place(self.buffers)
             arrays = setup.arrays(placed, inputs, self.constants)
             table = self.table_for(dict(zip(self.sizes, setup.key)), arrays)
             native = self.native_tasks(table, setup.key)
-        elif setup.domains is not None:  # a domain over data the run computes reads the arena's tensors
-            arrays = setup.arrays(placed, inputs, self.constants) if setup.domains.deferred else None
-            table = setup.domains.for_run(table, arrays or collections.ChainMap(inputs, self.constants))
+        elif domains is not None:  # the run's inputs decide which tiles have work
+            skipped = domains.skipped(collections.ChainMap(inputs, self.constants))
+            placed = setup.place(self.buffers, domains.unfilled(skipped))
+            if domains.deferred:  # a domain over data the run computes reads the arena's tensors
+                arrays = setup.arrays(placed, inputs, self.constants)
+            table = domains.for_run(table, skipped, arrays)
+        else:
+            placed = setup.place(self.buffers)
         # the native loop runs on the real clock only (the aicore target's device clock calls kernels one by one)
         python = options.debug or not clock.real or native is None
         launch = Launch(self, table, setup.bound, setup.key,

@@ -14,7 +14,7 @@ device clock, debug checks) or the run's arrays decide which tiles have work (ta
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -74,23 +74,28 @@ class RunSetup:
         self.native: NativeTasks | None = None
         self.domains: Domains | None = None
 
-    def place(self, buffers: Recycler) -> Placed:
-        """The run's arena and own buffers, from the recycler (zero-filled where a domain needs it)."""
+    def place(self, buffers: Recycler, unfilled: Container[str] = ()) -> Placed:
+        """The run's arena and own buffers, from the recycler, the outputs of tasks with a domain
+        zero-filled but those in `unfilled` (a task none of whose tiles the run skips: a tile that
+        runs writes its zeros itself)."""
         arena = buffers.empty(ARENA, (self.plan.arena_bytes,), np.uint8)
         own, own_at = {}, {}
         for s in self.own:
             own[s.name] = array = buffers.empty(s.name, s.shape, s.dtype)
             own_at[s.name] = buffers.address(s.name)
-            if s.zeroed:
+            if s.zeroed and s.name not in unfilled:
                 array.fill(0)
         return Placed(arena, buffers.address(ARENA), own, own_at)
 
     def fill_pointers(self, table: np.ndarray, filled: dict, placed: Placed, inputs: Mapping[str, np.ndarray]) -> None:
         """Write a native run's addresses into the pointer table its buffer keeps (`arguments` order;
         a runtime.native Fill): the constants' once per buffer, the arena's and the own buffers'
-        only when they moved (the Recycler hands out the same ones run after run), the inputs'
-        every run.  Each numpy call skipped matters: after a run that streamed megabytes they run
-        with cold caches, several microseconds each (docs/performance.md and its git history)."""
+        only when they moved (the Recycler hands out the same ones run after run), an input's
+        unless it is the very array of the last run (a Recording's replay passes the caller's
+        arrays themselves: a decoder's hundreds of weights; `filled` holds it, so its memory
+        stays where it was).  Each numpy call skipped matters: after a run that streamed
+        megabytes they run with cold caches, several microseconds each (docs/performance.md and
+        its git history)."""
         if not filled:
             table[:] = self.template
             filled[ARENA] = None
@@ -98,7 +103,10 @@ class RunSetup:
             table[self.arena_slots] = self.arena_offsets + placed.at
             filled[ARENA] = placed.at
         for k, name in self.input_slots:
-            table[k] = inputs[name].ctypes.data
+            array = inputs[name]
+            if filled.get(k) is not array:
+                table[k] = array.ctypes.data
+                filled[k] = array
         for k, name in self.own_slots:
             at = placed.own_at[name]
             if filled.get(k) != at:
