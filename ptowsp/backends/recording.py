@@ -42,7 +42,8 @@ class Recording:
         if not hasattr(executable, "run_at"):
             raise BuildError(f"capture and replay run on the cpu and aicore targets, not {target!r}")
         self.workload, self.target = workload, target
-        self._executable, self._options = executable, options
+        self._executable = executable
+        self._replaying = dataclasses.replace(options, orchestration="replay")
         checked = validate_inputs(workload, inputs)
         self.sizes: dict[str, int] = input_sizes(workload, checked) if workload.size_sources else {}
         self._setup = executable.setup_for(self.sizes)  # held here: the executable keeps only recent ones
@@ -70,8 +71,7 @@ class Recording:
         # (an array passed again is not looked at again); Python task code gets read-only views
         checked = dict(zip(self._names, values)) if self._native else \
             {name: read_only(v) for name, v in zip(self._names, values)}  # type: ignore[arg-type]
-        outputs, self.trace = self._executable.run_at(self._setup, checked,
-                                                      dataclasses.replace(self._options, orchestration="replay"))
+        outputs, self.trace = self._executable.run_at(self._setup, checked, self._replaying)
         self.trace.cold = False
         self.replays += 1
         return outputs

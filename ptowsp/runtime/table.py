@@ -22,7 +22,6 @@ of writers.
 from __future__ import annotations
 
 import bisect
-import copy
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -153,14 +152,10 @@ class TaskTable:
     def for_run(self, skipped: np.ndarray | None = None,
                 skip: Callable[[int, Sequence[int]], bool] | None = None) -> TaskTable:
         """This table for one run that leaves out the instances `skipped` marks (and those `skip`
-        retires): the same instances and dependencies, computed once and shared with every run, so
-        a run whose data decides which tiles have work does not enumerate the table again."""
-        for shared in ("predecessors", "successor_arrays", "cores"):  # computed here, once, for every copy
-            getattr(self, shared)
-        run = copy.copy(self)
-        run.skipped = None if skipped is None or not skipped.any() else skipped
-        run.skip = skip
-        return run
+        retires): the same instances, and dependencies worked out once (when first asked) and shared
+        with every run, so a run whose data decides which tiles have work does not enumerate the
+        table again."""
+        return _RunTable(self, None if skipped is None or not skipped.any() else skipped, skip)
 
     def __len__(self) -> int:
         return len(self.instances)
@@ -173,14 +168,17 @@ class TaskTable:
     @functools.cached_property
     def successor_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The dependencies as a native scheduler reads them: successors in CSR form (starts[i] to
-        starts[i + 1] index instance i's in `successors`) and each instance's predecessor count."""
+        starts[i + 1] index instance i's in `successors`, in order) and each instance's predecessor
+        count (numpy throughout: a causal attention's table has millions of edges)."""
         preds = self.predecessors
-        counts = np.fromiter((len(p) for p in preds), np.int64, len(preds))
-        pairs = sorted((p, i) for i, ps in enumerate(preds) for p in ps)
-        successors = np.array([i for _, i in pairs], np.int64)
-        starts = np.zeros(len(preds) + 1, np.int64)
-        np.add.at(starts, np.array([p + 1 for p, _ in pairs], np.int64), 1)
-        return np.cumsum(starts), successors, counts
+        n = len(preds)
+        counts = np.fromiter(map(len, preds), np.int64, n)
+        waiting = np.repeat(np.arange(n, dtype=np.int64), counts)  # per edge, its successor (ascending)
+        producer = np.fromiter(itertools.chain.from_iterable(preds), np.int64, int(counts.sum()))
+        successors = waiting[np.argsort(producer, kind="stable")]
+        starts = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(producer, minlength=n), out=starts[1:])
+        return starts, successors, counts
 
     @functools.cached_property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
@@ -220,3 +218,22 @@ class TaskTable:
             ancestors.append(implied | mask)
             out.append(tuple(p for p in preds if not implied >> p & 1))
         return tuple(out)
+
+
+class _RunTable(TaskTable):
+    """One run's view of a table (TaskTable.for_run): its own skipped instances and skip test, the
+    table's instances and dependencies."""
+
+    def __init__(self, origin: TaskTable, skipped: np.ndarray | None,
+                 skip: Callable[[int, Sequence[int]], bool] | None):
+        self.origin = origin
+        self.instances, self.after = origin.instances, origin.after
+        self.skipped, self.skip = skipped, skip
+
+    def for_run(self, skipped: np.ndarray | None = None,
+                skip: Callable[[int, Sequence[int]], bool] | None = None) -> TaskTable:
+        return self.origin.for_run(skipped, skip)
+
+    cores = property(lambda self: self.origin.cores)
+    successor_arrays = property(lambda self: self.origin.successor_arrays)
+    predecessors = property(lambda self: self.origin.predecessors)
