@@ -43,7 +43,7 @@ class Recording:
             raise BuildError(f"capture and replay run on the cpu and aicore targets, not {target!r}")
         self.workload, self.target = workload, target
         self._executable = executable
-        self._replaying = dataclasses.replace(options, orchestration="replay")
+        self._replaying = dataclasses.replace(options, orchestration="replay", title=f"{options.title}, replayed")
         checked = validate_inputs(workload, inputs)
         self.sizes: dict[str, int] = input_sizes(workload, checked) if workload.size_sources else {}
         self._setup = executable.setup_for(self.sizes)  # held here: the executable keeps only recent ones
@@ -52,7 +52,8 @@ class Recording:
         self._native = self._setup.native is not None and not options.debug
         self.replays = 0
         self.outputs, self.trace = executable.run_at(self._setup, checked,
-                                                      dataclasses.replace(options, orchestration="record"))
+                                                      dataclasses.replace(options, orchestration="record",
+                                                                          title=f"{options.title}, captured"))
         self.trace.cold = True
 
     @property

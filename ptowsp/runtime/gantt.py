@@ -100,10 +100,18 @@ def figure(trace: Trace, *, width: float = 14.0, dpi: int = 120, waits: bool = T
     hidden = [_lane_name(trace, row) for row in range(len(trace.workers)) if row not in row_of]
     clock = ", device clock" if trace.clock == "device" else ""
     ax.set_xlabel(f"time since the run's start ({unit}{clock})"
-                  + (f"\nnot drawn, nothing ran or waited there: {', '.join(hidden)}" if hidden else ""))
+                  + (f"\nnot drawn, nothing ran or waited there: {_listed(hidden)}" if hidden else ""))
     ax.set_title(_title(trace, len(tasks), makespan))
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize="small", frameon=False)
     return fig
+
+
+def _listed(names: list[str], most: int = 6) -> str:
+    """A few lane names in full; more as how many, from the first to the last (one line under the
+    axis: a device's 50 idle cores by name ran off both edges of the figure)."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{len(names)} lanes, {names[0]} to {names[-1]}"
 
 
 def _colours(trace: Trace, lanes: int, task_events: list[Event]) -> tuple[list[str], dict, dict]:

@@ -46,6 +46,14 @@ def test_no_empty_lane_and_the_axis_starts_at_the_run():
     assert ax.get_xlim() == pytest.approx((0, 2.33))
 
 
+def test_many_idle_lanes_are_counted_not_listed():
+    """A device's idle cores by name ran off both edges of the figure: many are one short line."""
+    workers = [(f"core{k}", "vector") for k in range(40)]
+    trace = Trace(workers=workers, lanes=40, events=[Event("t", (), 0, "vector", 0.0, 1e-6, id=0)], duration=1e-6)
+    label = figure(trace).axes[0].get_xlabel()
+    assert "not drawn, nothing ran or waited there: 39 lanes, core1 (vector) to core39 (vector)" in label
+
+
 @pytest.mark.parametrize("duration, shown, unit", [(2.33e-3, "2.33 ms", "ms"), (4.5e-5, "45 µs", "µs"),
                                                    (1.5, "1.5 s", "s"), (3e-7, "300 ns", "ns")])
 def test_the_title_gives_the_makespan_in_a_unit_a_person_reads(duration, shown, unit):
