@@ -38,12 +38,15 @@ def host_instance(task: ComputeTask | OpaqueTask) -> Instance:
 
 
 def kernel_instances(name: str, grid: Sequence[int], access: KernelAccess, core: str | None,
-                     sizes: tuple[int, ...] = (), variants: Iterable[int] | None = None) -> Iterator[Instance]:
-    """One instance per point of a kernel's task grid, in grid order, with the regions it reads and
-    writes there, each run by the kernel version in `variants` (default: the task's own, 0)."""
-    bound = access.bound(sizes)
-    points = list(itertools.product(*(range(extent) for extent in grid)))
-    coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
+                     sizes: tuple[int, ...] = (), points: Sequence[tuple[int, ...]] | None = None,
+                     variants: Iterable[int] | None = None) -> Iterator[Instance]:
+    """One instance per point of a kernel's task grid in grid order (or per point of `points`), with
+    the regions it reads and writes there, each run by the kernel version in `variants` (default:
+    the task's own, 0)."""
+    bound, coords = access.bound(sizes), None
+    if points is None:
+        points = list(itertools.product(*(range(extent) for extent in grid)))
+        coords = [c.reshape(-1) for c in np.indices(grid, dtype=np.int64)] if grid else []
     reads, writes = bound.over(points, coords)
     for point, read, written, variant in zip(points, reads, writes,
                                              itertools.repeat(0) if variants is None else variants):
@@ -95,8 +98,9 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
               cores: Mapping[str, str], sizes: Mapping[str, int], after: Mapping[str, Sequence[str]] | None = None,
               versions: Mapping[str, Sequence[int]] | None = None) -> TaskTable:
     """The task table at the sizes' binding: an instance for every tile of every kernel (in grid
-    order), a host instance for every other task.  A run's data then decides which tiles of a task
-    with a domain have work (`Domains`); `versions` (task -> per tile, from `kernel_versions`) the
+    order; of a domain that reads no tensor, the tiles it reaches), a host instance for every other
+    task.  A run's data then decides which tiles of a task with a domain over data have work
+    (`Domains`); `versions` (task -> per tile, from `kernel_versions`) the
     kernel version each tile of a specialized task runs (else its own loops, version 0)."""
     bound = wl.bind(sizes) if any(name not in kernels for name in order) else None
     values = tuple(sizes[n] for n in wl.sizes)
@@ -106,9 +110,17 @@ def run_table(wl: Workload, order: Sequence[str], kernels: Mapping[str, tuple[Se
             instances.append(host_instance(bound.task(name)))
             continue
         extents, access = kernels[name]
-        instances.extend(kernel_instances(name, grid_extents(extents, sizes), access, cores.get(name), values,
-                                          variants=(versions or {}).get(name)))
+        grid, task = grid_extents(extents, sizes), wl.task(name)
+        points = points_in_domain(task, grid, access, values, {})[0] if _fixed_domain(task) else None
+        instances.extend(kernel_instances(name, grid, access, cores.get(name), values, points,
+                                          (versions or {}).get(name)))
     return TaskTable(instances, after=after)
+
+
+def _fixed_domain(task) -> bool:
+    """A domain that reads no tensor (a causal `j <= i`): the same tiles have work in every run at a
+    binding, so the others are left out of its table."""
+    return isinstance(task, ComputeTask) and task.domain is not None and not _reads(task.domain)
 
 
 def kernel_versions(wl: Workload, kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
@@ -120,8 +132,9 @@ def kernel_versions(wl: Workload, kernels: Mapping[str, tuple[Sequence[Formula],
     found = {}
     for name, when in conditions.items():
         extents, access = kernels[name]
-        found[name] = points_in_domain(wl.task(name), grid_extents(extents, sizes), access, values, arrays, when,
-                                       domain=False)[1]
+        task = wl.task(name)
+        found[name] = points_in_domain(task, grid_extents(extents, sizes), access, values, arrays, when,
+                                       domain=_fixed_domain(task))[1]  # the tiles run_table keeps
     return found
 
 
@@ -146,7 +159,7 @@ class Domains:
         late: list[str] = []
         for name in first:
             task = wl.task(name)
-            if name not in kernels or not isinstance(task, ComputeTask) or task.domain is None:
+            if name not in kernels or not isinstance(task, ComputeTask) or task.domain is None or _fixed_domain(task):
                 continue
             self.tasks[name] = (task, grid_extents(kernels[name][0], sizes), first[name])
             over_inputs = all(t.name in wl.inputs or t.name in wl.constants for t in _reads(task.domain))

@@ -103,3 +103,17 @@ def test_on_the_device_clock_a_replay_launches_the_recorded_table_once():
     for name, value in fresh.items():
         np.testing.assert_array_equal(replayed[name], value, err_msg=name)
 
+
+
+def test_a_domain_that_reads_no_tensor_leaves_its_empty_tiles_out_of_the_table():
+    """A causal `j <= i` has the same tiles with work in every run: they are not kept to be skipped."""
+    wl = pw.Workload("causal")
+    x = wl.input("x", (64, 64))
+    wl.output(wl.compute("y", (64, 64), lambda i, j: x[i, j] + 1.0, domain=lambda i, j: j <= i))
+    prog = pw.build(wl.schedule().tile("y", i=16, j=16).parallel("y", "i.outer", "j.outer"),
+                    target="cpu", workers=2)
+    data = np.ones((64, 64), np.float32)
+    rec = prog.capture(x=data)
+    assert rec.tasks == ran(rec.trace) == 4 * 5 // 2  # the 10 tiles on or below the diagonal
+    np.testing.assert_array_equal(rec.replay(x=2 * data)["y"], np.tril(np.full((64, 64), 3.0, np.float32)))
+    assert rec.trace.statistics["skipped"] == 0
