@@ -301,12 +301,13 @@ def _lanes(wl: Workload, task: str, inlined: set[str], vector_bytes: int) -> int
         return 1
     last = wl.task(task).loop_names[-1]  # the loop a vector runs along
 
-    def along_vector(e: Expr) -> bool:
-        return any(n.op is Op.LOAD or n.op is Op.VAR and n.arg[0] == last for n in walk(e))
+    def along_vector(e: Expr) -> bool:  # varies along the vector: reads its loop (a load through its indices)
+        return any(n.op is Op.VAR and n.arg[0] == last for n in walk(e))
 
     def values(e: Expr):  # the value nodes: not loop variables, reduce axes or the index arithmetic of loads,
         # nor an integer or boolean the vector loop leaves alone (a padding guard over the rows and
-        # taps of a channel-blocked tile: one scalar test per vector, not a vector of int64)
+        # taps of a channel-blocked tile, a decode step's `t < pos[b]`: one scalar test per vector, not
+        # a vector of int64: paged attention's weighted sum ran in 8-lane chunks, 6x slower)
         if e.op in (Op.VAR, Op.RVAR) or np.dtype(e.dtype).kind in "iub" and not along_vector(e):
             return
         yield e
@@ -371,12 +372,16 @@ def _inner_loops(s: Schedule, task: str, lanes: int, workers: int, choose: Choos
     full = lanes
     while lanes > 4 and isinstance(j.extent, int) and j.extent % lanes:  # a narrower vector that divides
         lanes //= 2
-    fits = [n for n in (1, 2, 4) if j.extent % (n * lanes) == 0 and j.extent > n * lanes]
+    # under a reduction, each vector of the tile is an accumulator the reduction's walk feeds: up to 8 of
+    # them walk it once (paged attention's weighted sum over 128 values: 8 walks of the context and its
+    # block table in 16-lane chunks took 6x the time of one walk with 8 accumulators)
+    fits = [n for n in ((1, 2, 4, 8) if reduce else (1, 2, 4)) if j.extent % (n * lanes) == 0 and j.extent > n * lanes
+            or reduce and j.extent == n * lanes and n > 1]
     if not fits and isinstance(j.extent, int) and j.extent >= GUARDED_TILES * full:
         # no vector divides the row (197 keys): whole vectors and a guarded last one, which lowering runs
         # apart from them (lower/partition.py; ViT's softmax over 197 keys ran scalar)
         lanes, fits = full, [1]
-    vectors = choose(decision(task, "vectors"), (0, *fits), 1 if 1 in fits else 0)
+    vectors = choose(decision(task, "vectors"), (0, *fits), max(fits) if reduce and fits else 1 if 1 in fits else 0)
     if not vectors:
         return None
     s.split(task, j.name, vectors * lanes)
