@@ -197,7 +197,8 @@ class AicoreBackend:
         block of its register tile (k rows of 2 vectors) fits half of L0B, the other half for the
         block loaded ahead, so the task streams along k instead of being refused; and at least one
         task per core (the cpu's minimum task size is for its runtime, ~10 us a task), which also
-        keeps a vector task's rows within UB."""
+        keeps a vector task's rows within UB; one vector of a row per task step (the cpu's several
+        accumulators under a reduction are for its register file)."""
         d = device or DeviceModel()
         largest = d.l0b_bytes // 2 // (2 * d.vector_bytes_per_cycle)
         cores = len(d.core_classes())
@@ -210,6 +211,10 @@ class AicoreBackend:
                 return max(default, cores)
             if kind == "prefetch" and 1 in candidates:
                 return 1  # double buffering: a block loads while the one before computes (the tiles fit two)
+            if kind == "vectors" and 1 in candidates:
+                # a vector core computes from UB, not registers: more vectors along a row under a
+                # reduction only make its blocks larger (replayed decode 25.1 -> 29.9 ms with them)
+                return 1
             return default
 
         return choose
