@@ -149,7 +149,7 @@ class Domains:
 
     def __init__(self, wl: Workload, table: TaskTable, kernels: Mapping[str, tuple[Sequence[Formula], KernelAccess]],
                  sizes: Mapping[str, int]):
-        self.wl, self.kernels, self.sizes = wl, kernels, sizes
+        self.kernels = kernels
         self.values = tuple(sizes[n] for n in wl.sizes)
         first: dict[str, int] = {}
         for k, inst in enumerate(table.instances):
@@ -174,10 +174,10 @@ class Domains:
             key = (task.domain, tuple((n, lo.tobytes(), hi.tobytes()) for n, (lo, hi) in sorted(tiles.items())))
             self.alike.setdefault(key, ([], tiles, count))[0].append(name)
         self.deferred = {first[name] + k: name for name in late for k in range(math.prod(self.tasks[name][1]))}
-        # per late-domain task: the instances writing what its domain reads
-        self.writers = {name: [k for k, inst in enumerate(table.instances)
-                               if any(t in {r.name for r in _reads(self.tasks[name][0].domain)} for t, _ in inst.writes)]
-                        for name in late}
+        self.writers: dict[str, list[int]] = {}  # per late-domain task: the instances writing what its domain reads
+        for name in late:
+            read = {t.name for t in _reads(self.tasks[name][0].domain)}
+            self.writers[name] = [k for k, inst in enumerate(table.instances) if any(t in read for t, _ in inst.writes)]
 
     def __bool__(self) -> bool:
         return bool(self.tasks)

@@ -34,7 +34,6 @@ from ptowsp.schedules.passes.cube import CubeTiler
 from ptowsp.schedules.passes.decisions import Decision
 from ptowsp.schedules.passes.default import Choose
 from ptowsp.workloads import Category, Workload
-from ptowsp.workloads.inputs import input_sizes
 
 __all__ = ["AicoreBackend", "AicoreExecutable", "DeviceModel"]
 
@@ -127,8 +126,7 @@ class AicoreExecutable:
         return self.cpu.setup_for(sizes)
 
     def run(self, inputs: Mapping[str, np.ndarray], options: Options) -> tuple[dict[str, np.ndarray], Trace]:
-        wl = self.cpu.schedule.workload
-        return self.run_at(self.setup_for(input_sizes(wl, inputs) if wl.size_sources else {}), inputs, options)
+        return self.run_at(self.cpu.setup_of(inputs), inputs, options)
 
     def run_at(self, setup: RunSetup, inputs: Mapping[str, np.ndarray],
                options: Options) -> tuple[dict[str, np.ndarray], Trace]:

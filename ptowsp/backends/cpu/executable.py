@@ -103,8 +103,7 @@ class CpuExecutable:
         self.zeroed = domain_outputs(wl)  # outputs of tasks with a domain: skipped tiles leave zeros
         self._plans: dict[tuple[int, ...], MemoryPlan] = {}
         self._setups: dict[tuple[int, ...], RunSetup] = {}
-        self._tables: dict[tuple[int, ...], TaskTable] = {}
-        self._domains: dict[tuple[int, ...], Domains] = {}
+        self._tables: dict[tuple[int, ...], tuple[TaskTable, Domains]] = {}  # per binding
         self.buffers = Recycler()  # outputs and arena of earlier runs that the caller has let go of
         self.compile_seconds = time.perf_counter() - start
 
@@ -160,14 +159,7 @@ class CpuExecutable:
         """Every kernel instance with its regions (opaque tasks: whole tensors), in launch order, at a
         binding of the sizes (made once per binding); with the run's `arrays`, the table for that run:
         its tiles outside a domain skipped, its specialized tiles given the version they run."""
-        key = self._key(sizes)
-        if key not in self._tables:
-            if len(self._tables) >= KEPT_SETUPS:
-                self._tables.pop(next(iter(self._tables)))
-                self._domains.pop(next(iter(self._domains)))
-            self._tables[key] = table = self._make_table(sizes)
-            self._domains[key] = Domains(self.schedule.workload, table, self._kernels, sizes)
-        table, domains = self._tables[key], self._domains[key]
+        table, domains = self._binding(sizes)
         if arrays is None:
             return table
         if self.conditions:
@@ -175,11 +167,22 @@ class CpuExecutable:
                                                             self.conditions))
         return domains.for_run(table, domains.skipped(arrays), arrays) if domains else table
 
+    def _binding(self, sizes: Mapping[str, int]) -> tuple[TaskTable, Domains]:
+        """The binding's table (every tile) and its tiles of tasks with a domain, made once and kept."""
+        key = self._key(sizes)
+        found = self._tables.get(key)
+        if found is None:
+            if len(self._tables) >= KEPT_SETUPS:
+                self._tables.pop(next(iter(self._tables)))
+            table = self._make_table(sizes)
+            found = self._tables[key] = (table, Domains(self.schedule.workload, table, self._kernels, sizes))
+        return found
+
     def native_tasks(self, table: TaskTable, sizes: tuple[int, ...]) -> NativeTasks | None:
         """The table's instances as the native loop calls them (runtime/native.py), or None when an
         instance has no compiled kernel (an opaque task runs on the host, in Python)."""
         base = self._tables.get(sizes)
-        cached = base is not None and table.instances is base.instances
+        cached = base is not None and table.instances is base[0].instances
         if cached and sizes in self._native:
             return self._native[sizes]
         index = {name: k for k, name in enumerate(self.arguments)}
@@ -225,7 +228,7 @@ class CpuExecutable:
             if not self.conditions:  # else each run's arrays pick the kernel versions of its tiles
                 found.table = self.table_for(sizes)
                 found.native = self.native_tasks(found.table, key)
-                found.domains = self._domains[key] or None
+                found.domains = self._binding(sizes)[1] or None
             if len(self._setups) >= KEPT_SETUPS:  # a dynamic workload meets many bindings: keep the latest
                 self._setups.pop(next(iter(self._setups)))
             self._setups[key] = found
@@ -235,8 +238,12 @@ class CpuExecutable:
             clock: Clock = HOST_CLOCK) -> tuple[dict[str, np.ndarray], Trace]:
         """Run on the host's clock, or on a device model's (the aicore target's: runtime/clocks.py).
         The inputs were validated (pw.build's run checks them, sizes too)."""
+        return self.run_at(self.setup_of(inputs), inputs, options, clock)
+
+    def setup_of(self, inputs: Mapping[str, np.ndarray]) -> RunSetup:
+        """The set-up of the binding the inputs' shapes give."""
         wl = self.schedule.workload
-        return self.run_at(self.setup_for(input_sizes(wl, inputs) if wl.size_sources else {}), inputs, options, clock)
+        return self.setup_for(input_sizes(wl, inputs) if wl.size_sources else {})
 
     def run_at(self, setup: RunSetup, inputs: Mapping[str, np.ndarray], options: Options,
                clock: Clock = HOST_CLOCK) -> tuple[dict[str, np.ndarray], Trace]:
