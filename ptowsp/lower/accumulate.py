@@ -19,11 +19,6 @@ def identity(kind: str | UserReducer, dtype: str) -> Expr:
     return reduction_identity(kind, dtype)
 
 
-def accumulator_dtype(kind: str, dtype: str) -> str:
-    """sum over float16 and bfloat16 accumulates in float32, as the reference does."""
-    return "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
-
-
 def combine(kind: str | UserReducer, acc: Expr, value: Expr) -> Expr:
     if isinstance(kind, UserReducer):
         return kind.apply(acc, value)

@@ -27,7 +27,6 @@ import math
 
 from ptowsp.errors import BuildError
 from ptowsp.lower.ir import LOCAL, Allocate, Buffer, For, IfThen, Stmt, Store, block, var
-from ptowsp.lower.accumulate import accumulator_dtype
 from ptowsp.lower.accumulate import combine as _combine
 from ptowsp.lower.accumulate import identity as _identity
 from ptowsp.lower.argreduce import hoisted, is_arg_reduction, lower_arg_reduction
@@ -40,7 +39,7 @@ from ptowsp.schedules.state import schedulable_reduce_axes
 from ptowsp.te import Expr, Op, cast, const, outermost_reductions, substitute, substitute_vars, walk
 from ptowsp.te.sizes import Extent
 from ptowsp.te.expr import unary, where
-from ptowsp.te.reducer import is_several
+from ptowsp.te.reducer import accumulator_dtype, is_several
 from ptowsp.workloads import ComputeTask, Workload, inline_producers
 
 def local_shape(task: str, name: str, extents) -> tuple[int, ...]:

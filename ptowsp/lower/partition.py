@@ -14,13 +14,17 @@ same iterations the loop did.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 
 from ptowsp.lower.ir import For, IfThen, Stmt, block, map_exprs, stmt_exprs, walk_stmts
 from ptowsp.lower.simplify import simplify
 from ptowsp.schedules.loopnest import SERIAL, UNROLLED, VECTORIZED
-from ptowsp.te import Expr, Op, dtypes, substitute_vars, walk
-from ptowsp.te.affine import affine, loops_named
+from ptowsp.te import Expr, Op, dtypes, sizes, substitute_vars, walk
+from ptowsp.te.expr import binary, const
+from ptowsp.te.sizes import Extent
+from ptowsp.te.affine import affine, integer, loops_named
 from ptowsp.te.bounds import conjuncts, interval
 
 MIN_INTERIOR = 2  # iterations: a shorter interior is not worth a third copy of the body
@@ -43,6 +47,11 @@ def partition_loops(s: Stmt) -> Stmt:
         if steady is not None:
             head, tail = _cut(s, 0, steady).stmts
             return block(partition_loops(_without_decided_guards(head)), partition_loops(tail))
+    if isinstance(s, For) and s.kind == SERIAL and (_vector_loops(s.body) or _unrolled(s.body)):
+        steady, held = _steady_at_run_time(s)
+        if held and not isinstance(steady, int):  # the tail keeps its guards: its own parts only are cut
+            whole, tail = _part(s, 0, steady, _without(s.body, held)), _part(s, steady, sizes.sub(s.extent, steady))
+            return block(partition_loops(whole), tail.with_children([partition_loops(c) for c in tail.children()]))
     children = [partition_loops(c) for c in s.children()]
     return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
 
@@ -115,6 +124,63 @@ def _guards_hold_below(loop: For) -> int | None:
             c, (_, rest_hi) = form
             hi = min(hi, max(0, (bound[0] - 1 - rest_hi) // c + 1))
     return hi if MIN_INTERIOR <= hi < loop.extent else None
+
+
+def _steady_at_run_time(loop: For) -> tuple[Extent, set[Expr]]:
+    """The iterations [0, steady) of `loop` where every guard `c * v + inner + outer < K` inside it
+    holds (c > 0; `inner` over the loops inside it, of fixed extents; `outer` and K over enclosing
+    loops and sizes, fixed while it runs, a size among them), and those guards: `_guards_hold_below`
+    for a cut known only at run time, in workloads with symbolic sizes (the targets that take only
+    fixed extents never meet one).  A register tile over `seq` rows, or over a task's block of them, kept its row
+    guard in every tile, and with it LLVM's accumulators in memory (a 128-token projection ran 6x
+    slower than at a bound size)."""
+    steady: Extent = loop.extent
+    held: set[Expr] = set()
+    inside = {st.var: st.extent for st in walk_stmts(loop.body) if isinstance(st, For)}
+    moving = loops_named(loop.var, *inside)
+    for st in walk_stmts(loop.body):
+        if not isinstance(st, IfThen):
+            continue
+        for cond in conjuncts(st.cond):
+            if cond.op is not Op.LT or cond.src[1].loops_read & {loop.var, *inside} or cond.src[1].tensors_read:
+                continue
+            form = affine(cond.src[0], moving)
+            c = 0 if form is None else form.coef(loop.var)
+            if c <= 0 or (form.rest is not None and form.rest.tensors_read):
+                continue
+            if not (sizes.names_in(cond) or sizes.names_in(loop.extent)):
+                continue  # all fixed: the cut at the enclosing loops' worst case is `_guards_hold_below`'s
+            reach = [form.coef(u) * (extent - 1) for u, extent in inside.items() if form.coef(u)]
+            if not all(isinstance(r, int) for r in reach):
+                continue
+            # holds while c * v <= K - 1 - max(inner) - outer, counted from a non-negative numerator
+            bound = integer(cond.src[1])
+            limit = sizes.add(cond.src[1] if bound is None else bound, c - 1 - form.offset - sum(max(0, r) for r in reach))
+            if form.rest is not None:
+                limit = binary(Op.SUB, sizes.as_expr(limit), form.rest)
+            limit = sizes.maximum(0, limit)
+            cut = limit // c if isinstance(limit, int) or c == 1 else binary(Op.FLOORDIV, limit, const(c, "int64"))
+            steady = sizes.minimum(steady, cut)
+            held.add(cond)
+    return steady, held
+
+
+def _without(s: Stmt, held: set[Expr]) -> Stmt:
+    """`s` with the guards in `held` taken out of every condition (a condition left empty: its body)."""
+    if isinstance(s, IfThen) and any(c in held for c in conjuncts(s.cond)):
+        rest = [c for c in conjuncts(s.cond) if c not in held]
+        then = _without(s.then, held)
+        return then if not rest else IfThen(functools.reduce(operator.and_, rest), then)
+    children = [_without(c, held) for c in s.children()]
+    return s if all(a is b for a, b in zip(children, s.children(), strict=True)) else s.with_children(children)
+
+
+def _part(loop: For, start: Extent, count: Extent, body: Stmt | None = None) -> For:
+    """The iterations [start, start + count) of `loop` (its body, or `body`), counted from 0."""
+    moved = Expr(Op.VAR, "int64", (), (loop.var, count))
+    at = moved + start if not (isinstance(start, int) and start == 0) else moved
+    return For(loop.var, count, loop.kind,
+               map_exprs(loop.body if body is None else body, lambda e: substitute_vars(e, {loop.var: at}, (Op.VAR,))))
 
 
 def _without_decided_guards(s: Stmt) -> Stmt:

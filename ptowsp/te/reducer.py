@@ -135,6 +135,11 @@ def reduction_identity(kind: str | UserReducer | Component, dtype: str) -> Expr:
     return const(int(info.min if kind == "max" else info.max), dtype)
 
 
+def accumulator_dtype(kind: str, dtype: str) -> str:
+    """sum over float16 and bfloat16 accumulates in float32, as the reference does."""
+    return "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
+
+
 def is_several(e: Expr) -> bool:
     """e is one value of a several-value reduction."""
     return e.op is Op.REDUCE and isinstance(e.arg, Component)

@@ -10,7 +10,8 @@ import ptowsp as pw
 from ptowsp.lower.ir import Buffer, For, IfThen, Store, var, walk_stmts
 from ptowsp.lower.partition import partition_loops
 from ptowsp.lower.simplify import simplify_expr
-from ptowsp.te import Op, const, walk
+from ptowsp.te import Op, const, substitute_vars, walk
+from ptowsp.te.sizes import ceil_div, size_var, value
 
 X = Buffer("X", (64,), "float32")
 
@@ -111,3 +112,55 @@ def test_a_guard_that_reads_an_enclosing_loop_is_not_cut_at_its_worst_case():
     y = Buffer("Y", (100,), "float32")
     body = For("i", 32, "serial", IfThen(g * 32 + i < const(100, "int64"), Store(y, (g * 32 + i,), X[(i,)])))
     assert partition_loops(body) is body
+
+
+def test_a_tile_loop_of_symbolic_extent_runs_its_whole_tiles_unguarded():
+    """Rows `seq` in tiles of 8: the tiles below seq // 8 run without the guard, the rest (at most one)
+    with it, a cut known only at run time; every row stored once at any seq."""
+    seq = size_var("seq")
+    outer = ceil_div(seq, 8)
+    o, r = var("o", outer), var("r", 8)
+    y, x = Buffer("Y", (seq,), "float32"), Buffer("X", (seq,), "float32")
+    row = o * 8 + r
+    loop = For("o", outer, "serial", For("r", 8, "unrolled", IfThen(row < seq, Store(y, (row,), x[(row,)]))))
+    whole, tail = partition_loops(loop).stmts
+    assert guards(whole) == 0 and guards(tail) == 1
+    for n in (1, 7, 8, 9, 16, 130):
+        steady, rest = value(whole.extent, {"seq": n}), value(tail.extent, {"seq": n})
+        assert (steady, rest) == (n // 8, -(-n // 8) - n // 8)
+
+
+def test_a_projection_over_symbolic_rows_matches_the_reference_at_every_count():
+    """The default schedule over symbolic rows (register tile, packed panel, column grid) at counts the
+    tile does and does not divide, and below one tile."""
+    wl = pw.Workload("proj")
+    x = wl.input("X", ("seq", 64))
+    w = wl.input("W", (64, 96))
+    k = pw.reduce_axis(64, "k")
+    wl.output(wl.compute("Y", ("seq", 96), lambda i, j: pw.sum(x[i, k] * w[k, j], k)))
+    prog = pw.build(wl, target="cpu")
+    text = prog.source("Y")
+    assert "W.local" in text  # B's panel packed although the rows are symbolic
+    rng = np.random.default_rng(0)
+    weights = rng.random((64, 96), dtype=np.float32)
+    for n in (1, 5, 8, 13, 64, 131):
+        data = rng.random((n, 64), dtype=np.float32)
+        np.testing.assert_allclose(prog.run(X=data, W=weights)["Y"], data @ weights, rtol=1e-5)
+
+
+def test_a_guard_over_an_enclosing_loop_is_cut_per_instance_at_run_time():
+    """A task's block g of 4 row tiles over `seq` rows: the cut depends on g and seq, so it is an
+    expression of both; the whole part never runs a row past seq, and the parts cover the block."""
+    seq = size_var("seq")
+    g, o, r = var("g", 8), var("o", 4), var("r", 8)
+    row = g * 32 + o * 8 + r
+    y = Buffer("Y", (seq,), "float32")
+    loop = For("o", 4, "serial", For("r", 8, "unrolled", IfThen(row < seq, Store(y, (row,), X[(r,)]))))
+    whole, tail = partition_loops(loop).stmts
+    assert guards(whole) == 0 and guards(tail) == 1
+    for n in (1, 8, 30, 32, 41, 200):
+        for block in range(3):
+            at = {"seq": n}
+            steady = value(substitute_vars(whole.extent, {"g": const(block, "int64")}, (Op.VAR,)), at)
+            assert steady == 0 or block * 32 + steady * 8 <= n
+            assert steady == min(4, max(0, n - block * 32) // 8)

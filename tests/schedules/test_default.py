@@ -181,3 +181,27 @@ def test_a_channel_blocked_task_is_vectorized_one_block_a_vector(reduced):
     inputs = {"x": np.random.default_rng(1).standard_normal(x.shape).astype(np.float32)}
     np.testing.assert_allclose(pw.build(schedule, "cpu", workers=2).run(**inputs)["y"],
                                pw.reference(wl, **inputs)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_contraction_over_symbolic_rows_splits_its_columns_and_packs_its_panels():
+    """A projection over `seq` rows with a residual epilogue: column tiles outermost and the grid over
+    them (a count that holds at every seq), B's panel packed (its box is fixed), and the projection,
+    whose placement in its epilogue would need a buffer of `seq` rows, stored with a grid of its own."""
+    wl = pw.Workload("projection")
+    x, r = wl.input("X", ("seq", 256)), wl.input("R", ("seq", 512))
+    w = wl.input("W", (256, 512))
+    k = pw.reduce_axis(256, "k")
+    p = wl.compute("P", ("seq", 512), lambda i, j: pw.sum(x[i, k] * w[k, j], k))
+    wl.output(wl.compute("Y", ("seq", 512), lambda i, j: p[i, j] + r[i, j]))
+    s = default_schedule(wl, vector_bytes=64, workers=2)
+    assert s.loops("P")[0].startswith("j.outer") and ("P", "W", "local", "k.outer") in s.cache_reads
+    assert "P" not in s.compute_at_locations
+    for task in ("P", "Y"):
+        grid = _annotated(s, task, PARALLEL)
+        assert grid and all(isinstance(s.nest(task).loop(g).extent, int) for g in grid)
+    rng = np.random.default_rng(0)
+    prog = pw.build(s, target="cpu")
+    weights = rng.random((256, 512), dtype=np.float32)
+    for n in (3, 70):
+        a, b = rng.random((n, 256), dtype=np.float32), rng.random((n, 512), dtype=np.float32)
+        np.testing.assert_allclose(prog.run(X=a, R=b, W=weights)["Y"], a @ weights + b, rtol=1e-5)

@@ -54,7 +54,7 @@ from ptowsp.schedules.loopnest import MAX_VECTOR_LANES, PARALLEL, SERIAL, inner_
 from ptowsp.schedules.passes import fold, fusion, inlining
 from ptowsp.schedules.passes.cube import CubeTiler, cube_tile
 from ptowsp.schedules.passes.decisions import Choose, decision
-from ptowsp.schedules.passes.symbolic import over_sizes
+from ptowsp.schedules.passes.symbolic import over_any_size, over_sizes
 from ptowsp.schedules.passes.tiles import (
     GUARDED_TILES, channel_block_loop, contiguous, contraction_tile, hoist_channel_blocks, rows_inside_panel,
     stream_reduction, streamed_weights, vector_tile,
@@ -101,14 +101,16 @@ def default_schedule(wl: Workload, *, vector_bytes: int = 32, workers: int = 2, 
     `choose` answers the generator's decisions (see the module docstring); `cube`, a target with
     matrix cores (aicore), chooses the tiles of contractions that fit them (cube.py).  A workload with
     symbolic sizes gets the schedule of a typical binding (every size TYPICAL_SIZE), replayed over
-    the symbols: splits of a size leave guarded tails, and a step that needs a number where a
-    size stands (vectorizing a whole symbolic loop) or that would give a local buffer a symbolic
-    size is left out, and so are staged reads (cache_read, prefetch_tensor), whose box may span a size.
+    the symbols (symbolic.py): splits of a size leave guarded tails, a step that needs a number where
+    a size stands or that would give a local buffer a symbolic size is left out, and a producer whose
+    placement is left out gets a task grid of its own.
     """
     if wl.sizes:
-        typical = default_schedule(wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE)), vector_bytes=vector_bytes,
-                                   workers=workers, fuse=fuse, choose=choose, cube=cube)
-        return over_sizes(wl, typical)
+        bound = wl.bind(dict.fromkeys(wl.sizes, TYPICAL_SIZE))
+        typical = default_schedule(bound, vector_bytes=vector_bytes, workers=workers, fuse=fuse,
+                                   choose=over_any_size(wl, choose), cube=cube)
+        return over_sizes(wl, typical, lambda s, x: _grid(s, x, _tasks(x, _work(bound, x), workers, choose),
+                                                          len(wl.task(x).loop_names), workers))
     s = Schedule(wl)
     folded = fold.foldable(wl)
     fuse = choose(decision(None, "fuse"), (True, False), fuse)
@@ -433,7 +435,8 @@ def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None
     hosts = {loop for consumer, loop in s.compute_at_locations.values() if consumer == task}
     extents = []
     for lp in s.nest(task).loops:
-        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts:
+        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts \
+                or not isinstance(lp.extent, int):  # a symbolic loop: blocks of it would vary in count
             break
         extents.append((lp.name, lp.extent))
     if any(e == 0 for _, e in extents):
