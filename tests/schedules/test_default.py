@@ -205,3 +205,20 @@ def test_a_contraction_over_symbolic_rows_splits_its_columns_and_packs_its_panel
     for n in (3, 70):
         a, b = rng.random((n, 256), dtype=np.float32), rng.random((n, 512), dtype=np.float32)
         np.testing.assert_allclose(prog.run(X=a, R=b, W=weights)["Y"], a @ weights + b, rtol=1e-5)
+
+
+def test_a_grid_over_symbolic_rows_only_moves_to_the_fixed_loops():
+    """Attention's weighted sum over a prompt's rows: at the typical size the grid cuts the rows in
+    blocks, which at a short prompt make one task; over the symbol the grid takes the 16 heads."""
+    wl = pw.Workload("weighted")
+    p, v = wl.input("P", (16, "seq", "seq")), wl.input("V", ("seq", 16, 64))
+    t = pw.reduce_axis(wl.size("seq"), "t")
+    wl.output(wl.compute("A", ("seq", 16, 64), lambda i, h, d: pw.sum(p[h, i, t] * v[t, h, d], t)))
+    s = default_schedule(wl, vector_bytes=64, workers=2)
+    grid = _annotated(s, "A", PARALLEL)
+    assert grid and all(isinstance(s.nest("A").loop(g).extent, int) for g in grid)
+    rng = np.random.default_rng(0)
+    prog = pw.build(s, target="cpu")
+    for n in (1, 9):
+        a, b = rng.random((16, n, n), dtype=np.float32), rng.random((n, 16, 64), dtype=np.float32)
+        np.testing.assert_allclose(prog.run(P=a, V=b)["A"], np.einsum("hit,thd->ihd", a, b), rtol=1e-5)

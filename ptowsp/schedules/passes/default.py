@@ -425,6 +425,7 @@ def _tasks(root: str, work: int, workers: int, choose: Choose, per_worker: int =
 def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None:
     """Make the leading loops (over the first `depth` variables) a grid of about `target` instances
     that keeps every worker busy: the loops taken whole, then one loop split into blocks (`balanced_grid`).
+    Over symbolic sizes (symbolic.py's `regrid`) the loops of fixed extent among them, moved first.
 
     Loops something is computed at stay as they are (and end the grid).
     """
@@ -435,10 +436,10 @@ def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None
     hosts = {loop for consumer, loop in s.compute_at_locations.values() if consumer == task}
     extents = []
     for lp in s.nest(task).loops:
-        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts \
-                or not isinstance(lp.extent, int):  # a symbolic loop: blocks of it would vary in count
+        if lp.reduce or lp.annotation != SERIAL or _variable(lp.name) not in allowed or lp.name in hosts:
             break
-        extents.append((lp.name, lp.extent))
+        if isinstance(lp.extent, int):  # not a symbolic loop: its blocks would vary in count with the size
+            extents.append((lp.name, lp.extent))
     if any(e == 0 for _, e in extents):
         return  # an empty task: nothing to share out
     whole, blocks = balanced_grid([e for _, e in extents], target, workers)
@@ -448,6 +449,9 @@ def _grid(s: Schedule, task: str, target: int, depth: int, workers: int) -> None
         s.split(task, name, -(-extent // blocks))
         chosen.append(outer_of(name))
     if chosen:
+        names = s.loops(task)
+        if names[:len(chosen)] != chosen:  # fixed loops from inside symbolic ones: theirs first
+            s.reorder(task, *chosen, *[n for n in names if n not in chosen])
         s.parallel(task, *chosen)
 
 

@@ -7,8 +7,10 @@ symbolic loop) is refused and left out; so is one that would give a local buffer
 staged read (cache_read, prefetch_tensor) whose box spans a loop of symbolic extent (a matmul's
 panel of B, read over rows `seq`, stays: its box is a block of k by a block of columns).  A
 producer whose placement is left out is stored on its own, with a task grid of its own over its
-leading loops of fixed extent (`regrid`: a decoder's projections, placed in their epilogues at the
-typical size, ran as one task each, the other worker idle).  Lowering runs the guarded last tile
+loops of fixed extent (`regrid`: a decoder's projections, placed in their epilogues at the typical
+size, ran as one task each, the other worker idle); so is a task whose grid at the typical size
+cut only symbolic loops into blocks (attention over a prompt's rows: one task at 128 tokens, where
+its 16 heads make a grid at any length).  Lowering runs the guarded last tile
 of a symbolic loop apart from the whole ones, as it does for fixed extents (lower/partition.py).
 
 Some decisions the typical binding would answer from a size's value are answered for every value
@@ -63,8 +65,11 @@ def over_sizes(wl: Workload, typical: Schedule, regrid: Callable[[Schedule, str]
     """`typical`'s steps (made for `wl` bound at a typical size) applied to `wl` where they keep every
     buffer of fixed size (see the module docstring); `regrid(s, task)` gives a task grid to each
     producer whose placement was left out (an epilogue's anchor had its grid moved to the epilogue)."""
-    s, kept = Schedule(wl), []
+    s, kept, regridded = Schedule(wl), [], set()
     for step in typical.steps:
+        if step.kind == "parallel" and _symbolic_only(s, step.task, step.loops):
+            regridded.add(step.task)  # blocks of a symbolic loop, as many as at the typical size only
+            continue
         try:
             s.apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
         except ScheduleError:
@@ -75,9 +80,17 @@ def over_sizes(wl: Workload, typical: Schedule, regrid: Callable[[Schedule, str]
             s = Schedule(wl)
             for good in kept:
                 s.apply(good)
-    for task in {step.task for step in typical.steps if step.kind == "compute_at"} - set(s.compute_at_locations):
+    placed = {step.task for step in typical.steps if step.kind == "compute_at"}
+    for task in sorted(placed - set(s.compute_at_locations) | regridded):
         regrid(s, task)
     return s
+
+
+def _symbolic_only(s: Schedule, task: str, loops: list[str]) -> bool:
+    """Whether every loop of a grid is of symbolic extent (a prefill's rows cut in blocks of 128: one
+    task at 128 tokens, the other worker idle)."""
+    nest = s.nest(task)
+    return all(name in nest.names and not isinstance(nest.loop(name).extent, int) for name in loops)
 
 
 def fixed_size_buffers(s: Schedule) -> bool:
