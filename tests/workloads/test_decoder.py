@@ -180,6 +180,38 @@ def test_decoding_after_prefill_continues_the_sequence():
     assert_sums_close(step["Y"], whole["Y"][6:], 256)
 
 
+@pytest.mark.parametrize("config", [TINY, TINY_MOE], ids=["dense", "moe"])
+def test_weights_given_to_the_build_are_constants_stored_as_their_kernels_read_them(config):
+    """`decoder(..., weights=W)`: the parameters are constants (a run passes only data), the dense
+    projections' weights stored as panels of their register tiles (packed once, at build time), and
+    the steps equal the numpy decoder's, decode and prefill."""
+    rng = np.random.default_rng(4)
+    W = weights(config, rng)
+    step = pw.build(decoder(config, "decode", weights=W), target="cpu")
+    assert set(W) <= set(step.workload.constants) and not set(W) & set(step.workload.inputs)
+    if not config.experts:
+        assert {"l0_Wq", "l0_W_gate", "l1_W_down"} <= set(step.schedule.layouts)
+    inputs = decode_inputs(config, W, [0, 5, 13], 4, pool=48, rng=rng)
+    caches = {k: v for k, v in inputs.items() if k.endswith("_cache")}
+    want = numpy_decode(config, W, inputs["X"], inputs["pos"], inputs["block_table"], caches, inputs["cos"],
+                        inputs["sin"])
+    check(step.run(**{k: v for k, v in inputs.items() if k not in W}), *want, 256)
+    cos, sin = rotary_tables(MAX_POS, config)
+    x = rng.standard_normal((9, config.hidden)).astype(np.float32)
+    prefill = pw.build(decoder(config, "prefill", weights=W), target="cpu")
+    check(prefill.run(X=x, cos=cos[:9], sin=sin[:9]), *numpy_prefill(config, W, x, cos, sin), 256)
+
+
+def test_weights_that_do_not_fit_the_decoder_are_refused_by_name():
+    W = weights(TINY, np.random.default_rng(5))
+    with pytest.raises(pw.WorkloadError, match="no 'l1_Wo'"):
+        decoder(TINY, "decode", weights={k: v for k, v in W.items() if k != "l1_Wo"})
+    with pytest.raises(pw.ShapeError, match=r"weights\['l0_Wq'\] has shape \(64, 32\), expected \(64, 64\)"):
+        decoder(TINY, "decode", weights={**W, "l0_Wq": W["l0_Wq"][:, :32]})
+    with pytest.raises(pw.WorkloadError, match="'X', which are not parameters"):
+        decoder(TINY, "prefill", weights={**W, "X": np.zeros((1, 64), np.float32)})
+
+
 def test_a_bad_config_is_refused_with_what_is_wrong():
     with pytest.raises(pw.ShapeError, match="6 query heads do not share 4 KV heads"):
         DecoderConfig(heads=6, kv_heads=4)

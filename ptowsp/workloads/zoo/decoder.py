@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from ptowsp.errors import ShapeError
+from ptowsp.errors import ShapeError, WorkloadError
 from ptowsp.te import Expr, Tensor, exp, maximum, reduce_axis, reduce_max, reduce_sum, rsqrt, sigmoid, where
 from ptowsp.workloads.workload import Workload
 from ptowsp.workloads.zoo import layers
@@ -74,12 +74,19 @@ def rotary_tables(positions: int, config: DecoderConfig) -> tuple[np.ndarray, np
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> Workload:
-    """The decoder's `phase` ("decode" or "prefill") as a workload (see the module docstring)."""
+def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode",
+            weights: Mapping[str, np.ndarray] | None = None) -> Workload:
+    """The decoder's `phase` ("decode" or "prefill") as a workload (see the module docstring).
+
+    `weights`: {name: array} of every parameter (`l0_Wq`, `l0_ln1_w`, ...), made constants of the
+    workload, as a model's initializers are: the build then stores each projection's weights in the
+    layout its kernel reads (panels of its register tile's columns, packed once), and a run passes
+    only the data.  Without, the parameters are inputs of every run (one build for any weights)."""
     if phase not in ("decode", "prefill"):
         raise ShapeError(f"decoder: phase must be 'decode' or 'prefill', got {phase!r}")
     c = config
     wl = Workload(f"decoder_{phase}")
+    param = Parameter(wl, weights)
     rows = "batch" if phase == "decode" else "seq"
     x = wl.input("X", (rows, c.hidden))
     positions = "max_pos" if phase == "decode" else x.shape[0]  # a prompt's rotary rows: its positions
@@ -98,12 +105,12 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> W
 
     for n in range(c.layers):
         p = f"l{n}_"
-        h = layers.rmsnorm_rows(wl, f"{p}ln1", x, wl.input(f"{p}ln1_w", (c.hidden,)), c.eps)
-        q = layers.matmul(wl, f"{p}q", h, wl.input(f"{p}Wq", (c.hidden, c.heads * c.head_dim)))
-        k = layers.matmul(wl, f"{p}k", h, wl.input(f"{p}Wk", (c.hidden, c.kv_heads * c.head_dim)))
-        v = layers.matmul(wl, f"{p}v", h, wl.input(f"{p}Wv", (c.hidden, c.kv_heads * c.head_dim)))
-        q = _norm_rotate(wl, f"{p}q", q, c.heads, wl.input(f"{p}q_norm", (c.head_dim,)), cos, sin, position, c)
-        k = _norm_rotate(wl, f"{p}k", k, c.kv_heads, wl.input(f"{p}k_norm", (c.head_dim,)), cos, sin, position, c)
+        h = layers.rmsnorm_rows(wl, f"{p}ln1", x, param(f"{p}ln1_w", (c.hidden,)), c.eps)
+        q = layers.matmul(wl, f"{p}q", h, param(f"{p}Wq", (c.hidden, c.heads * c.head_dim)))
+        k = layers.matmul(wl, f"{p}k", h, param(f"{p}Wk", (c.hidden, c.kv_heads * c.head_dim)))
+        v = layers.matmul(wl, f"{p}v", h, param(f"{p}Wv", (c.hidden, c.kv_heads * c.head_dim)))
+        q = _norm_rotate(wl, f"{p}q", q, c.heads, param(f"{p}q_norm", (c.head_dim,)), cos, sin, position, c)
+        k = _norm_rotate(wl, f"{p}k", k, c.kv_heads, param(f"{p}k_norm", (c.head_dim,)), cos, sin, position, c)
         wl.output(wl.compute(f"{p}K_new", k.shape, lambda t, g, d: k[t, g, d]))
         wl.output(wl.compute(f"{p}V_new", k.shape, lambda t, g, d: v[t, g * c.head_dim + d]))
         if phase == "decode":
@@ -112,13 +119,39 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode") -> W
             o = _paged_attention(wl, p, q, k, v, kc, vc, pos, table, c)
         else:
             o = _causal_attention(wl, p, q, k, v, c)
-        attended = layers.matmul(wl, f"{p}o_proj", o, wl.input(f"{p}Wo", (c.heads * c.head_dim, c.hidden)))
+        attended = layers.matmul(wl, f"{p}o_proj", o, param(f"{p}Wo", (c.heads * c.head_dim, c.hidden)))
         x = layers.residual_add(wl, f"{p}attn_res", x, attended)
-        h = layers.rmsnorm_rows(wl, f"{p}ln2", x, wl.input(f"{p}ln2_w", (c.hidden,)), c.eps)
-        mixed = _experts(wl, p, h, c) if c.experts else _swiglu(wl, p, h, c)
+        h = layers.rmsnorm_rows(wl, f"{p}ln2", x, param(f"{p}ln2_w", (c.hidden,)), c.eps)
+        mixed = _experts(wl, param, p, h, c) if c.experts else _swiglu(wl, param, p, h, c)
         x = layers.residual_add(wl, f"{p}mlp_res" if n < c.layers - 1 else "Y", x, mixed)
     wl.output(x)
+    param.check_all_used()
     return wl
+
+
+class Parameter:
+    """Declares the decoder's parameters: constants of the workload when `weights` has them (each
+    checked against its shape), inputs otherwise."""
+
+    def __init__(self, wl: Workload, weights: Mapping[str, np.ndarray] | None):
+        self.wl, self.weights, self.declared = wl, weights, set()
+
+    def __call__(self, name: str, shape: tuple[int, ...]) -> Tensor:
+        self.declared.add(name)
+        if self.weights is None:
+            return self.wl.input(name, shape)
+        if name not in self.weights:
+            raise WorkloadError(f"decoder: weights has no {name!r} (shape {shape}); it needs every parameter")
+        array = np.asarray(self.weights[name])
+        if array.shape != shape:
+            raise ShapeError(f"decoder: weights[{name!r}] has shape {array.shape}, expected {shape}")
+        return self.wl.constant(name, array, "float32")
+
+    def check_all_used(self) -> None:
+        unknown = sorted(set(self.weights or ()) - self.declared)
+        if unknown:
+            raise WorkloadError(f"decoder: weights names {', '.join(map(repr, unknown[:5]))}, which are not "
+                                "parameters of this decoder (data such as X or the caches are run inputs)")
 
 
 def _norm_rotate(wl: Workload, name: str, x: Tensor, heads: int, gamma: Tensor, cos: Tensor, sin: Tensor,
@@ -188,27 +221,27 @@ def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: 
         where(seen(x // hd, i, j), e[x // hd, i, j] * v[j, x // hd // group * hd + x % hd], 0.0), j) / z[x // hd, i])
 
 
-def _swiglu(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+def _swiglu(wl: Workload, param: Parameter, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
     """down(silu(h . W_gate) * (h . W_up))."""
-    gate = layers.matmul(wl, f"{p}gate", h, wl.input(f"{p}W_gate", (c.hidden, c.mlp)))
-    up = layers.matmul(wl, f"{p}up", h, wl.input(f"{p}W_up", (c.hidden, c.mlp)))
+    gate = layers.matmul(wl, f"{p}gate", h, param(f"{p}W_gate", (c.hidden, c.mlp)))
+    up = layers.matmul(wl, f"{p}up", h, param(f"{p}W_up", (c.hidden, c.mlp)))
     act = wl.compute(f"{p}act", gate.shape, lambda t, f: gate[t, f] * sigmoid(gate[t, f]) * up[t, f])
-    return layers.matmul(wl, f"{p}down", act, wl.input(f"{p}W_down", (c.mlp, c.hidden)))
+    return layers.matmul(wl, f"{p}down", act, param(f"{p}W_down", (c.mlp, c.hidden)))
 
 
-def _experts(wl: Workload, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+def _experts(wl: Workload, param: Parameter, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
     """A mixture of SwiGLU experts: the router (host code, `route_top_k`) groups the tokens by expert,
     each expert runs over its own tokens only (slot s < counts[e]), and each token sums its top_k
     experts' outputs weighted by its gates (softmax over its top_k logits)."""
     tokens, experts = h.shape[0], c.experts
-    logits = layers.matmul(wl, f"{p}router_logits", h, wl.input(f"{p}W_router", (c.hidden, experts)))
+    logits = layers.matmul(wl, f"{p}router_logits", h, param(f"{p}W_router", (c.hidden, experts)))
     counts, slots, choice_expert, choice_slot, gate = wl.opaque(
         f"{p}router", functools.partial(route_top_k, top_k=c.top_k), [logits],
         [(f"{p}counts", (experts,), "int32"), (f"{p}slots", (experts, tokens), "int32"),
          (f"{p}choice_expert", (tokens, c.top_k), "int32"), (f"{p}choice_slot", (tokens, c.top_k), "int32"),
          (f"{p}gate", (tokens, c.top_k), "float32")])
-    w_gate, w_up = (wl.input(f"{p}{w}", (experts, c.hidden, c.mlp)) for w in ("W_gate", "W_up"))
-    w_down = wl.input(f"{p}W_down", (experts, c.mlp, c.hidden))
+    w_gate, w_up = (param(f"{p}{w}", (experts, c.hidden, c.mlp)) for w in ("W_gate", "W_up"))
+    w_down = param(f"{p}W_down", (experts, c.mlp, c.hidden))
     r, f, kk = reduce_axis(c.hidden, "c"), reduce_axis(c.mlp, "f"), reduce_axis(c.top_k, "kk")
 
     def routed(e, s, j):
