@@ -3,7 +3,8 @@ seen before, and a replay of a captured step (prog.capture -> Recording.replay).
 
     .venv/bin/python benchmarks/replay.py [--layers 28] [--batch 8 32] [--rounds 5]
 
-The decoder of pw.zoo.decoder with Qwen3-0.6B's shape (28 layers by default), random weights, a ragged
+The decoder of pw.zoo.decoder with Qwen3-0.6B's shape (28 layers by default), random weights (constants
+of the build, `weights=`: a step passes only its data), a ragged
 batch (sequence b holds about 4000 x (b + 1) / batch tokens: contexts of 125 to 4000 at batch 32) over a
 paged KV cache.  One worker (`workers=1`), so a step's wall time is its kernels' time plus the host's:
 host cost per task = (wall time - the kernels' own time, which the native loop measures around each
@@ -78,11 +79,11 @@ def main() -> None:
     weights = random_weights(config)
     rng = np.random.default_rng(0)
     start = time.perf_counter()
-    prog = pw.build(decoder(config, "decode"), target="cpu", workers=1)
+    prog = pw.build(decoder(config, "decode", weights=weights), target="cpu", workers=1)
     print(f"decoder, {args.layers} layers of Qwen3-0.6B's shape: built in {time.perf_counter() - start:.1f} s")
     rows = []
     for batch in args.batch:
-        steps = [{**decode_step(config, batch, rng), **weights} for _ in range(2)]
+        steps = [decode_step(config, batch, rng) for _ in range(2)]
 
         def run(inputs):
             prog.run(**inputs)

@@ -65,21 +65,18 @@ def over_sizes(wl: Workload, typical: Schedule, regrid: Callable[[Schedule, str]
     """`typical`'s steps (made for `wl` bound at a typical size) applied to `wl` where they keep every
     buffer of fixed size (see the module docstring); `regrid(s, task)` gives a task grid to each
     producer whose placement was left out (an epilogue's anchor had its grid moved to the epilogue)."""
-    s, kept, regridded = Schedule(wl), [], set()
+    s, regridded = Schedule(wl), set()
     for step in typical.steps:
         if step.kind == "parallel" and _symbolic_only(s, step.task, step.loops):
             regridded.add(step.task)  # blocks of a symbolic loop, as many as at the typical size only
             continue
+        before = s.copy()  # shares the frozen state: a step that gives a buffer a symbolic size is undone
         try:
             s.apply(step)  # a refused step leaves the schedule as it was (handlers validate first)
         except ScheduleError:
             continue
-        if fixed_size_buffers(s):
-            kept.append(step)
-        else:  # rare: replay without it, rather than copying the schedule before every step
-            s = Schedule(wl)
-            for good in kept:
-                s.apply(good)
+        if not fixed_size_buffers(s):
+            s = before
     placed = {step.task for step in typical.steps if step.kind == "compute_at"}
     for task in sorted(placed - set(s.compute_at_locations) | regridded):
         regrid(s, task)
