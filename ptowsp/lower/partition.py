@@ -131,9 +131,9 @@ def _steady_at_run_time(loop: For) -> tuple[Extent, set[Expr]]:
     holds (c > 0; `inner` over the loops inside it, of fixed extents; `outer` and K over enclosing
     loops and sizes, fixed while it runs, a size among them), and those guards: `_guards_hold_below`
     for a cut known only at run time, in workloads with symbolic sizes (the targets that take only
-    fixed extents never meet one).  A register tile over `seq` rows, or over a task's block of them, kept its row
-    guard in every tile, and with it LLVM's accumulators in memory (a 128-token projection ran 6x
-    slower than at a bound size)."""
+    fixed extents never meet one).  A register tile over `seq` rows, or over a task's block of them,
+    kept its row guard in every tile, and with it LLVM's accumulators in memory (a 128-token
+    projection ran 6x slower than at a bound size)."""
     steady: Extent = loop.extent
     held: set[Expr] = set()
     inside = {st.var: st.extent for st in walk_stmts(loop.body) if isinstance(st, For)}
@@ -155,7 +155,8 @@ def _steady_at_run_time(loop: For) -> tuple[Extent, set[Expr]]:
                 continue
             # holds while c * v <= K - 1 - max(inner) - outer, counted from a non-negative numerator
             bound = integer(cond.src[1])
-            limit = sizes.add(cond.src[1] if bound is None else bound, c - 1 - form.offset - sum(max(0, r) for r in reach))
+            room = c - 1 - form.offset - sum(max(0, r) for r in reach)
+            limit = sizes.add(cond.src[1] if bound is None else bound, room)
             if form.rest is not None:
                 limit = binary(Op.SUB, sizes.as_expr(limit), form.rest)
             limit = sizes.maximum(0, limit)

@@ -31,6 +31,7 @@ from ptowsp.te import Op, walk
 from ptowsp.te.reducer import accumulator_dtype
 from ptowsp.workloads import ComputeTask, Workload
 
+
 def over_any_size(wl: Workload, choose: Choose) -> Choose:
     """`choose` for the typical binding, with the decisions whose right answer there would not hold at
     other values of a size answered for every value:
