@@ -217,16 +217,6 @@ def _affine(e: Expr, v: str) -> tuple[int, Bounds] | None:
 def _cut(loop: For, lo: int, hi: int) -> Stmt:
     """The loop as up to three loops over [0, lo), [lo, hi) and [hi, extent), each simplified with its
     own range (a piece's variable counts from 0 and is shifted back by its start)."""
-    pieces = []
-    for start, stop in ((0, lo), (lo, hi), (hi, loop.extent)):
-        if stop <= start:
-            continue
-        count = stop - start
-
-        def shifted(e: Expr, start: int = start, count: int = count) -> Expr:
-            moved = Expr(Op.VAR, "int64", (), (loop.var, count))
-            return substitute_vars(e, {loop.var: moved + start if start else moved}, (Op.VAR,))
-
-        body = simplify(map_exprs(loop.body, shifted))
-        pieces.append(For(loop.var, count, loop.kind, body))
-    return block(*pieces)
+    ranges = ((0, lo), (lo, hi), (hi, loop.extent))
+    pieces = [_part(loop, start, stop - start) for start, stop in ranges if start < stop]
+    return block(*(For(p.var, p.extent, p.kind, simplify(p.body)) for p in pieces))

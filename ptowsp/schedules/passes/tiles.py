@@ -19,7 +19,6 @@ from ptowsp.schedules.passes.decisions import Choose, decision
 from ptowsp.schedules.schedule import Schedule
 from ptowsp.te import Expr, Op, walk
 from ptowsp.te.indices import collapsed
-from ptowsp.workloads import ComputeTask
 
 
 ROW_TILES = (1, 2, 4, 6, 8)  # the register tile rows a contraction may take
@@ -129,9 +128,7 @@ def _panels_at_build(s: Schedule, task: str, tensor: str, columns: int) -> bool:
     exactly the task's columns, without a layout yet, that no other task reads (its readers would all
     read the panels)."""
     wl = s.workload
-    readers = [t for t in wl.tasks if isinstance(wl.task(t), ComputeTask) and tensor in
-               {x.name for x in wl.task(t).inputs}]
-    return (tensor in wl.constants and tensor not in s.layouts and readers == [task]
+    return (tensor in wl.constants and tensor not in s.layouts and set(wl.graph.successors(tensor)) == {task}
             and len(wl.tensor(tensor).shape) == 2 and wl.tensor(tensor).shape[-1] == columns)
 
 

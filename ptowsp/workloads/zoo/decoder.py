@@ -86,7 +86,7 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode",
         raise ShapeError(f"decoder: phase must be 'decode' or 'prefill', got {phase!r}")
     c = config
     wl = Workload(f"decoder_{phase}")
-    param = Parameter(wl, weights)
+    param = _Parameters(wl, weights)
     rows = "batch" if phase == "decode" else "seq"
     x = wl.input("X", (rows, c.hidden))
     positions = "max_pos" if phase == "decode" else x.shape[0]  # a prompt's rotary rows: its positions
@@ -129,7 +129,7 @@ def decoder(config: DecoderConfig = DecoderConfig(), phase: str = "decode",
     return wl
 
 
-class Parameter:
+class _Parameters:
     """Declares the decoder's parameters: constants of the workload when `weights` has them (each
     checked against its shape), inputs otherwise."""
 
@@ -221,7 +221,7 @@ def _causal_attention(wl: Workload, p: str, q: Tensor, k: Tensor, v: Tensor, c: 
         where(seen(x // hd, i, j), e[x // hd, i, j] * v[j, x // hd // group * hd + x % hd], 0.0), j) / z[x // hd, i])
 
 
-def _swiglu(wl: Workload, param: Parameter, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+def _swiglu(wl: Workload, param: _Parameters, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
     """down(silu(h . W_gate) * (h . W_up))."""
     gate = layers.matmul(wl, f"{p}gate", h, param(f"{p}W_gate", (c.hidden, c.mlp)))
     up = layers.matmul(wl, f"{p}up", h, param(f"{p}W_up", (c.hidden, c.mlp)))
@@ -229,7 +229,7 @@ def _swiglu(wl: Workload, param: Parameter, p: str, h: Tensor, c: DecoderConfig)
     return layers.matmul(wl, f"{p}down", act, param(f"{p}W_down", (c.mlp, c.hidden)))
 
 
-def _experts(wl: Workload, param: Parameter, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
+def _experts(wl: Workload, param: _Parameters, p: str, h: Tensor, c: DecoderConfig) -> Tensor:
     """A mixture of SwiGLU experts: the router (host code, `route_top_k`) groups the tokens by expert,
     each expert runs over its own tokens only (slot s < counts[e]), and each token sums its top_k
     experts' outputs weighted by its gates (softmax over its top_k logits)."""
