@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import graphlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,6 +132,24 @@ def _bits(mask: int) -> list[int]:
     return out
 
 
+def _through_written(after: Mapping[str, Sequence[str]], written: set[str]) -> dict[str, tuple[str, ...]]:
+    """`after` less the pairs another pair implies: when T takes over V's bytes and V takes over U's,
+    T's writes wait for V's writes, which wait for U's every access, so T need not wait for U's
+    accesses itself.  A memory plan over a stack of layers names, for a tensor of the last layer, a
+    tensor of every layer before that shared its bytes: all of their accesses are an edge per
+    instance, a number quadratic in the layers that the instance-level reduction may not afford.
+    V must be written by an instance of this table (one with no instance orders nothing)."""
+    order = graphlib.TopologicalSorter({t: tuple(older) for t, older in after.items()}).static_order()
+    preceding: dict[str, set[str]] = {}  # tensor -> tensors whose every access precedes its writes
+    kept: dict[str, tuple[str, ...]] = {}
+    for tensor in order:
+        older = after.get(tensor, ())
+        implied = set().union(*(preceding[u] for u in older if u in written))
+        kept[tensor] = tuple(u for u in older if u not in implied)
+        preceding[tensor] = implied.union(older)
+    return {t: older for t, older in kept.items() if older}
+
+
 REDUCTION_BUDGET = 5e7  # machine words of bitset work the transitive reduction may take (about 0.5 s)
 
 
@@ -188,7 +207,8 @@ class TaskTable:
         far fewer edges for the scheduler to count on every run; a tile of a convolution that
         reads a whole padded tensor keeps the pad tiles, not the tiles those read)."""
         index = RegionIndex()
-        shared = {t for older in self.after.values() for t in older}
+        after = _through_written(self.after, {t for inst in self.instances for t, _ in inst.writes})
+        shared = {t for older in after.values() for t in older}
         accessed: dict[str, int] = {}  # shared tensor -> bitset of instances reading or writing it
         direct: list[list[int]] = []
         masks: list[int] = []  # the same, as bitsets
@@ -197,7 +217,7 @@ class TaskTable:
             for tensor, box in inst.reads:
                 mask |= index.writers(tensor, box)
             for tensor, _ in inst.writes:
-                for older in self.after.get(tensor, ()):
+                for older in after.get(tensor, ()):
                     mask |= accessed.get(older, 0)
             direct.append(list(_bits(mask)))
             masks.append(mask)

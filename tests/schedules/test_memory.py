@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +98,42 @@ def test_cpu_programs_share_intermediate_buffers_and_say_so():
     summary = str(prog.trace.summary())
     assert f"intermediates   {plan.arena_bytes / 2**20:.2f} MiB planned, " in summary
     assert pw.build(wl, "numpy").memory_plan is None
+
+
+def _layers(count: int) -> list[Instance]:
+    """count tensors L0, L1, ... each written by two tiles and read by two (P_k, C_k)."""
+    out = []
+    for k in range(count):
+        out += [Instance(f"P{k}", (h,), writes=((f"L{k}", ((4 * h, 4 * h + 4),)),)) for h in range(2)]
+        out += [Instance(f"C{k}", (h,), reads=((f"L{k}", ((4 * h, 4 * h + 4),)),),
+                         writes=((f"out{k}", ((4 * h, 4 * h + 4),)),)) for h in range(2)]
+    return out
+
+
+def test_bytes_taken_over_through_a_chain_cost_edges_linear_in_its_length(monkeypatch):
+    # a plan over a stack of layers names, for each tensor, every earlier one that held its bytes;
+    # a write needs to wait only for the accesses of the last of them (which waited for the others)
+    import ptowsp.runtime.table as table_module
+
+    monkeypatch.setattr(table_module, "REDUCTION_BUDGET", 0)  # no instance-level reduction to hide it
+    count = 40
+    table = TaskTable(_layers(count), after={f"L{k}": [f"L{u}" for u in range(k)] for k in range(1, count)})
+    preds = table.predecessors
+    assert sum(map(len, preds)) == 2 * count + 2 * 4 * (count - 1)  # a writer per reader; 4 waits per writer
+    for k in range(1, count):  # writers of L_k wait for every access of L_{k-1}, and through them of L_0
+        assert preds[4 * k] == preds[4 * k + 1] == tuple(range(4 * (k - 1), 4 * k))
+    reach = [set() for _ in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            reach[i] |= reach[p] | {p}
+    assert reach[4 * (count - 1)] >= {0, 1, 2, 3}
+
+
+def test_a_tensor_with_no_instance_orders_nothing_between_the_tensors_around_it():
+    # B takes over A's bytes and C takes over both, but no instance writes B: C still waits for A
+    instances = [inst for inst in _layers(3) if not inst.name.endswith("1")]
+    renamed = [dataclasses.replace(inst, writes=tuple((t.replace("L2", "C"), box) for t, box in inst.writes),
+                                   reads=tuple((t.replace("L2", "C"), box) for t, box in inst.reads))
+               for inst in instances]
+    table = TaskTable(renamed, after={"L1": ["L0"], "C": ["L0", "L1"]})
+    assert table.predecessors[4:6] == ((2, 3),) * 2  # L0's readers (which follow its writers)
