@@ -10,8 +10,8 @@ paged KV cache.  One worker (`workers=1`), so a step's wall time is its kernels'
 host cost per task = (wall time - the kernels' own time, which the native loop measures around each
 call) / the tasks that ran, in two parts: outside the task loop (input checks, deciding which tiles
 have work, the buffers, the pointer table, the outputs) and inside it, between kernels (dispatch,
-the clock reads, and the caller's return to Python every 100 ms to look for Ctrl-C: a cost that
-grows with the step's length, not with its task count).
+the clock reads, and a look every 10 ms at the word signals write, after one return to Python at
+100 ms: costs that grow with the step's length, not with its task count).
 
 - first run: the first step at a binding of the sizes never run before (a new batch size): the
   workload bound at those sizes (bounds checked), its memory plan, task table and dependencies;
@@ -59,7 +59,7 @@ def decode_step(c: DecoderConfig, batch: int, rng: np.random.Generator) -> dict[
 def host_per_task(step) -> tuple[float, float, int]:
     """Of one call of `step` (which returns its trace): host seconds per task that ran outside the
     task loop (set-up and the outputs) and inside it (between kernels: dispatch, the clock reads,
-    coming back to Python every 100 ms to look for Ctrl-C), and how many tasks ran."""
+    looking for Ctrl-C), and how many tasks ran."""
     start = time.perf_counter()
     trace = step()
     wall = time.perf_counter() - start

@@ -60,6 +60,7 @@ on the device clock they are separate virtual threads and overlap.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -74,14 +75,15 @@ from ptowsp.runtime import crew
 from ptowsp.runtime.native import NativeRun, Records
 from ptowsp.runtime.scheduler import Launcher, Options, Scheduler, Worker
 from ptowsp.runtime.service import pool
-from ptowsp.runtime.stops import describe, interrupts, raise_failure
+from ptowsp.runtime.stops import describe, interrupts, raise_failure, signal_word
 from ptowsp.runtime.table import TaskTable
 from ptowsp.runtime.trace import Edges, Event, Trace, Wait
 from ptowsp.runtime.watchdog import bounded
 
 
 SLICE_NS = 100_000_000  # a native worker comes back to Python this often to see stops (each return costs
-# ~10 us of cold Python after kernels that streamed megabytes: 0.07% of a long run at 20 ms slices)
+# 40-60 us of cold Python after kernels that streamed megabytes: 0.05% of a long run)
+WATCH_NS = 10_000_000  # ... or, where it can watch for signals' bytes (stops.signal_word), looks this often
 
 
 class _Stop(Exception):
@@ -230,16 +232,25 @@ class _Engine(RealEngine):
 
 def _serve_native(run: NativeRun) -> None:
     """Worker 0 of a native run on the caller's thread, the others on pool threads that wait for it in
-    native code (crew.py).  The caller's loop comes back to Python every SLICE_NS, so that Ctrl-C
+    native code (crew.py).  The caller's loop comes back to Python every SLICE_NS; a run still going
+    after the first then watches a word signals write (so a short run sets nothing up) and comes back
+    only when it is nonzero (looked at every WATCH_NS) or, without one, every SLICE_NS, so that Ctrl-C
     (Python raises KeyboardInterrupt in the caller's thread) stops the run within a slice; a timeout
     sets the loop's stop flag from the watchdog's thread.  It returns once every helper that claimed
     its worker has left the loop (one that had not claimed it yet never will)."""
-    with pool().threads(run.workers - 1) as threads:
+    with pool().threads(run.workers - 1) as threads, contextlib.ExitStack() as watching:
         for w, thread in enumerate(threads, start=1):
             thread.offer(run.buffer.address, w)
+        slice_ns, signals = SLICE_NS, None
         try:  # beside helpers the caller is pinned while it works (run.lead)
-            while run.lead(time.monotonic_ns() + SLICE_NS) if threads else run.work(0, time.monotonic_ns() + SLICE_NS):
-                pass
+            while run.lead(time.monotonic_ns() + slice_ns) if threads else run.work(0, time.monotonic_ns() + slice_ns):
+                if signals is None:  # a long run: from now on come back only for a signal, if one can be watched
+                    signals = watching.enter_context(signal_word()) or False
+                    if signals:
+                        slice_ns = WATCH_NS
+                        run.watch(signals.address, slice_ns)
+                elif signals:  # a handler that did not raise has run: watch for the next signal
+                    signals.rearm()
         except BaseException:  # Ctrl-C between two slices: the helpers stop at their next task boundary
             run.stop()
             raise

@@ -30,7 +30,9 @@ array with a head and a tail that never wraps):
   the executor turns into the Trace;
 - a stop flag (Ctrl-C, a timeout) is checked between tasks, and a call
   given a deadline returns at the first task boundary past it, so the
-  caller's thread gets back to Python to see Ctrl-C.
+  caller's thread gets back to Python to see Ctrl-C; where the caller
+  watches a word that signals write (stops.signal_word), only if the
+  word is nonzero, else the deadline moves on.
 
 The loop is compiled once per process (llvmlite), on first use.
 """
@@ -46,7 +48,7 @@ import numpy as np
 
 from ptowsp.once import once
 from ptowsp.runtime.native_ir import (
-    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SLOTS, STOP, TAIL, WAITED,
+    COMPLETED, EXITED, IDLE_SINCE, LINE, RECORDED, SIGNALS, SLICE, SLOTS, STOP, TAIL, WAITED,
     compile_ir, loop_ir,
 )
 from ptowsp.runtime.table import TaskTable
@@ -143,7 +145,7 @@ class _Buffer:
         head[:SLOTS] = [n, workers, 0, 0, base + 8 * thunks_at, tasks.offsets.ctypes.data,
                         tasks.arguments.ctypes.data, base + 8 * pointers_at, starts.ctypes.data, successors.ctypes.data,
                         base + 8 * remaining_at, base + 8 * queues_at, base + 8 * _META_AT,
-                        base + 8 * self.records_at, base + 8 * self.waits_at, 0, window]
+                        base + 8 * self.records_at, base + 8 * self.waits_at, 0, window, 0, 0]
         meta = head[_META_AT:remaining_at].reshape(workers, LINE)
         meta[:, IDLE_SINCE] = -1
         head[remaining_at:queues_at] = counts
@@ -190,6 +192,11 @@ class NativeRun:
         """work(0, deadline_ns) with the calling thread pinned to the first CPU it may use meanwhile
         (its affinity given back before this returns): worker 0 beside helper threads."""
         return bool(self._lead(self.buffer.address, deadline_ns))
+
+    def watch(self, address: int, slice_ns: int) -> None:
+        """Past a deadline, worker 0's loop comes back only if the int64 at `address` is nonzero (a
+        signal arrived: stops.SignalWord); else its next deadline is `slice_ns` later."""
+        self.buffer.state[SIGNALS], self.buffer.state[SLICE] = address, slice_ns
 
     def stop(self) -> None:
         """Workers stop at their next task boundary."""

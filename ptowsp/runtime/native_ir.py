@@ -10,10 +10,12 @@ from __future__ import annotations
 
 # the state array: one int64 per slot, addresses of the arrays below as integers
 # (EXITED: helper threads that have left the loop, counted by crew.py; WINDOW: how many instances
-# are admitted but not retired at most, in table order)
+# are admitted but not retired at most, in table order; SIGNALS: the address of an int64 that a
+# signal with a Python handler makes nonzero (stops.SignalWord), or 0; SLICE: while it is zero, how
+# much later than a passed deadline the next one falls, in nanoseconds)
 N, WORKERS, COMPLETED, STOP, THUNKS, OFFSETS, ARGUMENTS, POINTERS, SUCC_START, SUCC, REMAINING, \
-    QUEUES, META, RECORDS, WAITS, EXITED, WINDOW = range(17)
-SLOTS = 17
+    QUEUES, META, RECORDS, WAITS, EXITED, WINDOW, SIGNALS, SLICE = range(19)
+SLOTS = 19
 # per worker, one cache line of int64 in META: queue head, queue tail, queue lock, records, idle spans,
 # the start of the idle span in progress (-1: none)
 HEAD, TAIL, LOCK, RECORDED, WAITED, IDLE_SINCE = range(6)
@@ -239,7 +241,31 @@ sleep:
   ret void
 }}
 
+; past the deadline in %dl at time %t: 1 to go back to the caller (no signal word to look at, or a
+; signal has made it nonzero), else 0 with the next deadline stored (the caller's Python is left cold)
+define internal i64 @due(ptr %state, ptr %dl, i64 %t) {{
+entry:
+  %ap = getelementptr i64, ptr %state, i64 {SIGNALS}
+  %a = load i64, ptr %ap
+  %watched = icmp ne i64 %a, 0
+  br i1 %watched, label %peek, label %back
+peek:
+  %wp = inttoptr i64 %a to ptr
+  %v = load atomic i64, ptr %wp monotonic, align 8
+  %signalled = icmp ne i64 %v, 0
+  br i1 %signalled, label %back, label %later
+later:
+  %slp = getelementptr i64, ptr %state, i64 {SLICE}
+  %slice = load i64, ptr %slp
+  %next = add i64 %t, %slice
+  store i64 %next, ptr %dl
+  ret i64 0
+back:
+  ret i64 1
+}}
+
 ; run tasks until the table is done or stopped (0), or until a task ends past %deadline (1; 0: none)
+; and the SIGNALS word, if any, is nonzero (else the deadline moves on by SLICE)
 define i64 @ptowsp_native_worker(ptr %state, i64 %w, i64 %deadline) {{
 entry:
   %n = load i64, ptr %state
@@ -261,6 +287,8 @@ entry:
   %k = alloca i64
   %turn = alloca i64
   store i64 0, ptr %turn
+  %dl = alloca i64
+  store i64 %deadline, ptr %dl
   br label %loop
 
 loop:
@@ -296,9 +324,14 @@ idle:
 wait:
   %tw = call i64 @now()
   call void @idle(ptr %state, i64 %w, i64 %tw)
-  %late = icmp sgt i64 %tw, %deadline
+  %dlw = load i64, ptr %dl
+  %late = icmp sgt i64 %tw, %dlw
   %leave = and i1 %hasdeadline, %late
-  br i1 %leave, label %slice, label %loop
+  br i1 %leave, label %waited, label %loop
+waited:
+  %backw = call i64 @due(ptr %state, ptr %dl, i64 %tw)
+  %gow = icmp ne i64 %backw, 0
+  br i1 %gow, label %slice, label %loop
 
 run:
   %i = load i64, ptr %task
@@ -353,9 +386,14 @@ admitting:
   call void @count_down(ptr %state, ptr %remaining, i64 %w, i64 %a)
   br label %next
 next:
-  %past = icmp sgt i64 %t1, %deadline
+  %dln = load i64, ptr %dl
+  %past = icmp sgt i64 %t1, %dln
   %yieldnow = and i1 %hasdeadline, %past
-  br i1 %yieldnow, label %slice, label %loop
+  br i1 %yieldnow, label %ran, label %loop
+ran:
+  %backr = call i64 @due(ptr %state, ptr %dl, i64 %t1)
+  %gor = icmp ne i64 %backr, 0
+  br i1 %gor, label %slice, label %loop
 
 slice:
   ret i64 1

@@ -19,7 +19,7 @@ import pytest
 
 import ptowsp as pw
 from ptowsp.runtime import Instance, Options, TaskTable, execute, watchdog
-from ptowsp.runtime.executor import SLICE_NS
+from ptowsp.runtime.executor import SLICE_NS, WATCH_NS
 from ptowsp.runtime.native import NativeRun, NativeTasks, supported
 from ptowsp.runtime.native_ir import CPU_WORDS, EXITED, NOW_IR, SLOTS, STOP
 
@@ -238,10 +238,11 @@ def chain(length: int) -> TaskTable:
                                grid=("k",)) for k in range(length)])
 
 
-def chains(length: int) -> TaskTable:
-    """Two chains, a then b: their first tasks, ready at the start, are dealt to worker 0 and worker 1."""
+def chains(length: int, names: str = "ab") -> TaskTable:
+    """A chain per letter, a then b: their first tasks, ready at the start, are dealt to worker 0 and
+    worker 1."""
     return TaskTable([Instance(c, (k,), ((c, ((k - 1, k),)),) if k else (), ((c, ((k, k + 1),)),), grid=("k",))
-                      for c in "ab" for k in range(length)])
+                      for c in names for k in range(length)])
 
 
 @pytest.fixture
@@ -272,8 +273,9 @@ def ctrl_c():
 
 def test_ctrl_c_stops_the_native_loop(ctrl_c):
     """Worker 0's first task waits for the helper to start the other chain, sends SIGINT (what Ctrl-C
-    does), and runs past the end of the caller's time slice in the loop (SLICE_NS), so the caller is
-    certainly back in Python after it, where KeyboardInterrupt stops the run.  Every other task runs
+    does), and runs past the end of the caller's time slice in the loop (SLICE_NS, or WATCH_NS with
+    the signal's word set), so the caller is certainly back in Python after it, where
+    KeyboardInterrupt stops the run.  Every other task runs
     until the run is stopped."""
     table = chains(100)
     steps = {i: Step(until_stop=True) for i in range(len(table))}
@@ -283,6 +285,47 @@ def test_ctrl_c_stops_the_native_loop(ctrl_c):
         execute(table, launch, Options(workers=(None, None)))
     assert launch.state[EXITED] == 1  # the helper left the loop before the run returned: nothing runs on
     assert launch.counter[0] == 2 and launch.out[0] >= 0 and launch.out[100] >= 0  # the chains' first tasks only
+
+
+def _counting_calls(monkeypatch) -> list[int]:
+    """Counts the caller's calls into the loop (each a return to Python after the first)."""
+    calls = [0]
+    work = NativeRun.work
+
+    def counted(run, w, deadline_ns=0):
+        calls[0] += 1
+        return work(run, w, deadline_ns)
+
+    monkeypatch.setattr(NativeRun, "work", counted)
+    return calls
+
+
+def test_a_long_run_comes_back_to_python_once_then_only_for_a_signal(monkeypatch):
+    """After its first slice a run watches a word signals write (stops.signal_word) instead of coming
+    back to Python every SLICE_NS: a return costs 40-60 us of cold Python after kernels that
+    streamed memory.  Four tasks each longer than a slice: one return, not four."""
+    calls = _counting_calls(monkeypatch)
+    table = chains(4, "a")
+    launch = Stamps(table, sleep_us=SLICE_NS // 1000 + 10_000)
+    execute(table, launch, Options(workers=(None,)))
+    assert calls == [2] and list(launch.out) == list(range(4))
+
+
+def test_a_signal_whose_handler_returns_lets_the_run_go_on(monkeypatch):
+    """SIGINT, once the word is watched, under a handler that only counts: the caller comes back to
+    Python, the handler runs there (during the run, not after it), and the caller goes back into the
+    loop to finish the table."""
+    calls = _counting_calls(monkeypatch)
+    seen = []
+    inherited = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(calls[0]))
+    try:
+        table = chains(3, "a")
+        launch = Stamps(table, steps={0: Step(sleep_us=SLICE_NS // 1000 + 10_000),
+                                      1: Step(interrupt=True, sleep_us=3 * WATCH_NS // 1000)})
+        execute(table, launch, Options(workers=(None,)))
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    assert seen == [2] and calls == [3] and list(launch.out) == list(range(3))
 
 
 @pytest.mark.parametrize("workers", [2, 3])
