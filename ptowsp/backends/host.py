@@ -173,6 +173,10 @@ class Domains:
             _, tiles, count = _tiles(task, grid, kernels[name][1], self.values)
             key = (task.domain, tuple((n, lo.tobytes(), hi.tobytes()) for n, (lo, hi) in sorted(tiles.items())))
             self.alike.setdefault(key, ([], tiles, count))[0].append(name)
+        # per group, its tasks' instances in one index (a run sets them in one step)
+        self.positions = {key: np.concatenate([np.arange(self.tasks[name][2], self.tasks[name][2] + count)
+                                               for name in names])
+                          for key, (names, _, count) in self.alike.items()}
         self.deferred = {first[name] + k: name for name in late for k in range(math.prod(self.tasks[name][1]))}
         self.writers: dict[str, list[int]] = {}  # per late-domain task: the instances writing what its domain reads
         for name in late:
@@ -188,11 +192,8 @@ class Domains:
         if not self.alike:
             return None
         skipped = np.zeros(self.n, bool)
-        for (domain, _), (names, tiles, count) in self.alike.items():
-            empty = ~may_hold_in(domain, tiles, arrays, count)
-            for name in names:
-                first = self.tasks[name][2]
-                skipped[first:first + count] = empty
+        for key, (names, tiles, count) in self.alike.items():
+            skipped[self.positions[key]] = np.tile(~may_hold_in(key[0], tiles, arrays, count), len(names))
         return skipped
 
     def unfilled(self, skipped: np.ndarray | None) -> set[str]:
