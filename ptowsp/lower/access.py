@@ -194,15 +194,35 @@ def _per_instance(parts: tuple[Part, ...], coords: Sequence[np.ndarray], count: 
     return list(zip(*columns)) if columns else [()] * count
 
 
-def _reach(indices: list[tuple[Expr, ...]], dim: int, inner: dict) -> int | None:
+def _gathered(indices: list[tuple[Expr, ...]], dim: int) -> bool:
+    """Whether a dimension's index reads a tensor."""
+    return any(n.op is Op.LOAD for index in indices for n in walk(index[dim]))
+
+
+def _loops_read(indices: list[tuple[Expr, ...]], dim: int, inner: dict) -> set[str]:
+    return {n.arg[0] for index in indices for n in walk(index[dim]) if n.op is Op.VAR and n.arg[0] in inner}
+
+
+def _reach(indices: list[tuple[Expr, ...]], dim: int, inner: dict, spans: Sequence[Formula | None]) -> int | None:
     """For a gathered dimension (an index that reads a tensor), how many values its indices can
-    take while the `inner` loops run: the product of the extents of the inner loops they read
-    (None for a dimension that is not gathered, or where an extent is symbolic)."""
-    if not any(n.op is Op.LOAD for index in indices for n in walk(index[dim])):
+    take while the `inner` loops run: the product of the extents of the inner loops they read,
+    less what the other dimensions whose indices read only those loops take of it (a paged cache's
+    slot `j % block` beside its block `table[b, j // block]`: together they take one value per j,
+    not a block's worth each); None for a dimension that is not gathered, or where an extent is
+    symbolic.  `spans`: every dimension's extent in the box."""
+    if not _gathered(indices, dim):
         return None
-    loops = {n.arg[0] for index in indices for n in walk(index[dim]) if n.op is Op.VAR and n.arg[0] in inner}
+    loops = _loops_read(indices, dim, inner)
     extents = [inner[v] for v in sorted(loops)]
-    return math.prod(extents) if all(isinstance(e, int) for e in extents) else None
+    if not all(isinstance(e, int) for e in extents):
+        return None
+    reach = math.prod(extents)
+    for other, span in enumerate(spans):
+        theirs = _loops_read(indices, other, inner) if other != dim else set()
+        width = span.number() if span is not None else None
+        if theirs and theirs <= loops and width and not _gathered(indices, other):
+            reach = -(-reach // width)
+    return reach
 
 
 def kernel_access(kernel: Kernel) -> KernelAccess:
@@ -235,11 +255,12 @@ def statement_access(body: Stmt, outer: Sequence[str], size_names: Sequence[str]
         out = []
         for buffer, indices in sorted(accesses.items(), key=lambda item: item[0].name):
             box = read_box(indices, inner, buffer.shape, shift=False)
+            spans = [formula_of(extent) for extent in box.extents]
             dims = []
-            for start, extent, size in zip(box.starts, box.extents, buffer.shape, strict=True):
+            for start, span, size in zip(box.starts, spans, buffer.shape, strict=True):
                 whole = _required(size, f"tensor {buffer.name!r}: a dimension")
-                rows = _reach(indices, len(dims), inner) if gathered_rows else None
-                begin, span = formula_of(start, coordinates), formula_of(extent)
+                rows = _reach(indices, len(dims), inner, spans) if gathered_rows else None
+                begin = formula_of(start, coordinates)
                 if rows is not None and isinstance(size, int):
                     dims.append((constant(0), constant(min(rows, size)), whole))
                 elif begin is None or span is None:  # an index the inference cannot follow

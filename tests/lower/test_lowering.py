@@ -134,3 +134,23 @@ def test_a_stencils_read_region_covers_both_borders():
     prog = lower_program(wl, wl.schedule())
     reads, _ = kernel_access(prog.kernels["z"]).regions()
     assert dict(reads)["y"] == ((0, 20),)
+
+
+def test_a_paged_read_counts_one_row_per_token_for_the_cost_model():
+    """A paged cache read at cache[table[j // 4], j % 4, d]: for a cost model (`gathered_rows`) the
+    block dimension reaches 16 / 4 rows while j runs over 16 tokens, beside the slot's 4, so the box
+    holds 16 rows of d, not 16 blocks of 4 (the aicore default once split a decode step's scores into
+    34,560 tasks to fit that overcount into L0A).  Dependencies still see the whole cache."""
+    from ptowsp.lower.access import kernel_access, statement_access
+
+    wl = pw.Workload("paged")
+    cache = wl.input("cache", (32, 4, 8))
+    table = wl.input("table", (4,), "int32")
+    wl.output(wl.compute("y", (16, 8), lambda j, d: cache[table[j // 4], j % 4, d] * 2.0))
+    prog = lower_program(wl, wl.schedule())
+    kernel = prog.kernels["y"]
+    modelled = statement_access(kernel.body, [name for name, _ in kernel.grid], gathered_rows=True)
+    reads, _ = modelled.regions()
+    assert dict(reads)["cache"] == ((0, 4), (0, 4), (0, 8))
+    reads, _ = kernel_access(kernel).regions()
+    assert dict(reads)["cache"] == ((0, 32), (0, 4), (0, 8))
