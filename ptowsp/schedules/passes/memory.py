@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from ptowsp.workloads.arrays import ALIGN
 
 
@@ -93,25 +95,43 @@ def plan_memory(steps: Iterable[tuple[Iterable[str], Iterable[str]]], sizes: Map
     offsets = min((_place(sorted(spans, key=order), spans, sizes) for order in orders),
                   key=lambda o: max((o[t] + sizes[t] for t in o), default=0))
     arena = max((offsets[t] + sizes[t] for t in offsets), default=0)
-    reuses = {t: tuple(u for u in sorted(offsets, key=lambda u: spans[u][0])
-                       if spans[u][1] < spans[t][0]
-                       and offsets[u] < offsets[t] + sizes[t] and offsets[t] < offsets[u] + sizes[u])
-              for t in offsets}
     return MemoryPlan(offsets, {t: sizes[t] for t in offsets}, spans, _aligned(arena),
-                      {t: r for t, r in reuses.items() if r})
+                      _reuses(offsets, spans, sizes))
+
+
+def _reuses(offsets: dict[str, int], spans: dict[str, tuple[int, int]], sizes: Mapping[str, int]
+            ) -> dict[str, tuple[str, ...]]:
+    """Per tensor, the tensors dead before it starts whose bytes it overlaps, by first use (numpy
+    over all of them at once: a decoder's 28 layers have 700 tensors, 490,000 pairs)."""
+    names = sorted(offsets, key=lambda u: spans[u][0])
+    first, last = (np.array([spans[u][k] for u in names], np.int64) for k in (0, 1))
+    start = np.array([offsets[u] for u in names], np.int64)
+    end = start + np.array([sizes[u] for u in names], np.int64)
+    found = {}
+    for t in offsets:
+        at = offsets[t]
+        taken = np.flatnonzero((last < spans[t][0]) & (start < at + sizes[t]) & (at < end))
+        if len(taken):
+            found[t] = tuple(names[k] for k in taken)
+    return found
 
 
 def _place(order: list[str], spans: dict[str, tuple[int, int]], sizes: Mapping[str, int]) -> dict[str, int]:
     """Each tensor in turn at the lowest aligned offset free for its whole lifetime."""
     offsets: dict[str, int] = {}
-    for t in order:
-        busy = sorted((offsets[u], offsets[u] + sizes[u]) for u in offsets if _meet(spans[t], spans[u]))
+    placed: list[str] = []
+    first, last = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)  # of the placed, in turn
+    for n, t in enumerate(order):
+        live = np.flatnonzero((first[:n] <= spans[t][1]) & (spans[t][0] <= last[:n]))
+        busy = sorted((offsets[placed[k]], offsets[placed[k]] + sizes[placed[k]]) for k in live.tolist())
         at = 0
         for start, end in busy:
             if at + sizes[t] <= start:
                 break
             at = max(at, _aligned(end))
         offsets[t] = at
+        placed.append(t)
+        first[n], last[n] = spans[t]
     return offsets
 
 
