@@ -174,8 +174,7 @@ class Domains:
             key = (task.domain, tuple((n, lo.tobytes(), hi.tobytes()) for n, (lo, hi) in sorted(tiles.items())))
             self.alike.setdefault(key, ([], tiles, count))[0].append(name)
         # per group, its tasks' instances in one index (a run sets them in one step)
-        self.positions = {key: np.concatenate([np.arange(self.tasks[name][2], self.tasks[name][2] + count)
-                                               for name in names])
+        self.positions = {key: np.concatenate([self.tasks[name][2] + np.arange(count) for name in names])
                           for key, (names, _, count) in self.alike.items()}
         self.deferred = {first[name] + k: name for name in late for k in range(math.prod(self.tasks[name][1]))}
         self.writers: dict[str, list[int]] = {}  # per late-domain task: the instances writing what its domain reads

@@ -83,7 +83,7 @@ from ptowsp.runtime.watchdog import bounded
 
 SLICE_NS = 100_000_000  # a native worker comes back to Python this often to see stops (each return costs
 # 40-60 us of cold Python after kernels that streamed megabytes: 0.05% of a long run)
-WATCH_NS = 10_000_000  # ... or, where it can watch for signals' bytes (stops.signal_word), looks this often
+WATCH_NS = 10_000_000  # ... or, where it watches the word signals write (stops.signal_word), looks at it this often
 
 
 class _Stop(Exception):

@@ -119,19 +119,18 @@ def _reuses(offsets: dict[str, int], spans: dict[str, tuple[int, int]], sizes: M
 def _place(order: list[str], spans: dict[str, tuple[int, int]], sizes: Mapping[str, int]) -> dict[str, int]:
     """Each tensor in turn at the lowest aligned offset free for its whole lifetime."""
     offsets: dict[str, int] = {}
-    placed: list[str] = []
-    first, last = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)  # of the placed, in turn
+    first, last, low, high = (np.zeros(len(order), np.int64) for _ in range(4))  # the placed: lifetimes, bytes
     for n, t in enumerate(order):
-        live = np.flatnonzero((first[:n] <= spans[t][1]) & (spans[t][0] <= last[:n]))
-        busy = sorted((offsets[placed[k]], offsets[placed[k]] + sizes[placed[k]]) for k in live.tolist())
+        live = (first[:n] <= spans[t][1]) & (spans[t][0] <= last[:n])
+        busy = sorted(zip(low[:n][live].tolist(), high[:n][live].tolist()))
         at = 0
         for start, end in busy:
             if at + sizes[t] <= start:
                 break
             at = max(at, _aligned(end))
         offsets[t] = at
-        placed.append(t)
         first[n], last[n] = spans[t]
+        low[n], high[n] = at, at + sizes[t]
     return offsets
 
 
