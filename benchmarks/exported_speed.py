@@ -3,6 +3,7 @@
     sh benchmarks/peers.sh && .bench-venv/bin/python benchmarks/export_models.py
     .bench-venv/bin/python benchmarks/exported_speed.py [--dir benchmarks/exported] [--only resnet18,vit_b_16]
         [--levels host,x86-64-v3] [--rounds 5] [--repeat 5] [--tuned 64 --log-dir tuning]
+    .bench-venv/bin/python benchmarks/avx2_peers.py benchmarks/exported_speed.py --levels x86-64-v3   # all AVX2
 
 For each model of the export folder (benchmarks/export_models.py: torchvision classifiers, ViT-B/16, a
 BERT-base encoder, a GPT-2 style block, ResNet-50 int8), on the input saved beside it:
@@ -11,7 +12,8 @@ BERT-base encoder, a GPT-2 style block, ResNet-50 int8), on the input saved besi
   `--levels` (`host`: this machine's widest vectors; `x86-64-v3`: AVX2 and FMA, as on a machine
   without AVX-512; set through PTOWSP_CPU for each build, so both programs live in this process);
 - onnxruntime: CPU provider, every graph optimization, 2 intra-op threads (on this machine's ISA:
-  its kernels pick the widest vectors the CPU has, whichever ptowsp level is beside it);
+  its kernels pick the widest vectors the CPU has, whichever ptowsp level is beside it; run the
+  script under benchmarks/avx2_peers.py to put onnxruntime and torch on their AVX2 kernels);
 - torch eager: the exported module rebuilt from the same seed (`export_models.make`), 2 threads,
   under `torch.inference_mode()` (not for the int8 model, which onnxruntime quantized).
 
@@ -144,7 +146,8 @@ def main() -> None:
     columns = levels + (["tuned"] if args.tuned else [])
     header = ["model", *(f"ptowsp {lv} ms" for lv in columns), "onnxruntime ms", "torch eager ms",
               *(f"onnxruntime / ptowsp {lv}" for lv in columns), "error vs onnxruntime"]
-    print("\n| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
+    print(f"\npeers' ISA: {os.environ.get('PTOWSP_PEERS_ISA', 'this machine')}")
+    print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
 
