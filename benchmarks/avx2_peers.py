@@ -21,6 +21,7 @@ print it beside its table.  The same file is the gdb script: gdb runs it with `g
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -108,9 +109,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import gdb  # noqa: F401
-    except ImportError:
-        main()
-    else:
-        _in_gdb()
+    _in_gdb() if importlib.util.find_spec("gdb") else main()
