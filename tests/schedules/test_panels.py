@@ -31,7 +31,7 @@ def dense(m=64, k=48, n=96, constant=True, batch=()):
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matmul", "batched"])
 def test_a_constant_b_becomes_panels_the_contraction_reads_by_panel(batch):
     wl = dense(batch=batch)
-    packed = pack_panels(wl, WIDTH)
+    packed = pack_panels(wl, (WIDTH,))
     assert packed.tasks == ["Y_W_panels", "Y"]
     assert packed.tensor("Y_W_panels").shape == (*batch, 96 // WIDTH, 48, WIDTH)
     assert "Y_W_panels[" + ("b, " if batch else "") + "j // 32, k, j % 32]" in str(packed.task("Y").body)
@@ -47,11 +47,11 @@ def test_a_constant_b_becomes_panels_the_contraction_reads_by_panel(batch):
 ], ids=["input", "rows", "columns"])
 def test_what_the_tile_would_not_take_or_a_run_would_pay_for_is_left_alone(make):
     wl = make()
-    assert pack_panels(wl, WIDTH) is wl
+    assert pack_panels(wl, (WIDTH,)) is wl
 
 
 def test_the_register_tile_reads_the_panels_with_no_packing_per_task():
-    wl = pack_panels(dense(), WIDTH)
+    wl = pack_panels(dense(), (WIDTH,))
     s = default_schedule(wl, vector_bytes=WIDTH * 2, workers=2)  # 16 lanes: a tile of 2 vectors is one panel
     assert s.cache_reads == []  # nothing packed inside the tasks
     loops = s.nest("Y").loops
@@ -78,3 +78,19 @@ def test_an_input_b_with_many_rows_is_packed_by_a_task_of_its_own_on_every_run()
     assert prog.schedule.cache_reads == []
     inputs = random_inputs(wl, seed=3)
     np.testing.assert_allclose(prog.run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-4)
+
+
+def test_each_contraction_takes_the_first_panel_width_its_columns_are_a_multiple_of():
+    assert pack_panels(dense(n=96), (24, 16)).tensor("Y_W_panels").shape == (4, 48, 24)
+    assert pack_panels(dense(n=80), (24, 16)).tensor("Y_W_panels").shape == (5, 48, 16)
+
+
+@pytest.mark.parametrize("n, columns", [(96, 24), (80, 16)])
+def test_with_avx2s_16_registers_the_tile_takes_three_vectors_of_columns_where_they_divide(n, columns):
+    wl = pack_panels(dense(n=n), (24, 16))
+    s = default_schedule(wl, vector_bytes=32, workers=2)
+    loops = s.nest("Y").loops
+    assert [lp.extent for lp in loops][-2:] == [columns // 8, 8]
+    inputs = random_inputs(wl)
+    got = pw.build(s, "cpu", workers=2).run(**inputs)["Y"]
+    np.testing.assert_allclose(got, pw.reference(wl, **inputs)["Y"], rtol=1e-4, atol=1e-4)

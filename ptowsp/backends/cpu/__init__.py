@@ -22,6 +22,7 @@ from ptowsp.schedules.passes.blocking import block_convolutions
 from ptowsp.schedules.passes.panels import pack_panels
 from ptowsp.schedules.passes.propagation import propagate_blocking
 from ptowsp.schedules.passes.splitting import split_reductions
+from ptowsp.schedules.passes.tiles import tile_vectors
 from ptowsp.schedules.passes.transposing import transpose_operands
 from ptowsp.schedules.passes.winograd import winograd_convolutions
 from ptowsp.schedules.passes.decisions import Decision
@@ -64,12 +65,12 @@ class CpuBackend:
         tasks around them computed in that layout too (passes/propagation.py),
         contractions whose second operand runs along the reduction reading it transposed
         (passes/transposing.py), the register tile's B operand stored as panels of its two
-        vectors of columns, packed once rather than in every task (passes/panels.py), and long
+        or three vectors of columns, packed once rather than in every task (passes/panels.py), and long
         memory-bound sums of few outputs split into partial sums (passes/splitting.py)."""
         lanes = self.vector_bytes // 4
         wl = block_convolutions(winograd_convolutions(wl, lanes), lanes)
         wl = transpose_operands(propagate_blocking(wl, lanes), lanes)
-        return split_reductions(pack_panels(wl, 2 * lanes))
+        return split_reductions(pack_panels(wl, tuple(v * lanes for v in tile_vectors(self.vector_bytes))))
 
     def cube_tiler(self, device: None) -> None:
         return None  # no matrix cores: contractions take register tiles

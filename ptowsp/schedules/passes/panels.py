@@ -1,7 +1,7 @@
 """B stored as column panels, once: a graph pass of the cpu's default build (after transposing.py).
 
 The default's register-tiled matmul (tiles.py) reads B's k x W panel (W: the tile's columns,
-two vectors) once per k block.  Packed inside the task, as `pack_panel` does, every task packs
+two or three vectors, `tile_vectors`) once per k block.  Packed inside the task, as `pack_panel` does, every task packs
 the panels it reads: a square matmul's row tasks each pack all of B (1024³ on 8 tasks: 32 MB of
 copying for a 4 MB operand).  As OpenBLAS packs B once for all its threads, this pass stores the
 operand as panels in a task of its own,
@@ -47,16 +47,22 @@ class _Panel:
     lane: tuple[str, int]  # j (name, extent)
 
 
-def pack_panels(wl: Workload, width: int) -> Workload:
+def pack_panels(wl: Workload, widths: tuple[int, ...]) -> Workload:
     """`wl` with the panel operand of every contraction the register tile takes stored as panels of
-    `width` columns (see the module docstring); `wl` itself when there is none."""
-    if width < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
+    the first of `widths` (columns, preferred first: tiles.py `tile_vectors`) its columns are a
+    multiple of (see the module docstring); `wl` itself when there is none."""
+    if min(widths) < 2 or wl.sizes or any(not plain(wl.task(t)) for t in wl.tasks):
         return wl
     known = set(wl.constants) | foldable(wl)
-    found = {t: p for t in wl.tasks if (p := _panel_operand(wl.task(t), width, known)) is not None}
+    found = {}
+    for t in wl.tasks:
+        for width in widths:
+            if (p := _panel_operand(wl.task(t), width, known)) is not None:
+                found[t] = (p, width)
+                break
     if not found:
         return wl
-    return rebuild(wl, {t: (lambda out, task, p=p: _rewrite(out, task, p, width)) for t, p in found.items()})
+    return rebuild(wl, {t: (lambda out, task, p=p, w=w: _rewrite(out, task, p, w)) for t, (p, w) in found.items()})
 
 
 def _panel_operand(task: ComputeTask, width: int, known: set[str]) -> _Panel | None:

@@ -23,16 +23,24 @@ from ptowsp.te.indices import collapsed
 
 ROW_TILES = (1, 2, 4, 6, 8)  # the register tile rows a contraction may take
 GUARDED_TILES = 4  # where nothing divides an extent, a guarded last tile needs this many whole ones beside it
-REGISTER_ROWS = 4  # rows of a contraction's register tile (x 2 vectors of columns) with 16 vector registers
+REGISTER_ROWS = 4  # rows of a contraction's register tile (x 3 or 2 vectors of columns) with 16 vector registers
 WIDE_REGISTER_ROWS = 8  # ... with AVX-512's 32: 16 accumulators, 2 B vectors and a broadcast in flight
 K_BLOCK = 256  # reduction block of a contraction: its B panel stays in L1 (with 8 rows too: 128 measured slower)
 STRIDED_K_BLOCK = 128  # ... when B is read in place a row apart (1x1 conv 256->64 56^2: 1.07x over 256)
-VECTOR_TILE = 6  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
+VECTOR_TILE = 12  # rows of a one-vector-wide register tile with 16 vector registers (AVX2)
 WIDE_VECTOR_TILE = 14  # ... with 32 (AVX-512): 14 accumulators; 28 measured 3x slower (spills)
 STREAM_UNROLL = 4  # rows of a streamed reduction per pass over its accumulator tile
 HOIST_TERMS = 2048  # a blocked convolution's reduction at least this long walks its channel blocks outside the rows
 STREAMED_WEIGHT_BYTES = 2 << 20  # weights larger than a core's L2 are prefetched a channel block ahead
 GEMM_I8_K = 64  # the longest reduction a tensorized int8 tile hands one gemm_i8 call (unrolled in it)
+
+
+def tile_vectors(vector_bytes: int) -> tuple[int, ...]:
+    """The vectors of columns a contraction's register tile takes by default, the first whose width
+    divides the columns: with AVX2's 16 registers 3 (4 rows x 3 vectors: 12 accumulators, 3 B
+    vectors and a broadcast; 128 x 768 x 3072 on 2 cores, 225 -> 249 GFLOP/s, onnxruntime's FMA3
+    kernel 254), else 2; with AVX-512's 32, 2 (8 rows x 2 vectors: 16 accumulators)."""
+    return (2,) if vector_bytes >= 64 else (3, 2)
 
 
 def rows_and_columns(spatial: list) -> tuple:
@@ -78,7 +86,9 @@ def contraction_tile(s: Schedule, task: str, spatial: list, k, lanes: int, choos
                                                                                      and not stored):
         return None
     wide = lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize >= 64 and WIDE_REGISTER_ROWS in rows_fit
-    vectors = choose(decision(task, "tile_vectors"), vectors_fit, vectors_fit[0] if stored else 2)
+    preferred = next((v for v in tile_vectors(lanes * np.dtype(s.workload.task(task).tensor.dtype).itemsize)
+                      if v in vectors_fit), 2)
+    vectors = choose(decision(task, "tile_vectors"), vectors_fit, vectors_fit[0] if stored else preferred)
     # 16 accumulators with AVX-512's 32 registers (8 with 16): fewer rows for a wider panel
     rows = choose(decision(task, "tile_rows"), rows_fit, WIDE_REGISTER_ROWS if wide and vectors <= 2 else REGISTER_ROWS)
     s.tile(task, {i.name: rows, j.name: vectors * lanes}).split(task, inner_of(j.name), lanes)
