@@ -98,6 +98,18 @@ def test_the_default_gives_the_blocked_contraction_a_register_tile_of_pixels_by_
     assert names[-6:-3] == ["r", "s", "c"]  # the reductions around the tile, the channels innermost
 
 
+def test_with_avx2s_16_registers_a_7_pixel_row_takes_3_pixels_by_4_blocks_and_a_guarded_last_tile():
+    wl = zoo.conv2d(1, 32, 7, 7, 32, 1, 1, 0)
+    blocked = block_convolutions(wl, 8)
+    s = default_schedule(blocked, vector_bytes=32, workers=2)
+    nest = s.nest("Y_blocked")
+    # 12 accumulators in 3 + 3 + 1 pixels (9.3 on average) rather than 7 x 1
+    assert (nest.loop("xx.inner").extent, nest.loop("o_block.inner").extent) == (3, 4)
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.build(s, "cpu", workers=2).run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_an_epilogue_after_the_convolution_still_computes_the_same():
     wl = pw.Workload("conv_relu")
     x, w, b = wl.input("X", (1, 3, 9, 9)), wl.input("W", (16, 3, 3, 3)), wl.input("b", (16,))

@@ -158,7 +158,9 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
         return False
     vector_bytes = (registers_of or lanes) * np.dtype(s.workload.task(task).tensor.dtype).itemsize
     cap = WIDE_VECTOR_TILE if vector_bytes >= 64 else VECTOR_TILE
-    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0]
+    # rows that divide the axis, or leave a guarded last tile behind at least two whole ones (lowered
+    # apart, lower/partition.py): 7 pixels as 3 + 3 + 1 take 3 x 4 accumulators where 7 x 1 divides
+    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0 or x.extent // d >= 2]
     blocked = _channel_blocks(s, task, spatial)
     body = s.workload.task(task).body
     # smallest extent first (the taps, then the channels), but an axis some load reads as its last
@@ -180,7 +182,7 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     # more channel blocks (24.7 -> 23.3 ms); a long one takes 7 rows x 2 blocks rather than 14 x 1
     # (ResNet-18 on AVX-512: 17.24 -> 16.13 ms side by side; 28 accumulators spill)
     tiles = [(r, b) for r in fits for b in counts or [1] if r * b <= cap]
-    best_rows, filled = max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]) / (t[0] * t[1]), t[0]))
+    best_rows, filled = max(tiles, key=lambda t: (_accumulators(x.extent, *t), -(t[0] + t[1]) / (t[0] * t[1]), t[0]))
     several = choose(decision(task, "tile_blocks"), counts or [1], filled)
     rows = choose(decision(task, "tile_rows"), fits, best_rows if several == filled else
                   max(d for d in fits if d * several <= cap or d == 1))
@@ -212,6 +214,12 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     if tensorize:
         s.tensorize(task, order[-1], "gemm_i8")
     return True
+
+
+def _accumulators(extent: int, rows: int, blocks: int) -> float:
+    """A tile's accumulators averaged over the tiles of an axis of `extent` (a guarded last tile holds
+    fewer), rounded so that near-equal tiles are told apart by their loads."""
+    return round(extent * blocks / math.ceil(extent / rows), 1)
 
 
 def _apart(body: Expr, axis: str, row: str) -> bool:
