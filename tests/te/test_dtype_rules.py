@@ -273,3 +273,16 @@ def test_a_float16_nan_casts_to_zero_in_the_scalar_tail(saturating):
     x[-1] = x[0] = np.nan
     expected = {f"to_{dst}": _expected_cast(x, dst, saturating) for dst in ALL if dst != "float16"}
     check(_casts, ("float16", saturating), {"x": x}, expected)
+
+
+@pytest.mark.parametrize("level", ["host", "x86-64-v3"])
+@pytest.mark.parametrize("dst", ["int8", "uint8", "int16", "uint16"])
+def test_a_float_cast_to_a_narrow_integer_is_vector_code(level, dst, monkeypatch):
+    """No lane is clamped and converted alone (LLVM scalarizes `fptosi.sat` to 8 and 16 bits: ResNet-50
+    int8's requantizations on AVX-512, 16.5 -> 10.1 ms when they became vector code)."""
+    monkeypatch.setenv("PTOWSP_CPU", level)
+    wl = pw.Workload("narrow")
+    x = wl.input("x", (64,), "float32")
+    wl.output(wl.compute("y", (64,), lambda i: pw.cast(x[i] * 3.0, dst)))
+    asm = pw.build(wl.schedule().split("y", "i", 8).vectorize("y", "i.inner"), target="cpu").source("y", "asm")
+    assert "cvttps2dq" in asm and "cvttss2si" not in asm
