@@ -76,8 +76,9 @@ class CpuBackend:
         return None  # no matrix cores: contractions take register tiles
 
     def schedule_choices(self, device: None) -> Choose:
-        """The default's answers, but an int8 register tile calls `gemm_i8` where the chosen CPU has VNNI."""
-        if not target_cpu().vnni:
+        """The default's answers, but an int8 register tile calls `gemm_i8` where the chosen CPU has
+        VNNI (`vpdpbusd`) or AVX2 (`vpmaddwd`, microkernel.py)."""
+        if target_cpu().vector_bytes < 32:
             return keep_default
 
         def choose(name, candidates, default):

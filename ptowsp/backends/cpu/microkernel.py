@@ -43,11 +43,13 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
     lanes = cpu.vector_bytes // 4  # float32 lanes of the target's vectors
     unit = [o.dims[-1] == len(o.buffer.shape) - 1 and o.step(len(o.dims) - 1) == 1
             for o in call.operands]  # rows contiguous: out, a, b
-    vector = unit[0] and unit[2] and (found.name == "gemm" or (cpu.vnni and n % VNNI_LANES == 0))
+    vector = unit[0] and unit[2] and (found.name == "gemm" or n % (VNNI_LANES if cpu.vnni else PAIR_LANES) == 0)
     name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)
     if existing is not None:
         return existing
+    if found.name == "gemm_i8" and vector and not cpu.vnni:
+        return _gemm_i8_pairs(module, fn_type, name, m, n, k, unit_a=unit[1])
     extra = {"unit_a": unit[1]} if found.name == "gemm_i8" else {}
     return _BUILT[found.name](module, fn_type, name, m, n, k, lanes if vector else 0, **extra)
 
@@ -213,6 +215,75 @@ def _gemm_i8(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: 
         for v in range(vectors):
             fixed = builder.sub(acc[row][v], builder.shl(sums[v], ir.Constant(acc_t, [7] * VNNI_LANES)))
             builder.store(fixed, at(c, i32, (row, c0), (v * VNNI_LANES, c1)), align=4)
+    builder.ret_void()
+    return fn
+
+
+PAIR_LANES = 8  # int32 accumulators per AVX2 vector
+CHUNK = 8  # bytes of an A row loaded at once (four pairs)
+
+
+def _gemm_i8_pairs(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int, k: int,
+                   unit_a: bool) -> ir.Function:
+    """C[m, n] (int32) += A[m, k] (int8) . B[k, n] (int8) with AVX2's `vpmaddwd`, where there is no VNNI.
+
+    vpmaddwd multiplies int16 pairs and adds each pair's two products into an int32 lane: exact for
+    sign-extended bytes (|product| <= 2^14), where `vpmaddubsw`'s int16 sums of byte products
+    saturate (onnxruntime's AVX2 kernels take that, and its outputs move by up to a step of the
+    output scale).  Two k at a time: B's rows k and k + 1 interleaved column by column, A's two
+    bytes repeated in every lane; an odd last k pairs with zeros."""
+    fn = ir.Function(module, fn_type, name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    c, a, b, _, _, _, c0, c1, a0, a1, b0, b1 = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    i8, i16, i32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+    acc_t, pairs_t, row_t = ir.VectorType(i32, PAIR_LANES), ir.VectorType(i16, 2 * PAIR_LANES), ir.VectorType(i8, PAIR_LANES)
+    madd = module.globals.get("llvm.x86.avx2.pmadd.wd") or ir.Function(
+        module, ir.FunctionType(acc_t, [pairs_t, pairs_t]), "llvm.x86.avx2.pmadd.wd")
+    interleave = ir.Constant(ir.VectorType(i32, 2 * PAIR_LANES), [j // 2 + (j % 2) * PAIR_LANES
+                                                                    for j in range(2 * PAIR_LANES)])
+
+    def at(base, etype, *terms):
+        offset = ir.Constant(I64, 0)
+        for index, stride in terms:
+            offset = builder.add(offset, builder.mul(ir.Constant(I64, index), stride))
+        return builder.gep(base, [offset], source_etype=etype)
+
+    def byte(row: int, kk: int) -> ir.Value:
+        return builder.sext(builder.load(at(a, i8, (row, a0), (kk, a1)), typ=i8), i16) if kk < k else ir.Constant(i16, 0)
+
+    def pairs(row: int, kk: int) -> ir.Value:
+        """A[row, kk..kk+7] sign-extended: one load where A's row is contiguous and holds them, else
+        byte by byte (zeros past k)."""
+        if unit_a and kk + CHUNK <= k:
+            return builder.sext(builder.load(at(a, i8, (row, a0), (kk, a1)), typ=ir.VectorType(i8, CHUNK), align=1),
+                                chunk_t)
+        words = ir.Constant(chunk_t, [0] * CHUNK)
+        for q in range(min(CHUNK, k - kk)):
+            words = builder.insert_element(words, byte(row, kk + q), ir.Constant(i32, q))
+        return words
+
+    vectors = n // PAIR_LANES
+    acc = [[builder.load(at(c, i32, (row, c0), (v * PAIR_LANES, c1)), typ=acc_t, align=4) for v in range(vectors)]
+           for row in range(m)]
+    zero_row = ir.Constant(row_t, [0] * PAIR_LANES)
+    chunk_t = ir.VectorType(i16, CHUNK)
+    for start in range(0, k, CHUNK):  # k is the call's block: unrolled, as LLVM would
+        a_words = [pairs(row, start) for row in range(m)]  # each row's bytes loaded once, not per pair
+        for kk in range(start, min(start + CHUNK, k), 2):
+            columns = []
+            for v in range(vectors):
+                rows = [builder.load(at(b, i8, (q, b0), (v * PAIR_LANES, b1)), typ=row_t, align=1) if q < k
+                        else zero_row for q in (kk, kk + 1)]
+                columns.append(builder.sext(builder.shuffle_vector(rows[0], rows[1], interleave), pairs_t))
+            repeat = ir.Constant(ir.VectorType(i32, 2 * PAIR_LANES), [kk - start + j % 2 for j in range(2 * PAIR_LANES)])
+            for row in range(m):
+                both = builder.shuffle_vector(a_words[row], ir.Constant(chunk_t, ir.Undefined), repeat)
+                acc[row] = [builder.add(acc[row][v], builder.call(madd, [both, columns[v]])) for v in range(vectors)]
+    for row in range(m):
+        for v in range(vectors):
+            builder.store(acc[row][v], at(c, i32, (row, c0), (v * PAIR_LANES, c1)), align=4)
     builder.ret_void()
     return fn
 

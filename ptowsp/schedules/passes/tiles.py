@@ -158,9 +158,6 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
         return False
     vector_bytes = (registers_of or lanes) * np.dtype(s.workload.task(task).tensor.dtype).itemsize
     cap = WIDE_VECTOR_TILE if vector_bytes >= 64 else VECTOR_TILE
-    # rows that divide the axis, or leave a guarded last tile behind at least two whole ones (lowered
-    # apart, lower/partition.py): 7 pixels as 3 + 3 + 1 take 3 x 4 accumulators where 7 x 1 divides
-    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0 or x.extent // d >= 2]
     blocked = _channel_blocks(s, task, spatial)
     body = s.workload.task(task).body
     # smallest extent first (the taps, then the channels), but an axis some load reads as its last
@@ -170,11 +167,16 @@ def vector_tile(s: Schedule, task: str, spatial: list, reduce: list, lanes: int,
     widest = max(reduce, key=lambda lp: lp.extent)  # the channels: blocked outside the taps
     blocks = [b for b in (8, 16, 32, 64) if b < widest.extent and widest.extent % b == 0]
     # int8 products summed in int32 call gemm_i8 over (rows, the vector, the innermost reduction) where
-    # the cpu answers so (VNNI): one vector of channels per call, a call per channel block of the tile
+    # the cpu answers so (VNNI or AVX2): one vector of channels per call, a call per channel block of the tile
     # side by side inside the other reductions (the blocks are not at one stride from each other), and
     # at most GEMM_I8_K of the reduction, which the micro-kernel unrolls
     tensorize = int8_dot(body) and _apart(body, order[-1], x.name) and \
         choose(decision(task, "tensorize"), (None, "gemm_i8"), None)
+    # rows that divide the axis, or leave a guarded last tile behind at least two whole ones (lowered
+    # apart, lower/partition.py): 7 pixels as 3 + 3 + 1 take 3 x 4 accumulators where 7 x 1 divides
+    # (not for a call: its nest is one store, no guard)
+    fits = [d for d in range(1, min(x.extent, 2 * cap) + 1) if x.extent % d == 0 or (x.extent // d >= 2
+                                                                                    and not tensorize)]
     counts = [b for b in (1, 2, 4) if blocked is not None and blocked.extent % b == 0 and b * min(fits) <= 2 * cap]
     # the default tile: as many accumulators as the registers hold (cap), then the fewest loads per
     # multiply-add, (rows + blocks) / (rows x blocks): each step broadcasts one input per row and
