@@ -110,6 +110,18 @@ def test_with_avx2s_16_registers_a_7_pixel_row_takes_3_pixels_by_4_blocks_and_a_
                                rtol=1e-4, atol=1e-4)
 
 
+def test_with_avx2s_16_registers_6_rows_by_2_blocks_keep_the_weights_live_not_the_broadcasts():
+    wl = zoo.conv2d(1, 16, 56, 56, 16, 3, 1, 1)
+    s = default_schedule(block_convolutions(wl, 8), vector_bytes=32, workers=2)
+    nest = s.nest("Y_blocked")
+    assert (nest.loop("xx.inner").extent, nest.loop("o_block.inner").extent) == (6, 2)
+    # 6 broadcasts + 12 accumulators + a weight vector would be 19: the rows go outside the blocks
+    assert [lp.name for lp in nest.loops][-3:] == ["xx.inner", "o_block.inner", "o_lane"]
+    inputs = random_inputs(wl)
+    np.testing.assert_allclose(pw.build(s, "cpu", workers=2).run(**inputs)["Y"], pw.reference(wl, **inputs)["Y"],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_an_epilogue_after_the_convolution_still_computes_the_same():
     wl = pw.Workload("conv_relu")
     x, w, b = wl.input("X", (1, 3, 9, 9)), wl.input("W", (16, 3, 3, 3)), wl.input("b", (16,))
