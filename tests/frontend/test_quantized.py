@@ -151,7 +151,23 @@ def test_qdq_convolutions_run_on_channel_blocked_int8_tiles(stride):
     sums = [t for t in wl.tasks if t.endswith("_blocked") and wl.task(t).tensor.dtype == "int32"]
     assert len(sums) == 1 and len(wl.task(sums[0]).tensor.shape) == 5, sums
     assert any(t.endswith("_rescaled") for t in wl.tasks)
-    assert ("kernel='gemm_i8'" in str(built.schedule)) == (target_cpu().vector_bytes >= 32), str(built.schedule)
+    assert ("kernel='gemm_i8'" in str(built.schedule)) == (target_cpu().vnni or target_cpu().avx2), str(built.schedule)
+
+
+def test_half_vector_channel_blocks_call_the_int16_pair_kernel_and_stay_exact():
+    """24 output channels are blocked by 8 (half an AVX-512 vector): `gemm_i8` over 8 columns, which
+    VNNI's `vpdpbusd` (16 at a time) cannot take, runs `vpmaddwd` pairs (`vpdpwssd` where LLVM fuses
+    the add, with VNNI) instead of scalar code."""
+    if not (target_cpu().vnni or target_cpu().avx2):
+        pytest.skip("the cpu the kernels are built for has neither VNNI nor AVX2")
+    m = qdq_conv(channels=(24, 24), size=14)
+    feeds = feeds_for(m)
+    built = pw.build(pw.frontend.from_onnx(m), "cpu")
+    assert any("gemm_i8<" in built.source(t, "loops") and "x8x" in built.source(t, "loops")
+               for t in built.program.order)
+    asm = "".join(built.source(t, "asm") for t in built.program.order)
+    assert "vpmaddwd" in asm or "vpdpwssd" in asm
+    np.testing.assert_array_equal(built(**feeds)["y"], pw.reference(pw.frontend.from_onnx(m), **feeds)["y"])
 
 
 def test_a_convolution_inside_its_requantization_is_stored_on_its_own_where_aicore_buffers_need_it():

@@ -78,7 +78,7 @@ class CpuBackend:
     def schedule_choices(self, device: None) -> Choose:
         """The default's answers, but an int8 register tile calls `gemm_i8` where the chosen CPU has
         VNNI (`vpdpbusd`) or AVX2 (`vpmaddwd`, microkernel.py)."""
-        if target_cpu().vector_bytes < 32:
+        if not (target_cpu().vnni or target_cpu().avx2):
             return keep_default
 
         def choose(name, candidates, default):

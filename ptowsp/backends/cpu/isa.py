@@ -50,7 +50,8 @@ class TargetCpu(BaseModel):
     cpu: str  # LLVM's CPU name
     features: str  # LLVM's feature string; empty for a level (its name implies them)
     vector_bytes: int  # width of the widest vector register: what vector and register tiles are multiples of
-    vnni: bool  # AVX-512 VNNI (vpdpbusd): the int8 register tile calls gemm_i8
+    vnni: bool  # AVX-512 VNNI (vpdpbusd): the int8 register tile calls gemm_i8 with it
+    avx2: bool  # AVX2 (vpmaddwd): ... or, without VNNI, with int16 pairs (microkernel.py)
     needs: tuple[str, ...]  # host features the code executes with
 
     def unrunnable_reason(self) -> str | None:
@@ -78,7 +79,8 @@ def _resolve(name: str) -> TargetCpu:
         features = host_features()
         width = 64 if features.get("avx512f") else 32 if features.get("avx") else 16
         return TargetCpu(level=HOST, cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                         vector_bytes=width, vnni=bool(features.get("avx512vnni")), needs=())
+                         vector_bytes=width, vnni=bool(features.get("avx512vnni")), avx2=bool(features.get("avx2")),
+                         needs=())
     if name not in LEVELS:
         raise BuildError(f"{ENVIRONMENT}={name!r} names no CPU the cpu target compiles for; use "
                          f"{', '.join([HOST, *LEVELS])}")
@@ -86,7 +88,8 @@ def _resolve(name: str) -> TargetCpu:
         raise BuildError(f"{ENVIRONMENT}={name!r} is an x86-64 level, but this machine is "
                          f"{llvm.get_process_triple()}; use {ENVIRONMENT}={HOST}")
     width, needs = LEVELS[name]
-    return TargetCpu(level=name, cpu=name, features="", vector_bytes=width, vnni=False, needs=needs)
+    return TargetCpu(level=name, cpu=name, features="", vector_bytes=width, vnni=False, avx2="avx2" in needs,
+                     needs=needs)
 
 
 @once

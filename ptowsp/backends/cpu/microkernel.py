@@ -43,15 +43,17 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
     lanes = cpu.vector_bytes // 4  # float32 lanes of the target's vectors
     unit = [o.dims[-1] == len(o.buffer.shape) - 1 and o.step(len(o.dims) - 1) == 1
             for o in call.operands]  # rows contiguous: out, a, b
-    vector = unit[0] and unit[2] and (found.name == "gemm" or n % (VNNI_LANES if cpu.vnni else PAIR_LANES) == 0)
-    name = f"{found.symbol}.{m}x{n}x{k}.{'v' if vector else 's'}{lanes}{'u' if unit[1] else ''}"
+    # gemm_i8's vector form: vpdpbusd (VNNI) over 16 columns at a time, else vpmaddwd (AVX2) over 8
+    form = ("v" if found.name == "gemm" else "d" if cpu.vnni and n % VNNI_LANES == 0 else
+            "p" if cpu.avx2 and n % PAIR_LANES == 0 else "s") if unit[0] and unit[2] else "s"
+    name = f"{found.symbol}.{m}x{n}x{k}.{form}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)
     if existing is not None:
         return existing
-    if found.name == "gemm_i8" and vector and not cpu.vnni:
+    if form == "p":
         return _gemm_i8_pairs(module, fn_type, name, m, n, k, unit_a=unit[1])
     extra = {"unit_a": unit[1]} if found.name == "gemm_i8" else {}
-    return _BUILT[found.name](module, fn_type, name, m, n, k, lanes if vector else 0, **extra)
+    return _BUILT[found.name](module, fn_type, name, m, n, k, lanes if form in ("v", "d") else 0, **extra)
 
 
 def linked_ir(intrinsics: set[str]) -> list[str]:
