@@ -43,9 +43,7 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
     lanes = cpu.vector_bytes // 4  # float32 lanes of the target's vectors
     unit = [o.dims[-1] == len(o.buffer.shape) - 1 and o.step(len(o.dims) - 1) == 1
             for o in call.operands]  # rows contiguous: out, a, b
-    # gemm_i8's vector form: vpdpbusd (VNNI) over 16 columns at a time, else vpmaddwd (AVX2) over 8
-    form = ("v" if found.name == "gemm" else "d" if cpu.vnni and n % VNNI_LANES == 0 else
-            "p" if cpu.avx2 and n % PAIR_LANES == 0 else "s") if unit[0] and unit[2] else "s"
+    form = _form(found.name, cpu, n, unit)
     name = f"{found.symbol}.{m}x{n}x{k}.{form}{lanes}{'u' if unit[1] else ''}"
     existing = module.globals.get(name)
     if existing is not None:
@@ -56,10 +54,32 @@ def intrinsic_function(module: ir.Module, call: Tensorized, target: str, task: s
     return _BUILT[found.name](module, fn_type, name, m, n, k, lanes if form in ("v", "d") else 0, **extra)
 
 
+def _form(name: str, cpu: TargetCpu, n: int, unit: list[bool]) -> str:
+    """How a built-in call is generated: "v" gemm's vectors; "d" gemm_i8 by vpdpbusd (VNNI, 16 columns
+    at a time); "p" by vpmaddwd pairs (AVX2, 8); "s" scalar (rows of C or B not contiguous, or no
+    instruction takes the columns)."""
+    if not (unit[0] and unit[2]):
+        return "s"
+    if name == "gemm":
+        return "v"
+    if cpu.vnni and n % VNNI_LANES == 0:
+        return "d"
+    return "p" if cpu.avx2 and n % PAIR_LANES == 0 else "s"
+
+
 def linked_ir(intrinsics: set[str]) -> list[str]:
     """The LLVM IR texts of the declared (not built-in) cpu implementations among `intrinsics`."""
     found = [lookup(name) for name in sorted(intrinsics)]
     return [i.implementations["cpu"] for i in found if i.implementations.get("cpu", BUILTIN) not in (BUILTIN, LOOPS)]
+
+
+def _element(builder: ir.IRBuilder, base: ir.Value, etype: ir.Type, *terms) -> ir.Value:
+    """The address of base[sum(index * stride for index, stride in terms)] (an index an int or an i64)."""
+    offset = ir.Constant(I64, 0)
+    for index, stride in terms:
+        offset = builder.add(offset, builder.mul(index if isinstance(index, ir.Value) else ir.Constant(I64, index),
+                                                 stride))
+    return builder.gep(base, [offset], source_etype=etype)
 
 
 def _gemm(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int, k: int,
@@ -78,11 +98,7 @@ def _gemm(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: int
     fma = module.globals.get("llvm.fma.f32") or ir.Function(module, ir.FunctionType(F32, [F32] * 3), "llvm.fma.f32")
 
     def at(base, *terms):
-        offset = ir.Constant(I64, 0)
-        for index, stride in terms:
-            offset = builder.add(offset, builder.mul(index if isinstance(index, ir.Value) else ir.Constant(I64, index),
-                                                     stride))
-        return builder.gep(base, [offset], source_etype=F32)
+        return _element(builder, base, F32, *terms)
 
     acc_vectors = [[builder.load(at(c, (row, c0), (v * lanes, c1)), typ=vec, align=4) for v in range(whole)]
                    for row in range(m)]
@@ -150,11 +166,7 @@ def _gemm_i8(module: ir.Module, fn_type: ir.FunctionType, name: str, m: int, n: 
     i8, i32 = ir.IntType(8), ir.IntType(32)
 
     def at(base, etype, *terms):
-        offset = ir.Constant(I64, 0)
-        for index, stride in terms:
-            offset = builder.add(offset, builder.mul(index if isinstance(index, ir.Value) else ir.Constant(I64, index),
-                                                     stride))
-        return builder.gep(base, [offset], source_etype=etype)
+        return _element(builder, base, etype, *terms)
 
     if not lanes:  # scalar: the nest the call stands for
         for row in range(m):
@@ -245,12 +257,10 @@ def _gemm_i8_pairs(module: ir.Module, fn_type: ir.FunctionType, name: str, m: in
         module, ir.FunctionType(acc_t, [pairs_t, pairs_t]), "llvm.x86.avx2.pmadd.wd")
     interleave = ir.Constant(ir.VectorType(i32, 2 * PAIR_LANES), [j // 2 + (j % 2) * PAIR_LANES
                                                                     for j in range(2 * PAIR_LANES)])
+    chunk_t = ir.VectorType(i16, CHUNK)
 
     def at(base, etype, *terms):
-        offset = ir.Constant(I64, 0)
-        for index, stride in terms:
-            offset = builder.add(offset, builder.mul(ir.Constant(I64, index), stride))
-        return builder.gep(base, [offset], source_etype=etype)
+        return _element(builder, base, etype, *terms)
 
     def byte(row: int, kk: int) -> ir.Value:
         return builder.sext(builder.load(at(a, i8, (row, a0), (kk, a1)), typ=i8), i16) if kk < k else ir.Constant(i16, 0)
@@ -270,7 +280,6 @@ def _gemm_i8_pairs(module: ir.Module, fn_type: ir.FunctionType, name: str, m: in
     acc = [[builder.load(at(c, i32, (row, c0), (v * PAIR_LANES, c1)), typ=acc_t, align=4) for v in range(vectors)]
            for row in range(m)]
     zero_row = ir.Constant(row_t, [0] * PAIR_LANES)
-    chunk_t = ir.VectorType(i16, CHUNK)
     for start in range(0, k, CHUNK):  # k is the call's block: unrolled, as LLVM would
         a_words = [pairs(row, start) for row in range(m)]  # each row's bytes loaded once, not per pair
         for kk in range(start, min(start + CHUNK, k), 2):
